@@ -1,0 +1,9 @@
+"""mcp-resili: chaos engineering and robustness benchmarking for tool-using LLM agents over MCP."""
+
+__version__ = "0.1.0"
+
+#: Key of the request ``_meta`` entries our runner sends with every ``tools/call``.
+META_EPISODE = "mcp-resili/episode"
+META_TASK = "mcp-resili/task"
+#: Key of the ``_meta`` entry our server attaches to every tool result: the recorded trace event.
+META_EVENT = "mcp-resili/event"

@@ -1,0 +1,3 @@
+from mcp_resili.cli import main
+
+raise SystemExit(main())

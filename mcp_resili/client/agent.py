@@ -1,0 +1,164 @@
+"""The agent loop: one episode of one model against one MCP server, recorded as a trace."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from mcp_resili import META_EPISODE, META_EVENT
+from mcp_resili.client.model import (
+    AssistantMessage,
+    InfrastructureError,
+    Message,
+    Model,
+    ModelRequest,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    ToolResultsMessage,
+    UserMessage,
+)
+from mcp_resili.scoring.termination import COMPLETION_PHRASES, termination_index
+from mcp_resili.tasks.model import Task
+from mcp_resili.trace import (
+    EpisodeEndEvent,
+    FinishEvent,
+    ModelTurnEvent,
+    ToolCallEvent,
+    TraceEvent,
+    event_from_dict,
+)
+
+logger = logging.getLogger(__name__)
+FINISH_TOOL = "finish"
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """Identity of one episode: ``id`` isolates its state; ``fault_key`` and ``seed`` fix its faults."""
+
+    id: str
+    fault_key: str
+    seed: int
+    task: Task | None
+    prompt: str
+    max_turns: int = 10
+
+    def meta(self) -> dict[str, Any]:
+        """The ``_meta`` our server reads to route and seed the call."""
+        return {META_EPISODE: {"id": self.id, "task": self.task.id if self.task else None,
+                               "fault_key": self.fault_key, "seed": self.seed}}
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """The recorded events and why the episode ended."""
+
+    events: tuple[TraceEvent, ...]
+    termination: str
+    turns: int
+
+
+def tool_definitions(tools: Sequence[types.Tool]) -> tuple[ToolDefinition, ...]:
+    """MCP tools as offered to a model."""
+    return tuple(ToolDefinition(t.name, t.description or "", dict(t.input_schema)) for t in tools)
+
+
+async def call_tool(client: Client, episode: EpisodeSpec, call: ToolCall, seq: int) -> tuple[ToolResult, TraceEvent]:
+    """Call one tool through MCP; return what the model reads and the trace event.
+
+    Our server attaches its own event (with the fault decision) in the result's ``_meta``; for any
+    other server the event is built here from what came back. A JSON-RPC error is shown to the agent
+    as an error result (it is the server's answer); a broken connection raises `InfrastructureError`.
+    """
+    try:
+        result = await client.call_tool(call.name, call.arguments, meta=episode.meta())
+    except MCPError as exc:
+        text = f"Error {exc.code}: {exc.error.message}"
+        event: TraceEvent = ToolCallEvent(
+            episode=episode.id, seq=seq, tool=call.name, arguments=call.arguments, is_error=True,
+            error_code=f"JSONRPC_{exc.code}", result={"code": exc.code, "message": exc.error.message},
+        )
+        return ToolResult(call.id, call.name, text, True), event
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, TimeoutError) as exc:
+        raise InfrastructureError(f"MCP connection failed during {call.name}: {exc!r}") from exc
+    text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+    raw_event = (result.meta or {}).get(META_EVENT)
+    try:
+        event = event_from_dict(raw_event) if raw_event is not None else _observed(episode, call, result, seq)
+    except ValidationError:
+        event = _observed(episode, call, result, seq)
+    return ToolResult(call.id, call.name, text, bool(result.is_error), result.structured_content), event
+
+
+def _observed(episode: EpisodeSpec, call: ToolCall, result: types.CallToolResult, seq: int) -> TraceEvent:
+    if call.name == FINISH_TOOL and not result.is_error:
+        status = "aborted" if call.arguments.get("status") == "aborted" else "completed"
+        return FinishEvent(episode=episode.id, seq=seq, status=status, summary=str(call.arguments.get("summary", "")))
+    text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+    return ToolCallEvent(
+        episode=episode.id, seq=seq, tool=call.name, arguments=call.arguments, is_error=bool(result.is_error),
+        result=result.structured_content if not result.is_error else {"message": text},
+    )
+
+
+async def play_episode(
+    client: Client, model: Model, episode: EpisodeSpec, tools: Sequence[types.Tool]
+) -> EpisodeOutcome:
+    """Run ``model`` on ``episode`` until it finishes, stops, breaks a limit, or the provider fails."""
+    definitions = tool_definitions(tools)
+    messages: list[Message] = [UserMessage(episode.prompt)]
+    events: list[TraceEvent] = []
+    calls: list[ToolCallEvent] = []
+    termination, detail, turn = "max_turns", "", 0
+    for turn in range(1, episode.max_turns + 1):
+        request = ModelRequest(messages=tuple(messages), tools=definitions, task=episode.task,
+                               max_turns=episode.max_turns)
+        try:
+            response = await model.generate(request)
+        except InfrastructureError as exc:
+            termination, detail = "infrastructure_error", str(exc)
+            break
+        events.append(ModelTurnEvent(
+            episode=episode.id, turn=turn, text=response.text,
+            tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls),
+            input_tokens=response.input_tokens, output_tokens=response.output_tokens,
+        ))
+        messages.append(AssistantMessage(response.text, response.tool_calls))
+        if not response.tool_calls:
+            said_done = any(p in response.text.lower() for p in COMPLETION_PHRASES)
+            termination = "completed" if said_done else "agent_stopped"
+            break
+        results: list[ToolResult] = []
+        finished: FinishEvent | None = None
+        try:
+            for call in response.tool_calls:
+                result, event = await call_tool(client, episode, call, seq=len(events) + 1)
+                results.append(result)
+                events.append(event)
+                if isinstance(event, ToolCallEvent):
+                    calls.append(event)
+                elif finished is None:
+                    finished = event
+        except InfrastructureError as exc:
+            termination, detail = "infrastructure_error", str(exc)
+            break
+        messages.append(ToolResultsMessage(tuple(results)))
+        if finished is not None:
+            termination = finished.status
+            break
+        _, rule = termination_index(calls)
+        if rule in ("too_many_errors", "loop", "too_many_calls"):
+            termination = "loop" if rule == "loop" else "too_many_errors"
+            detail = f"termination rule {rule}"
+            break
+    events.append(EpisodeEndEvent(episode=episode.id, termination=termination, turns=turn, detail=detail))  # type: ignore[arg-type]
+    return EpisodeOutcome(tuple(events), termination, turn)

@@ -1,0 +1,203 @@
+"""The runner: plays (model × fault plan × task × trial) episodes concurrently through MCP and stores them."""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+from mcp_resili.client.agent import EpisodeSpec, play_episode
+from mcp_resili.client.providers import create_model
+from mcp_resili.faults import parse_fault_spec, plan_to_dict
+from mcp_resili.server.app import ResiliServer
+from mcp_resili.store import DEFAULT_DB, EpisodeRow, Store
+from mcp_resili.suites import DEFAULT_SUITE, Suite, get_suite
+from mcp_resili.trace import Trace, TraceHeader
+
+DEFAULT_MODELS = ("scripted:oracle", "scripted:naive")
+#: How a run against someone else's server labels its fault configuration.
+EXTERNAL_FAULTS = "server"
+
+
+class RunConfigError(ValueError):
+    """A run configuration that cannot work; raised before anything starts."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run (stored with it, so it can be reproduced)."""
+
+    suite: str = DEFAULT_SUITE
+    models: tuple[str, ...] = DEFAULT_MODELS
+    faults: tuple[str, ...] = ()
+    variant: str = "baseline"
+    trials: int = 3
+    limit: int | None = None
+    tasks: tuple[str, ...] = ()
+    concurrency: int = 8
+    seed: int = 0
+    server: str | None = None
+    db: Path = DEFAULT_DB
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (paths as strings)."""
+        data = asdict(self)
+        data["db"] = str(self.db)
+        return data
+
+
+@dataclass(frozen=True)
+class PlannedEpisode:
+    """One cell of the run matrix."""
+
+    model: str
+    faults: str
+    task_id: str
+    trial: int
+
+
+@dataclass
+class RunResult:
+    """What a finished run produced."""
+
+    run_id: str
+    config: RunConfig
+    rows: list[EpisodeRow] = field(default_factory=list)
+
+
+def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
+    """The run matrix, validated: every model, fault spec, task and trial."""
+    if config.trials < 1:
+        raise RunConfigError(f"--trials must be at least 1, got {config.trials}")
+    if config.concurrency < 1:
+        raise RunConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
+    if config.server is not None and config.faults:
+        raise RunConfigError("--faults cannot be combined with --server: that server decides its own faults "
+                             "(e.g. --server \"mcp-resili serve --faults resilibench\")")
+    for model in config.models:
+        create_model(model)  # fail now, with the list of known models, rather than mid-run
+    faults = (EXTERNAL_FAULTS,) if config.server else (config.faults or (suite.default_faults,))
+    if config.server is None:
+        for spec in faults:
+            parse_fault_spec(spec)
+    suite.prompt(suite.tasks[0], config.variant)  # validates the variant
+    tasks = [suite.task(t) for t in config.tasks] if config.tasks else list(suite.tasks)
+    if config.limit is not None:
+        if config.limit < 1:
+            raise RunConfigError(f"--limit must be at least 1, got {config.limit}")
+        tasks = tasks[: config.limit]
+    return [
+        PlannedEpisode(model, spec, task.id, trial)
+        for spec in faults
+        for model in config.models
+        for task in tasks
+        for trial in range(config.trials)
+    ]
+
+
+@asynccontextmanager
+async def connect(config: RunConfig, suite: Suite, fault_spec: str) -> AsyncIterator[Client]:
+    """An MCP client for one fault configuration: in-process, a stdio subprocess, or a URL."""
+    if config.server is None:
+        server = ResiliServer(suite, parse_fault_spec(fault_spec), seed=config.seed)
+        async with Client(server.mcp) as client:
+            yield client
+    elif config.server.startswith(("http://", "https://")):
+        async with Client(config.server, read_timeout_seconds=60) as client:
+            yield client
+    else:
+        argv = shlex.split(config.server)
+        if not argv:
+            raise RunConfigError("--server is empty")
+        params = StdioServerParameters(command=argv[0], args=argv[1:])
+        async with Client(params, read_timeout_seconds=60) as client:
+            yield client
+
+
+def _episode_id(run_id: str, planned: PlannedEpisode) -> str:
+    return f"{run_id}/{planned.faults}/{planned.model}/{planned.task_id}/{planned.trial}"
+
+
+async def execute(
+    config: RunConfig,
+    *,
+    on_episode: Callable[[EpisodeRow], None] | None = None,
+    on_planned: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Run the whole matrix and store every episode; returns the stored rows."""
+    suite = get_suite(config.suite)
+    planned = plan_episodes(config, suite)
+    if on_planned is not None:
+        on_planned(len(planned))
+    run_id = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    store = Store(config.db)
+    result = RunResult(run_id, config)
+    try:
+        store.add_run(run_id, datetime.now(UTC).isoformat(), suite.name, config.seed, config.to_dict())
+        limiter = anyio.CapacityLimiter(config.concurrency)
+        by_fault: dict[str, list[PlannedEpisode]] = {}
+        for p in planned:
+            by_fault.setdefault(p.faults, []).append(p)
+        async with AsyncExitStack() as stack:
+            clients = {spec: await stack.enter_async_context(connect(config, suite, spec)) for spec in by_fault}
+            tools = {spec: (await client.list_tools()).tools for spec, client in clients.items()}
+            plans = {spec: ({"kind": "external", "server": config.server} if config.server
+                            else plan_to_dict(parse_fault_spec(spec))) for spec in by_fault}
+
+            async def one(p: PlannedEpisode) -> None:
+                async with limiter:
+                    row = await _play(config, suite, run_id, p, clients[p.faults], tools[p.faults], plans[p.faults])
+                store.add_episode(row)
+                result.rows.append(row)
+                if on_episode is not None:
+                    on_episode(row)
+
+            async with anyio.create_task_group() as tg:
+                for p in planned:
+                    tg.start_soon(one, p)
+    finally:
+        store.close()
+    result.rows.sort(key=lambda r: (r.model, r.faults, r.task_id, r.trial))
+    return result
+
+
+async def _play(
+    config: RunConfig,
+    suite: Suite,
+    run_id: str,
+    planned: PlannedEpisode,
+    client: Client,
+    tools: Sequence[Any],
+    fault_plan: dict[str, Any],
+) -> EpisodeRow:
+    task = suite.task(planned.task_id)
+    model = create_model(planned.model)
+    fault_key = f"{task.id}/{planned.trial}"
+    spec = EpisodeSpec(
+        id=_episode_id(run_id, planned), fault_key=fault_key, seed=config.seed, task=task,
+        prompt=suite.prompt(task, config.variant), max_turns=task.constraints.max_turns,
+    )
+    outcome = await play_episode(client, model, spec, tools)
+    header = TraceHeader(
+        suite=suite.name, task=task.id, episode=spec.id, seed=config.seed, fault_plan=fault_plan,
+        fault_key=fault_key, model=planned.model, variant=config.variant, trial=planned.trial,
+    )
+    trace = Trace(header=header, events=outcome.events)
+    score = None if outcome.termination == "infrastructure_error" else suite.score(task, trace)
+    tokens_in = sum(getattr(e, "input_tokens", 0) for e in outcome.events)
+    tokens_out = sum(getattr(e, "output_tokens", 0) for e in outcome.events)
+    return EpisodeRow(
+        run_id=run_id, episode_id=spec.id, model=planned.model, faults=planned.faults, variant=config.variant,
+        task_id=task.id, trial=planned.trial, termination=outcome.termination,
+        label=None if score is None else score.label, value=None if score is None else score.value,
+        score=None if score is None else score.model_dump(mode="json"), trace=trace.to_jsonl(),
+        input_tokens=tokens_in, output_tokens=tokens_out,
+    )

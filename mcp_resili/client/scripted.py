@@ -1,0 +1,102 @@
+"""Scripted agents: offline, deterministic providers of the `Model` interface.
+
+They read the task's ground-truth workflow and derive their next move from the conversation so far
+(no hidden state), so they behave the same over any transport and after a resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mcp_resili.client.model import (
+    AssistantMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolResult,
+    ToolResultsMessage,
+)
+from mcp_resili.tasks.model import StepBinding, Task, WorkflowStep, resolve_arguments
+
+FINISH = "finish"
+
+
+def _results(request: ModelRequest) -> list[tuple[ToolCall, ToolResult]]:
+    calls: dict[str, ToolCall] = {}
+    pairs: list[tuple[ToolCall, ToolResult]] = []
+    for message in request.messages:
+        if isinstance(message, AssistantMessage):
+            calls.update({c.id: c for c in message.tool_calls})
+        elif isinstance(message, ToolResultsMessage):
+            pairs.extend((calls[r.call_id], r) for r in message.results if r.call_id in calls)
+    return pairs
+
+
+def _require_task(request: ModelRequest, agent: str) -> Task:
+    if request.task is None:
+        raise ValueError(f"{agent} needs the task's ground truth; it can only run tasks of a known suite")
+    return request.task
+
+
+def _call(turn: int, step: WorkflowStep, task: Task, results: dict[str, object]) -> ToolCall:
+    """The call of ``step``; an upstream result that is missing (it failed) becomes an empty payload."""
+    available: dict[str, object] = {sid: r for sid, r in results.items() if r is not None}
+    for binding in step.arguments.values():
+        if isinstance(binding, StepBinding) and binding.step not in available:
+            available[binding.step] = {"data": {}}
+    arguments = resolve_arguments(step, task.inputs, available)
+    return ToolCall(id=f"call_{turn}_{step.id}", name=step.tool, arguments=arguments)
+
+
+def _finish(turn: int, status: str, summary: str) -> ModelResponse:
+    call = ToolCall(id=f"call_{turn}_finish", name=FINISH, arguments={"status": status, "summary": summary})
+    return ModelResponse(text="", tool_calls=(call,), stop_reason="tool_use")
+
+
+@dataclass(frozen=True)
+class OracleAgent:
+    """Follows the ground-truth order and retries a failed call until it succeeds or turns run out."""
+
+    name: str = "scripted:oracle"
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Call the first workflow step that has not succeeded yet; finish when all have."""
+        task = _require_task(request, self.name)
+        pairs = _results(request)
+        turn = len(pairs) + 1
+        done: dict[str, object] = {}
+        for step in task.workflow.steps:
+            ok = [r for c, r in pairs if c.name == step.tool and not r.is_error]
+            if ok:
+                done[step.id] = ok[-1].structured
+        for step in task.workflow.steps:
+            if step.id not in done:
+                return ModelResponse(tool_calls=(_call(turn, step, task, done),), stop_reason="tool_use")
+        return _finish(turn, "completed", f"ran {len(task.workflow.steps)} steps")
+
+
+@dataclass(frozen=True)
+class NaiveAgent:
+    """Calls every workflow step once, in order, whatever happens; then claims completion."""
+
+    name: str = "scripted:naive"
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Call the next step of the plan once; never retry."""
+        task = _require_task(request, self.name)
+        pairs = _results(request)
+        turn = len(pairs) + 1
+        results: dict[str, object] = {}
+        steps = list(task.workflow.steps)
+        for step, (_, result) in zip(steps, pairs, strict=False):
+            results[step.id] = None if result.is_error else result.structured
+        if len(pairs) < len(steps):
+            return ModelResponse(tool_calls=(_call(turn, steps[len(pairs)], task, results),), stop_reason="tool_use")
+        return _finish(turn, "completed", "ran every step once")
+
+
+SCRIPTED_AGENTS: dict[str, Callable[[], OracleAgent | NaiveAgent]] = {
+    "oracle": OracleAgent,
+    "naive": NaiveAgent,
+}

@@ -1,0 +1,97 @@
+"""A tool library: specs (data) bound to deterministic simulated implementations (code)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import networkx as nx
+
+from mcp_resili.registry.spec import ToolSpec
+
+#: Per-episode mutable state a simulator may read and write (files written, tokens issued, ...).
+ToolState = dict[str, Any]
+#: A simulated tool: validated arguments and the episode's state in, a schema-valid result out.
+Simulator = Callable[[Mapping[str, Any], ToolState], dict[str, Any]]
+
+
+class ToolFailure(Exception):
+    """A tool's own, declared failure (not an injected fault): e.g. FILE_NOT_FOUND for a missing file."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ToolLibrary:
+    """Named tool specs with their simulators; the server serves exactly these."""
+
+    name: str
+    specs: tuple[ToolSpec, ...]
+    simulators: Mapping[str, Simulator] = field(repr=False)
+
+    def __post_init__(self) -> None:
+        names = [spec.name for spec in self.specs]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"library {self.name!r} declares tools more than once: {duplicates}")
+        missing = sorted(set(names) - set(self.simulators))
+        if missing:
+            raise ValueError(f"library {self.name!r} has no simulator for: {missing}")
+        for spec in self.specs:
+            unknown = sorted(set(spec.dependencies) - set(names))
+            if unknown:
+                raise ValueError(f"tool {spec.name!r} depends on unknown tools {unknown}")
+        if not nx.is_directed_acyclic_graph(self.dependency_graph):
+            raise ValueError(f"library {self.name!r} has cyclic tool dependencies")
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self.specs)
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.by_name
+
+    @cached_property
+    def by_name(self) -> dict[str, ToolSpec]:
+        """Specs keyed by tool name."""
+        return {spec.name: spec for spec in self.specs}
+
+    @cached_property
+    def dependency_graph(self) -> nx.DiGraph[str]:
+        """Edges point from a dependency to the tool that needs it."""
+        graph: nx.DiGraph[str] = nx.DiGraph()
+        graph.add_nodes_from(spec.name for spec in self.specs)
+        graph.add_edges_from((dep, spec.name) for spec in self.specs for dep in spec.dependencies)
+        return graph
+
+    def spec(self, name: str) -> ToolSpec:
+        """Return the spec of ``name`` or raise ``KeyError`` naming the known tools."""
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise KeyError(f"unknown tool {name!r}; known tools: {', '.join(sorted(self.by_name))}") from None
+
+    def simulate(self, name: str, arguments: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+        """Run the simulated tool and check its output against the declared output schema."""
+        result = self.simulators[name](arguments, state)
+        schema = self.spec(name).output_schema
+        if schema is not None:
+            # A simulator that breaks its own schema is a harness bug, never an agent failure.
+            jsonschema.validate(result, schema)
+        return result
+
+
+def load_specs(package: str, filename: str) -> tuple[ToolSpec, ...]:
+    """Load tool specs stored as a JSON list inside ``package``."""
+    raw = json.loads(resources.files(package).joinpath(filename).read_text(encoding="utf-8"))
+    return tuple(ToolSpec.model_validate(item) for item in raw)

@@ -1,0 +1,26 @@
+"""Terminal rendering of run summaries (rich tables)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from mcp_resili.report.summary import LEVELS, GroupSummary
+
+
+def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
+    """One row per (model, faults, variant): level rates with 95% intervals."""
+    table = Table(title=f"run {run_id}", title_justify="left")
+    for name in ("model", "faults", "variant", "episodes"):
+        table.add_column(name, justify="right" if name == "episodes" else "left")
+    for level in LEVELS:
+        table.add_column(f"{level} % (95% CI)", justify="right")
+    table.add_column("infra errors", justify="right")
+    for s in summaries:
+        cells = [
+            f"{100 * s.levels[lv].value:5.1f} ({100 * s.levels[lv].low:.0f}–{100 * s.levels[lv].high:.0f})"
+            for lv in LEVELS
+        ]
+        table.add_row(s.model, s.faults, s.variant, str(s.episodes), *cells, str(s.infrastructure_errors))
+    return table

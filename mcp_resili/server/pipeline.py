@@ -1,0 +1,179 @@
+"""The one call pipeline: validate → dependency check → decide fault → run tool → apply fault → record.
+
+It knows nothing of MCP: it turns (episode, tool name, arguments) into a `ToolCallEvent`, which the
+MCP layer renders as a ``CallToolResult`` and the recorder writes to the trace.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jsonschema
+
+from mcp_resili.faults import CallContext, CallOutcome, FaultInjector, FaultPlan, ToolOutcome, plan_to_dict
+from mcp_resili.registry import ToolFailure, ToolLibrary
+from mcp_resili.tasks.model import Task
+from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
+
+logger = logging.getLogger(__name__)
+
+#: Error codes the pipeline itself produces (never injected faults).
+UNKNOWN_TOOL = "UNKNOWN_TOOL"
+INVALID_ARGUMENTS = "INVALID_INPUT"
+DEPENDENCY_NOT_MET = "DEPENDENCY_NOT_MET"
+
+
+@dataclass
+class Episode:
+    """Per-episode server state. Episodes never share any of it."""
+
+    id: str
+    task: Task | None
+    fault_key: str
+    seed: int
+    tool_state: dict[str, Any] = field(default_factory=dict)
+    ordinals: collections.Counter[str] = field(default_factory=collections.Counter)
+    history: list[CallOutcome] = field(default_factory=list)
+    seq: int = 0
+    # Calls of one episode are serialised so ordinals and history never depend on scheduling.
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    header_written: bool = False
+
+    def next_seq(self) -> int:
+        """The sequence number of the next recorded event."""
+        self.seq += 1
+        return self.seq
+
+
+class TraceRecorder:
+    """Writes one JSONL file per episode under ``directory`` (or nothing when it is None)."""
+
+    def __init__(self, directory: Path | None, header: Callable[[Episode], TraceHeader]) -> None:
+        self.directory = directory
+        self._header = header
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+
+    def path(self, episode: Episode) -> Path | None:
+        """Where the episode's trace goes."""
+        if self.directory is None:
+            return None
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in episode.id)
+        return self.directory / f"{safe}.jsonl"
+
+    def record(self, episode: Episode, event: TraceEvent) -> None:
+        """Append ``event`` (writing the header first for a new episode)."""
+        path = self.path(episode)
+        if path is None:
+            return
+        with path.open("a", encoding="utf-8") as out:
+            if not episode.header_written:
+                out.write(self._header(episode).model_dump_json() + "\n")
+                episode.header_written = True
+            out.write(dump_event(event) + "\n")
+
+
+class CallPipeline:
+    """Runs every tool call of every episode through the same steps."""
+
+    def __init__(
+        self,
+        library: ToolLibrary,
+        plan: FaultPlan,
+        *,
+        enforce_dependencies: bool,
+        recorder: TraceRecorder,
+    ) -> None:
+        self.library = library
+        self.plan = plan
+        self.plan_dict = plan_to_dict(plan)
+        self.enforce_dependencies = enforce_dependencies
+        self.recorder = recorder
+        self._validators = {
+            spec.name: jsonschema.Draft202012Validator(spec.input_schema) for spec in library.specs
+        }
+
+    async def call(self, episode: Episode, tool: str, arguments: Mapping[str, Any] | None) -> ToolCallEvent:
+        """Handle one ``tools/call`` and return the recorded event."""
+        async with episode.lock:
+            event = self._call(episode, tool, dict(arguments or {}))
+            self.recorder.record(episode, event)
+            return event
+
+    async def finish(self, episode: Episode, status: str, summary: str) -> FinishEvent:
+        """Record the agent's explicit completion signal."""
+        async with episode.lock:
+            event = FinishEvent(episode=episode.id, seq=episode.next_seq(), status=status,  # type: ignore[arg-type]
+                                summary=summary)
+            self.recorder.record(episode, event)
+            return event
+
+    def _call(self, episode: Episode, tool: str, arguments: dict[str, Any]) -> ToolCallEvent:
+        def rejected(code: str, message: str, **extra: Any) -> ToolCallEvent:
+            return ToolCallEvent(
+                episode=episode.id, seq=episode.next_seq(), tool=tool, arguments=arguments, is_error=True,
+                error_code=code, result={"code": code, "message": message}, **extra,
+            )
+
+        # 1. validate
+        if tool not in self.library:
+            known = ", ".join(sorted(self.library.by_name))
+            return rejected(UNKNOWN_TOOL, f"unknown tool {tool!r}; available tools: {known}")
+        errors = sorted(self._validators[tool].iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if errors:
+            problems = "; ".join(
+                f"{'/'.join(map(str, e.absolute_path)) or '(arguments)'}: {e.message}" for e in errors[:5]
+            )
+            return rejected(INVALID_ARGUMENTS, f"invalid arguments for {tool}: {problems}")
+        spec = self.library.spec(tool)
+        # 2. dependency check
+        succeeded = {h.tool for h in episode.history if h.ok}
+        unmet = tuple(d for d in spec.dependencies if d not in succeeded)
+        if unmet and self.enforce_dependencies:
+            return rejected(
+                DEPENDENCY_NOT_MET,
+                f"{tool} needs {', '.join(unmet)} to have run successfully first",
+                unmet_dependencies=unmet,
+            )
+        # 3. decide fault
+        ordinal = episode.ordinals[tool]
+        episode.ordinals[tool] += 1
+        injector = FaultInjector(self.plan, episode.seed)
+        decision = injector.decide(CallContext(episode.fault_key, spec, ordinal, tuple(episode.history)))
+        # 4. run tool (unless a request-side fault stops it)
+        outcome: ToolOutcome | None = None
+        if injector.runs_tool(decision.fault):
+            try:
+                outcome = ToolOutcome(structured=self.library.simulate(tool, arguments, episode.tool_state))
+            except ToolFailure as failure:
+                outcome = ToolOutcome(structured=None, error_code=failure.code, message=failure.message)
+        # 5. apply fault
+        final = injector.apply(decision.fault, outcome, spec)
+        # 6. record
+        episode.history.append(CallOutcome(tool, not final.is_error))
+        return ToolCallEvent(
+            episode=episode.id,
+            seq=episode.next_seq(),
+            tool=tool,
+            arguments=arguments,
+            fault=decision.fault,
+            decision=decision,
+            unmet_dependencies=unmet,
+            is_error=final.is_error,
+            error_code=final.error_code,
+            result=final.structured if not final.is_error else {"code": final.error_code, "message": final.message},
+        )
+
+
+def result_text(event: ToolCallEvent) -> str:
+    """The text an agent reads for a call: the JSON result, or the error line."""
+    if event.is_error and event.result is not None:
+        return f"Error {event.error_code}: {event.result['message']}"
+    return json.dumps(event.result, sort_keys=True)

@@ -1,0 +1,121 @@
+"""Results in SQLite: one row per run, one row per finished episode (written atomically)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DB = Path("mcp-resili.db")
+
+_MIGRATIONS = (
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        suite TEXT NOT NULL,
+        seed INTEGER NOT NULL,
+        config TEXT NOT NULL
+    );
+    CREATE TABLE episodes (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        episode_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        faults TEXT NOT NULL,
+        variant TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        trial INTEGER NOT NULL,
+        termination TEXT NOT NULL,
+        label TEXT,
+        value REAL,
+        score TEXT,
+        trace TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (run_id, episode_id)
+    );
+    """,
+)
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    """One finished episode as stored."""
+
+    run_id: str
+    episode_id: str
+    model: str
+    faults: str
+    variant: str
+    task_id: str
+    trial: int
+    termination: str
+    label: str | None
+    value: float | None
+    score: dict[str, Any] | None
+    trace: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Store:
+    """A results database. Schema changes go through numbered migrations (``PRAGMA user_version``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = sqlite3.connect(path)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        if version > len(_MIGRATIONS):
+            raise RuntimeError(f"{self.path} was written by a newer mcp-resili (schema {version})")
+        for number in range(version, len(_MIGRATIONS)):
+            with self._db:
+                self._db.executescript(_MIGRATIONS[number])
+                self._db.execute(f"PRAGMA user_version = {number + 1}")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._db:
+            yield self._db
+
+    def add_run(self, run_id: str, created_at: str, suite: str, seed: int, config: dict[str, Any]) -> None:
+        """Record a new run."""
+        with self._tx() as db:
+            db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
+                       (run_id, created_at, suite, seed, json.dumps(config, sort_keys=True)))
+
+    def add_episode(self, row: EpisodeRow) -> None:
+        """Record one finished episode (all or nothing)."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (row.run_id, row.episode_id, row.model, row.faults, row.variant, row.task_id, row.trial,
+                 row.termination, row.label, row.value, None if row.score is None else json.dumps(row.score),
+                 row.trace, row.input_tokens, row.output_tokens),
+            )
+
+    def episodes(self, run_id: str) -> list[EpisodeRow]:
+        """All stored episodes of a run, in a stable order."""
+        rows = self._db.execute(
+            "SELECT * FROM episodes WHERE run_id = ? ORDER BY model, faults, variant, task_id, trial", (run_id,)
+        ).fetchall()
+        return [
+            EpisodeRow(*r[:10], json.loads(r[10]) if r[10] is not None else None, *r[11:])  # type: ignore[misc]
+            for r in rows
+        ]
+
+    def latest_run(self) -> str | None:
+        """The id of the most recent run, if any."""
+        row = self._db.execute("SELECT id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()
+        return None if row is None else str(row[0])

@@ -1,0 +1,97 @@
+"""Suites: a tool library, tasks, prompts, a default fault plan and a scorer, under one name.
+
+A suite is the unit the server serves and the runner runs. New benchmarks plug in by adding a
+module here and an entry in ``_FACTORIES``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache, cached_property
+
+from mcp_resili.registry import ToolLibrary
+from mcp_resili.scoring.model import Score
+from mcp_resili.tasks.model import Task
+from mcp_resili.trace.model import Trace
+
+
+class UnknownTaskError(KeyError):
+    """A task id the suite does not have; the message suggests close matches."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class UnknownSuiteError(KeyError):
+    """A suite name that is not registered."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Suite:
+    """Everything needed to serve, run and score one benchmark."""
+
+    name: str
+    description: str
+    library: ToolLibrary
+    load_tasks: Callable[[], tuple[Task, ...]] = field(repr=False)
+    render_prompt: Callable[[Task, str], str] = field(repr=False)
+    score: Callable[[Task, Trace], Score] = field(repr=False)
+    default_faults: str = "none"
+    variants: tuple[str, ...] = ("baseline",)
+    enforce_dependencies: bool = False
+
+    @cached_property
+    def tasks(self) -> tuple[Task, ...]:
+        """All tasks, loaded once."""
+        return self.load_tasks()
+
+    @cached_property
+    def _by_id(self) -> dict[str, Task]:
+        return {t.id: t for t in self.tasks}
+
+    def task(self, task_id: str) -> Task:
+        """The task ``task_id``, or `UnknownTaskError` with suggestions."""
+        try:
+            return self._by_id[task_id]
+        except KeyError:
+            close = difflib.get_close_matches(task_id, self._by_id, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; see `mcp-resili tasks list --suite {self.name}`"
+            raise UnknownTaskError(f"unknown task {task_id!r} in suite {self.name!r}{hint}") from None
+
+    def prompt(self, task: Task, variant: str = "baseline") -> str:
+        """The user prompt of ``task`` in ``variant``."""
+        if variant not in self.variants:
+            raise ValueError(f"unknown variant {variant!r} for suite {self.name!r}; choose from {list(self.variants)}")
+        return self.render_prompt(task, variant)
+
+
+def _resilibench() -> Suite:
+    from mcp_resili.suites.resilibench import resilibench_suite
+
+    return resilibench_suite()
+
+
+_FACTORIES: dict[str, Callable[[], Suite]] = {"resilibench": _resilibench}
+
+#: The suite used when none is named.
+DEFAULT_SUITE = "resilibench"
+
+
+def suite_names() -> list[str]:
+    """Registered suite names."""
+    return sorted(_FACTORIES)
+
+
+@cache
+def get_suite(name: str = DEFAULT_SUITE) -> Suite:
+    """The suite called ``name``, or `UnknownSuiteError` listing the registered ones."""
+    try:
+        factory = _FACTORIES[name]
+    except KeyError:
+        raise UnknownSuiteError(f"unknown suite {name!r}; available: {', '.join(suite_names())}") from None
+    return factory()

@@ -1,0 +1,300 @@
+"""Generate ResiliBench tasks as data: operation sequences → tools → a DAG with real data flow.
+
+Each task type has an operation sequence (paper App. C.2). Every operation is matched to one tool of
+the library (seeded choice among the tools that implement it); the planner then closes the chain
+under declared dependencies and data needs (a tool that consumes records gets a parser, a parser
+gets a reader or fetcher), binds every argument to a user input, a constant or an earlier step,
+and derives the DAG from those bindings and the declared dependencies. Every generated workflow is
+executed once on the simulators (no faults) and kept only if it runs cleanly, so every task is
+solvable by construction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mcp_resili.registry import ToolFailure, ToolLibrary, resilibench_library
+from mcp_resili.tasks.model import (
+    Binding,
+    ConstantBinding,
+    InputBinding,
+    StepBinding,
+    Task,
+    TaskConstraints,
+    TaskSet,
+    Workflow,
+    WorkflowStep,
+    resolve_arguments,
+)
+
+DataKind = Literal["text", "records", "any"]
+
+#: Operation → tools that implement it (the paper's semantic matching, made explicit and offline).
+OPERATION_TOOLS: dict[str, tuple[str, ...]] = {
+    "input": ("file_operations_reader", "network_fetcher"),
+    "read": ("file_operations_reader", "network_fetcher"),
+    "fetch": ("network_fetcher",),
+    "parse": ("data_processing_parser",),
+    "process": (
+        "data_processing_filter", "data_processing_transformer", "data_processing_aggregator",
+        "data_processing_validator", "integration_mapper", "computation_analyzer",
+    ),
+    "validate": ("data_processing_validator", "network_validator"),
+    "transform": ("data_processing_transformer", "integration_mapper", "data_processing_filter"),
+    "aggregate": ("data_processing_aggregator",),
+    "compute": (
+        "computation_calculator", "computation_analyzer", "computation_predictor",
+        "computation_optimizer", "computation_simulator",
+    ),
+    "write": ("file_operations_writer", "integration_queue", "utility_cache", "file_operations_compressor"),
+    "post": ("network_poster", "integration_queue", "integration_scheduler"),
+    "output": ("file_operations_writer", "utility_notifier", "utility_logger", "utility_helper", "utility_tracker"),
+}
+
+#: Task type → (complexity, operation sequence). Sequences follow paper App. C.2.
+TASK_TYPES: dict[str, tuple[Literal["easy", "medium", "hard"], tuple[str, ...]]] = {
+    "basic_file_processing": ("easy", ("input", "process")),
+    "simple_data_transformation": ("easy", ("process",)),
+    "complex_validation_pipeline": ("medium", ("read", "validate", "transform", "aggregate", "write")),
+    "complex_network_integration": ("medium", ("fetch", "parse", "validate", "transform", "post")),
+    "advanced_computation_pipeline": ("hard", ("read", "validate", "transform", "compute", "aggregate", "write")),
+}
+
+#: The user-input key each (tool, parameter) is bound to.
+INPUT_KEYS: dict[tuple[str, str], str] = {
+    ("file_operations_reader", "source"): "source",
+    ("network_fetcher", "source"): "url",
+    ("network_monitor", "source"): "url",
+    ("integration_authenticator", "source"): "service",
+    ("integration_connector", "source"): "service",
+    ("file_operations_scanner", "source"): "directory",
+    ("file_operations_writer", "destination"): "destination",
+    ("network_poster", "destination"): "endpoint",
+    ("network_router", "destination"): "endpoint",
+    ("integration_queue", "destination"): "queue",
+    ("utility_notifier", "destination"): "recipient",
+}
+
+#: How the task text names each step (``{key}`` refers to user inputs).
+PHRASES: dict[str, str] = {
+    "file_operations_reader": "read the file {source}",
+    "file_operations_writer": "save the result to {destination}",
+    "file_operations_converter": "convert the content to JSON",
+    "file_operations_scanner": "scan the directory {directory}",
+    "file_operations_compressor": "compress the result for archiving",
+    "data_processing_parser": "parse the content into records",
+    "data_processing_transformer": "transform the records",
+    "data_processing_validator": "validate the records",
+    "data_processing_aggregator": "aggregate the records by category",
+    "data_processing_filter": "filter the records by value",
+    "network_fetcher": "fetch the data from {url}",
+    "network_poster": "post the result to {endpoint}",
+    "network_monitor": "check the health of {url}",
+    "network_router": "route the payload to {endpoint}",
+    "network_validator": "verify the payload before it is sent on",
+    "computation_calculator": "compute the total value",
+    "computation_analyzer": "compute summary statistics",
+    "computation_predictor": "predict the next value",
+    "computation_optimizer": "select the highest-value records",
+    "computation_simulator": "run a simulation on the data",
+    "integration_authenticator": "authenticate with {service}",
+    "integration_connector": "connect to {service}",
+    "integration_mapper": "map the record fields to the target schema",
+    "integration_queue": "queue the result on {queue}",
+    "integration_scheduler": "schedule a follow-up job",
+    "utility_notifier": "notify {recipient}",
+    "utility_tracker": "track the processing event",
+    "utility_cache": "cache the result",
+    "utility_logger": "log the outcome",
+    "utility_helper": "format the result as readable text",
+}
+
+_WORDS = ("sales", "orders", "sensors", "inventory", "payments", "visits", "tickets", "shipments", "metrics")
+
+
+def data_kind_consumed(library: ToolLibrary, tool: str) -> DataKind | None:
+    """What a tool's ``data`` argument needs, read off its input schema (None: no data argument)."""
+    schema = library.spec(tool).input_schema
+    if "data" not in schema.get("required", []):
+        return None
+    needed = schema["properties"]["data"].get("required", [])
+    return "records" if "records" in needed else "text" if "content" in needed else "any"
+
+
+def data_kind_produced(library: ToolLibrary, tool: str) -> DataKind | None:
+    """What a tool's result ``data`` provides, read off its output schema."""
+    schema = library.spec(tool).output_schema or {}
+    props = schema.get("properties", {}).get("data", {}).get("properties", {})
+    if "records" in props and props["records"].get("items", {}).get("required"):
+        return "records"
+    if "content" in props and "enum" in props.get("format", {}):
+        return "text"
+    return None
+
+
+@dataclass(frozen=True)
+class _Draft:
+    tools: tuple[str, ...]
+    inputs: dict[str, Any]
+    constants: dict[str, dict[str, Any]]
+
+
+def _inputs(rng: random.Random) -> dict[str, Any]:
+    word = rng.choice(_WORDS)
+    n = rng.randrange(100, 1000)
+    fmt = rng.choice(("csv", "json", "xml"))
+    return {
+        "source": f"data/{word}_{n}.{fmt}",
+        "url": f"https://api.example.com/{word}/{n}",
+        "service": rng.choice(("crm", "billing", "warehouse", "analytics")),
+        "directory": f"data/{word}",
+        "destination": f"out/{word}_{n}_result.json",
+        "endpoint": f"https://hooks.example.com/{word}",
+        "queue": f"{word}-events",
+        "recipient": rng.choice(("ops@example.com", "#data-team", "oncall")),
+    }
+
+
+def _constants(rng: random.Random, tool: str) -> dict[str, Any]:
+    if tool == "data_processing_filter":
+        return {"options": {"min_value": rng.choice((100, 250, 500))}}
+    if tool == "data_processing_transformer":
+        return {"options": {"operation": rng.choice(("normalize", "scale", "uppercase"))}}
+    if tool == "computation_calculator":
+        return {"options": {"operation": rng.choice(("sum", "mean", "max"))}, "precision": 2}
+    if tool in ("file_operations_converter",):
+        return {"output_format": "json"}
+    if tool == "utility_helper":
+        return {"output_format": "text"}
+    return {}
+
+
+def _close(library: ToolLibrary, chosen: Sequence[str], source_tool: str) -> tuple[str, ...]:
+    """Order ``chosen`` and add what it needs: declared dependencies first, then data providers."""
+    plan: list[str] = []
+
+    def has(kind: DataKind) -> bool:
+        return any(data_kind_produced(library, t) == kind for t in plan)
+
+    def ensure(tool: str) -> None:
+        if tool in plan:
+            return
+        for dep in library.spec(tool).dependencies:
+            ensure(dep)
+        need = data_kind_consumed(library, tool)
+        if need == "records" and not has("records"):
+            ensure("data_processing_parser")
+        elif need == "text" and not has("text"):
+            ensure(source_tool)
+        elif need == "any" and not plan:
+            ensure(source_tool)
+        plan.append(tool)
+
+    for tool in chosen:
+        ensure(tool)
+    return tuple(plan)
+
+
+def build_workflow(library: ToolLibrary, draft: _Draft) -> Workflow:
+    """Bind every argument of every step and derive the DAG edges."""
+    steps: list[WorkflowStep] = []
+    edges: set[tuple[str, str]] = set()
+    latest: dict[str, str] = {}  # tool → step id
+    latest_kind: dict[DataKind, str] = {}
+    for index, tool in enumerate(draft.tools):
+        step_id = f"s{index + 1}"
+        spec = library.spec(tool)
+        arguments: dict[str, Binding] = {}
+        for param in spec.input_schema.get("required", []):
+            if param == "data":
+                kind = data_kind_consumed(library, tool)
+                provider = latest_kind.get(kind) if kind in ("records", "text") else steps[-1].id
+                if provider is None:
+                    raise ValueError(f"no provider of {kind} data for {tool}")
+                arguments["data"] = StepBinding(step=provider)
+                edges.add((provider, step_id))
+            elif (tool, param) in INPUT_KEYS:
+                arguments[param] = InputBinding(key=INPUT_KEYS[(tool, param)])
+        for param, value in draft.constants.get(tool, {}).items():
+            arguments[param] = ConstantBinding(value=value)
+        missing = set(spec.input_schema.get("required", [])) - set(arguments)
+        if missing:
+            raise ValueError(f"cannot bind {sorted(missing)} of {tool}")
+        for dep in spec.dependencies:
+            edges.add((latest[dep], step_id))
+        steps.append(WorkflowStep(id=step_id, tool=tool, arguments=arguments))
+        latest[tool] = step_id
+        produced = data_kind_produced(library, tool)
+        if produced is not None:
+            latest_kind[produced] = step_id
+    return Workflow(steps=tuple(steps), edges=tuple(sorted(edges)))
+
+
+def _solvable(library: ToolLibrary, workflow: Workflow, inputs: dict[str, Any]) -> bool:
+    state: dict[str, Any] = {}
+    results: dict[str, Any] = {}
+    try:
+        for step in workflow.steps:
+            results[step.id] = library.simulate(step.tool, resolve_arguments(step, inputs, results), state)
+    except ToolFailure:
+        return False
+    return True
+
+
+def _describe(tools: Sequence[str], inputs: dict[str, Any]) -> str:
+    phrases = [PHRASES[t].format(**inputs) for t in tools]
+    text = ", then ".join(phrases)
+    return text[0].upper() + text[1:] + "."
+
+
+def generate_task(library: ToolLibrary, seed: int, task_type: str, index: int) -> Task:
+    """Generate task ``index`` of ``task_type``; deterministic in (seed, task_type, index)."""
+    complexity, operations = TASK_TYPES[task_type]
+    for attempt in range(100):
+        key = f"{seed}:{task_type}:{index}:{attempt}"
+        rng = random.Random(hashlib.blake2b(key.encode(), digest_size=8).digest())
+        chosen = [rng.choice(OPERATION_TOOLS[op]) for op in operations]
+        if task_type == "basic_file_processing" and rng.random() < 0.5:
+            chosen.append(rng.choice(OPERATION_TOOLS["output"]))
+        if task_type == "simple_data_transformation" and rng.random() < 0.5:
+            chosen.append(rng.choice(OPERATION_TOOLS["output"]))
+        source_tool = chosen[0] if chosen[0] in OPERATION_TOOLS["read"] else rng.choice(OPERATION_TOOLS["read"])
+        tools = _close(library, dict.fromkeys(chosen), source_tool)
+        inputs = _inputs(rng)
+        draft = _Draft(tools, inputs, {t: _constants(rng, t) for t in tools})
+        workflow = build_workflow(library, draft)
+        used = {b.key for s in workflow.steps for b in s.arguments.values() if isinstance(b, InputBinding)}
+        inputs = {k: v for k, v in inputs.items() if k in used}
+        if not _solvable(library, workflow, inputs):
+            continue
+        sinks = [s.tool for s in workflow.steps if not any(a == s.id for a, _ in workflow.edges)]
+        digest = hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
+        return Task(
+            id=f"task_{digest}",
+            suite="resilibench",
+            task_type=task_type,
+            complexity=complexity,
+            description=_describe(tools, inputs),
+            inputs=inputs,
+            expected_outputs={"success": True, "outputs_from": sinks},
+            required_tools=tools,
+            workflow=workflow,
+            constraints=TaskConstraints(timeout=300, max_retries=3, max_turns=10),
+            metadata={"template": task_type, "operations": list(operations), "generator_seed": seed},
+        )
+    raise RuntimeError(f"no solvable {task_type} task after 100 attempts (seed {seed}, index {index})")
+
+
+def generate_tasks(seed: int, per_type: dict[str, int]) -> TaskSet:
+    """Generate ``per_type[t]`` tasks of every task type ``t``."""
+    library = resilibench_library()
+    tasks = [generate_task(library, seed, t, i) for t, n in per_type.items() for i in range(n)]
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise RuntimeError("task id collision; change the seed")
+    return TaskSet(suite="resilibench", seed=seed, generator="mcp_resili.tasks.resilibench.generate",
+                   tasks=tuple(tasks))

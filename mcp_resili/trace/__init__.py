@@ -1,0 +1,31 @@
+"""Episode traces: a header plus typed events, stored as JSONL."""
+
+from mcp_resili.trace.model import (
+    TRACE_FORMAT_VERSION,
+    EpisodeEndEvent,
+    FinishEvent,
+    ModelTurnEvent,
+    ToolCallEvent,
+    Trace,
+    TraceError,
+    TraceEvent,
+    TraceHeader,
+    dump_event,
+    event_from_dict,
+    event_to_dict,
+)
+
+__all__ = [
+    "TRACE_FORMAT_VERSION",
+    "EpisodeEndEvent",
+    "FinishEvent",
+    "ModelTurnEvent",
+    "ToolCallEvent",
+    "Trace",
+    "TraceError",
+    "TraceEvent",
+    "TraceHeader",
+    "dump_event",
+    "event_from_dict",
+    "event_to_dict",
+]

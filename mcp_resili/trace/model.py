@@ -1,0 +1,170 @@
+"""The trace: a JSONL header line, then one event per line (format version 1)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from mcp_resili.faults.model import Fault, FaultDecision
+
+TRACE_FORMAT_VERSION = 1
+
+
+class TraceHeader(BaseModel):
+    """First line of every trace: enough to reproduce and score the episode."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event: Literal["header"] = "header"
+    format_version: Literal[1] = TRACE_FORMAT_VERSION
+    suite: str
+    task: str | None
+    episode: str
+    seed: int
+    fault_plan: dict[str, Any]
+    fault_key: str
+    model: str | None = None
+    variant: str | None = None
+    trial: int | None = None
+
+
+class ToolCallEvent(BaseModel):
+    """One ``tools/call`` as the server's pipeline handled it, with its fault decision."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event: Literal["tool_call"] = "tool_call"
+    episode: str
+    seq: int
+    tool: str
+    arguments: dict[str, Any]
+    fault: Fault | None = None
+    decision: FaultDecision | None = None
+    unmet_dependencies: tuple[str, ...] = ()
+    is_error: bool
+    error_code: str | None = None
+    result: dict[str, Any] | None = None
+
+
+class FinishEvent(BaseModel):
+    """The agent's explicit completion signal (the ``finish`` tool, or a completion phrase)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event: Literal["finish"] = "finish"
+    episode: str
+    seq: int
+    status: Literal["completed", "aborted"]
+    summary: str = ""
+
+
+class ModelTurnEvent(BaseModel):
+    """One model response, as the runner saw it (runner traces only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event: Literal["model_turn"] = "model_turn"
+    episode: str
+    turn: int
+    text: str = ""
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class EpisodeEndEvent(BaseModel):
+    """Why the runner stopped the episode (runner traces only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event: Literal["episode_end"] = "episode_end"
+    episode: str
+    termination: Literal[
+        "completed", "aborted", "agent_stopped", "max_turns", "too_many_errors", "loop",
+        "context_exceeded", "infrastructure_error",
+    ]
+    turns: int
+    detail: str = ""
+
+
+TraceEvent = Annotated[
+    ToolCallEvent | FinishEvent | ModelTurnEvent | EpisodeEndEvent, Field(discriminator="event")
+]
+_EVENT_ADAPTER: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read; the message names the file and line."""
+
+
+class Trace(BaseModel):
+    """A whole episode: header plus events in order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    header: TraceHeader
+    events: tuple[TraceEvent, ...] = ()
+
+    @property
+    def tool_calls(self) -> list[ToolCallEvent]:
+        """The tool-call events, in order."""
+        return [e for e in self.events if isinstance(e, ToolCallEvent)]
+
+    @property
+    def finish(self) -> FinishEvent | None:
+        """The first explicit completion signal, if any."""
+        return next((e for e in self.events if isinstance(e, FinishEvent)), None)
+
+    @property
+    def end(self) -> EpisodeEndEvent | None:
+        """The runner's termination record, if the trace came from our runner."""
+        return next((e for e in self.events if isinstance(e, EpisodeEndEvent)), None)
+
+    def to_jsonl(self) -> str:
+        """Serialise as JSONL: header line, then one line per event."""
+        lines = [self.header.model_dump_json()]
+        lines.extend(_EVENT_ADAPTER.dump_json(e).decode() for e in self.events)
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_lines(cls, lines: Iterable[str], *, origin: str = "<trace>") -> Trace:
+        """Parse JSONL lines; blank lines are skipped, anything else malformed raises `TraceError`."""
+        numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+        if not numbered:
+            raise TraceError(f"{origin}: empty trace")
+        try:
+            header = TraceHeader.model_validate_json(numbered[0][1])
+        except ValidationError as exc:
+            raise TraceError(f"{origin}:{numbered[0][0]}: not a trace header: {exc}") from None
+        events = []
+        for n, line in numbered[1:]:
+            try:
+                events.append(_EVENT_ADAPTER.validate_json(line))
+            except ValidationError as exc:
+                raise TraceError(f"{origin}:{n}: invalid event: {exc}") from None
+        return cls(header=header, events=tuple(events))
+
+    @classmethod
+    def read(cls, path: Path) -> Trace:
+        """Read a JSONL trace file."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise TraceError(f"cannot read trace {path}: {exc}") from None
+        return cls.from_lines(text.splitlines(), origin=str(path))
+
+
+def dump_event(event: TraceEvent) -> str:
+    """One event as a JSON line (no newline)."""
+    return _EVENT_ADAPTER.dump_json(event).decode()
+
+
+
+
+def event_to_dict(event: TraceEvent) -> dict[str, Any]:
+    """JSON-ready dict of an event (for ``_meta`` transport)."""
+    value: dict[str, Any] = json.loads(dump_event(event))
+    return value
+
+
+def event_from_dict(raw: Any) -> TraceEvent:
+    """Validate an event received as a dict (e.g. from a result's ``_meta``)."""
+    return _EVENT_ADAPTER.validate_python(raw)

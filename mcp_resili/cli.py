@@ -24,7 +24,14 @@ from mcp_resili.suites import DEFAULT_SUITE, UnknownSuiteError, UnknownTaskError
 from mcp_resili.trace import Trace, TraceError
 
 #: Errors that mean "the user asked for something that cannot work": exit 2 with the message.
-USER_ERRORS = (FaultSpecError, RunConfigError, UnknownTaskError, UnknownSuiteError, UnknownModelError, TraceError)
+USER_ERRORS = (
+    FaultSpecError,
+    RunConfigError,
+    UnknownTaskError,
+    UnknownSuiteError,
+    UnknownModelError,
+    TraceError,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve a suite's tools over MCP, with faults injected")
     serve.add_argument("--suite", default=DEFAULT_SUITE, help=f"one of: {', '.join(suite_names())}")
     serve.add_argument("--task", help="task bound to episodes that do not name one (e.g. a person's session)")
-    serve.add_argument("--faults", help="none | resilibench[:key=value,...] | PATH.toml|.json (default: suite's)")
+    serve.add_argument(
+        "--faults", help="none | resilibench[:key=value,...] | PATH.toml|.json (default: suite's)"
+    )
     serve.add_argument("--seed", type=int, default=0, help="fault seed for episodes that do not send one")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     serve.add_argument("--host", default="127.0.0.1")
@@ -47,8 +56,13 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="play agents against the server and score them (offline by default)")
     run.add_argument("--suite", default=DEFAULT_SUITE)
-    run.add_argument("--model", action="append", dest="models", metavar="SPEC",
-                     help=f"repeatable; default: {' '.join(DEFAULT_MODELS)}")
+    run.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="SPEC",
+        help=f"repeatable; default: {' '.join(DEFAULT_MODELS)}",
+    )
     run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
     run.add_argument("--variant", default="baseline", help="prompt variant")
     run.add_argument("--trials", type=int, default=3)
@@ -92,27 +106,53 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     config = RunConfig(
-        suite=args.suite, models=tuple(args.models or DEFAULT_MODELS), faults=tuple(args.faults or ()),
-        variant=args.variant, trials=args.trials, limit=args.limit, tasks=tuple(args.tasks or ()),
-        concurrency=args.concurrency, seed=args.seed, server=args.server, db=args.db,
+        suite=args.suite,
+        models=tuple(args.models or DEFAULT_MODELS),
+        faults=tuple(args.faults or ()),
+        variant=args.variant,
+        trials=args.trials,
+        limit=args.limit,
+        tasks=tuple(args.tasks or ()),
+        concurrency=args.concurrency,
+        seed=args.seed,
+        server=args.server,
+        db=args.db,
     )
     err = Console(stderr=True)
-    progress = Progress(TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=err, transient=True, disable=args.json or not err.is_terminal)
+    progress = Progress(
+        TextColumn("episodes"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=args.json or not err.is_terminal,
+    )
     bar = progress.add_task("run", total=None)
     with progress:
-        result = anyio.run(lambda: execute(
-            config,
-            on_planned=lambda n: progress.update(bar, total=n),
-            on_episode=lambda _row: progress.advance(bar),
-        ))
+        result = anyio.run(
+            lambda: execute(
+                config,
+                on_planned=lambda n: progress.update(bar, total=n),
+                on_episode=lambda _row: progress.advance(bar),
+            )
+        )
     summaries = summarize(result.rows)
     if args.json:
-        payload = {"run_id": result.run_id, "suite": config.suite, "seed": config.seed, "db": str(config.db),
-                   "groups": [s.to_dict() for s in summaries]}
+        payload = {
+            "run_id": result.run_id,
+            "suite": config.suite,
+            "seed": config.seed,
+            "db": str(config.db),
+            "groups": [s.to_dict() for s in summaries],
+        }
         print(json.dumps(payload, indent=2))
     else:
-        Console().print(summary_table(result.run_id, summaries))
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=140)
+        out.print(summary_table(result.run_id, summaries))
+        sys.stdout.flush()
         err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     return 0
 
@@ -146,7 +186,9 @@ def _score(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
     handlers = {"serve": _serve, "run": _run, "score": _score}
     try:
         if args.command == "tasks":

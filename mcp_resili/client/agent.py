@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import mcp_types as types
@@ -54,8 +54,14 @@ class EpisodeSpec:
 
     def meta(self) -> dict[str, Any]:
         """The ``_meta`` our server reads to route and seed the call."""
-        return {META_EPISODE: {"id": self.id, "task": self.task.id if self.task else None,
-                               "fault_key": self.fault_key, "seed": self.seed}}
+        return {
+            META_EPISODE: {
+                "id": self.id,
+                "task": self.task.id if self.task else None,
+                "fault_key": self.fault_key,
+                "seed": self.seed,
+            }
+        }
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,9 @@ def tool_definitions(tools: Sequence[types.Tool]) -> tuple[ToolDefinition, ...]:
     return tuple(ToolDefinition(t.name, t.description or "", dict(t.input_schema)) for t in tools)
 
 
-async def call_tool(client: Client, episode: EpisodeSpec, call: ToolCall, seq: int) -> tuple[ToolResult, TraceEvent]:
+async def call_tool(
+    client: Client, episode: EpisodeSpec, call: ToolCall, seq: int
+) -> tuple[ToolResult, TraceEvent]:
     """Call one tool through MCP; return what the model reads and the trace event.
 
     Our server attaches its own event (with the fault decision) in the result's ``_meta``; for any
@@ -80,12 +88,17 @@ async def call_tool(client: Client, episode: EpisodeSpec, call: ToolCall, seq: i
     as an error result (it is the server's answer); a broken connection raises `InfrastructureError`.
     """
     try:
-        result = await client.call_tool(call.name, call.arguments, meta=episode.meta())
+        result = await client.call_tool(call.name, call.arguments, meta=episode.meta())  # type: ignore[arg-type]
     except MCPError as exc:
         text = f"Error {exc.code}: {exc.error.message}"
         event: TraceEvent = ToolCallEvent(
-            episode=episode.id, seq=seq, tool=call.name, arguments=call.arguments, is_error=True,
-            error_code=f"JSONRPC_{exc.code}", result={"code": exc.code, "message": exc.error.message},
+            episode=episode.id,
+            seq=seq,
+            tool=call.name,
+            arguments=call.arguments,
+            is_error=True,
+            error_code=f"JSONRPC_{exc.code}",
+            result={"code": exc.code, "message": exc.error.message},
         )
         return ToolResult(call.id, call.name, text, True), event
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, TimeoutError) as exc:
@@ -101,11 +114,19 @@ async def call_tool(client: Client, episode: EpisodeSpec, call: ToolCall, seq: i
 
 def _observed(episode: EpisodeSpec, call: ToolCall, result: types.CallToolResult, seq: int) -> TraceEvent:
     if call.name == FINISH_TOOL and not result.is_error:
-        status = "aborted" if call.arguments.get("status") == "aborted" else "completed"
-        return FinishEvent(episode=episode.id, seq=seq, status=status, summary=str(call.arguments.get("summary", "")))
+        status: Literal["completed", "aborted"] = (
+            "aborted" if call.arguments.get("status") == "aborted" else "completed"
+        )
+        return FinishEvent(
+            episode=episode.id, seq=seq, status=status, summary=str(call.arguments.get("summary", ""))
+        )
     text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
     return ToolCallEvent(
-        episode=episode.id, seq=seq, tool=call.name, arguments=call.arguments, is_error=bool(result.is_error),
+        episode=episode.id,
+        seq=seq,
+        tool=call.name,
+        arguments=call.arguments,
+        is_error=bool(result.is_error),
         result=result.structured_content if not result.is_error else {"message": text},
     )
 
@@ -120,18 +141,26 @@ async def play_episode(
     calls: list[ToolCallEvent] = []
     termination, detail, turn = "max_turns", "", 0
     for turn in range(1, episode.max_turns + 1):
-        request = ModelRequest(messages=tuple(messages), tools=definitions, task=episode.task,
-                               max_turns=episode.max_turns)
+        request = ModelRequest(
+            messages=tuple(messages), tools=definitions, task=episode.task, max_turns=episode.max_turns
+        )
         try:
             response = await model.generate(request)
         except InfrastructureError as exc:
             termination, detail = "infrastructure_error", str(exc)
             break
-        events.append(ModelTurnEvent(
-            episode=episode.id, turn=turn, text=response.text,
-            tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls),
-            input_tokens=response.input_tokens, output_tokens=response.output_tokens,
-        ))
+        events.append(
+            ModelTurnEvent(
+                episode=episode.id,
+                turn=turn,
+                text=response.text,
+                tool_calls=tuple(
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls
+                ),
+                input_tokens=response.input_tokens,
+                output_tokens=response.output_tokens,
+            )
+        )
         messages.append(AssistantMessage(response.text, response.tool_calls))
         if not response.tool_calls:
             said_done = any(p in response.text.lower() for p in COMPLETION_PHRASES)
@@ -146,7 +175,7 @@ async def play_episode(
                 events.append(event)
                 if isinstance(event, ToolCallEvent):
                     calls.append(event)
-                elif finished is None:
+                elif isinstance(event, FinishEvent) and finished is None:
                     finished = event
         except InfrastructureError as exc:
             termination, detail = "infrastructure_error", str(exc)

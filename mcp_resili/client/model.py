@@ -99,7 +99,10 @@ class InfrastructureError(Exception):
 class Model(Protocol):
     """A model provider: ``name`` is its spec (``scripted:oracle``, ``anthropic:MODEL``, ...)."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The model spec this instance answers to."""
+        ...
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Produce the next turn."""

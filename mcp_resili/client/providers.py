@@ -16,8 +16,10 @@ def create_model(spec: str) -> Model:
     if provider == "scripted":
         factory = SCRIPTED_AGENTS.get(name)
         if factory is None:
-            raise UnknownModelError(f"unknown scripted agent {name!r}; available: "
-                                    + ", ".join(f"scripted:{n}" for n in sorted(SCRIPTED_AGENTS)))
+            raise UnknownModelError(
+                f"unknown scripted agent {name!r}; available: "
+                + ", ".join(f"scripted:{n}" for n in sorted(SCRIPTED_AGENTS))
+            )
         return factory()
     raise UnknownModelError(
         f"unknown model spec {spec!r}; available: "

@@ -80,8 +80,10 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
     if config.concurrency < 1:
         raise RunConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
     if config.server is not None and config.faults:
-        raise RunConfigError("--faults cannot be combined with --server: that server decides its own faults "
-                             "(e.g. --server \"mcp-resili serve --faults resilibench\")")
+        raise RunConfigError(
+            "--faults cannot be combined with --server: that server decides its own faults "
+            '(e.g. --server "mcp-resili serve --faults resilibench")'
+        )
     for model in config.models:
         create_model(model)  # fail now, with the list of known models, rather than mid-run
     faults = (EXTERNAL_FAULTS,) if config.server else (config.faults or (suite.default_faults,))
@@ -147,14 +149,24 @@ async def execute(
         for p in planned:
             by_fault.setdefault(p.faults, []).append(p)
         async with AsyncExitStack() as stack:
-            clients = {spec: await stack.enter_async_context(connect(config, suite, spec)) for spec in by_fault}
+            clients = {
+                spec: await stack.enter_async_context(connect(config, suite, spec)) for spec in by_fault
+            }
             tools = {spec: (await client.list_tools()).tools for spec, client in clients.items()}
-            plans = {spec: ({"kind": "external", "server": config.server} if config.server
-                            else plan_to_dict(parse_fault_spec(spec))) for spec in by_fault}
+            plans = {
+                spec: (
+                    {"kind": "external", "server": config.server}
+                    if config.server
+                    else plan_to_dict(parse_fault_spec(spec))
+                )
+                for spec in by_fault
+            }
 
             async def one(p: PlannedEpisode) -> None:
                 async with limiter:
-                    row = await _play(config, suite, run_id, p, clients[p.faults], tools[p.faults], plans[p.faults])
+                    row = await _play(
+                        config, suite, run_id, p, clients[p.faults], tools[p.faults], plans[p.faults]
+                    )
                 store.add_episode(row)
                 result.rows.append(row)
                 if on_episode is not None:
@@ -182,22 +194,42 @@ async def _play(
     model = create_model(planned.model)
     fault_key = f"{task.id}/{planned.trial}"
     spec = EpisodeSpec(
-        id=_episode_id(run_id, planned), fault_key=fault_key, seed=config.seed, task=task,
-        prompt=suite.prompt(task, config.variant), max_turns=task.constraints.max_turns,
+        id=_episode_id(run_id, planned),
+        fault_key=fault_key,
+        seed=config.seed,
+        task=task,
+        prompt=suite.prompt(task, config.variant),
+        max_turns=task.constraints.max_turns,
     )
     outcome = await play_episode(client, model, spec, tools)
     header = TraceHeader(
-        suite=suite.name, task=task.id, episode=spec.id, seed=config.seed, fault_plan=fault_plan,
-        fault_key=fault_key, model=planned.model, variant=config.variant, trial=planned.trial,
+        suite=suite.name,
+        task=task.id,
+        episode=spec.id,
+        seed=config.seed,
+        fault_plan=fault_plan,
+        fault_key=fault_key,
+        model=planned.model,
+        variant=config.variant,
+        trial=planned.trial,
     )
     trace = Trace(header=header, events=outcome.events)
     score = None if outcome.termination == "infrastructure_error" else suite.score(task, trace)
     tokens_in = sum(getattr(e, "input_tokens", 0) for e in outcome.events)
     tokens_out = sum(getattr(e, "output_tokens", 0) for e in outcome.events)
     return EpisodeRow(
-        run_id=run_id, episode_id=spec.id, model=planned.model, faults=planned.faults, variant=config.variant,
-        task_id=task.id, trial=planned.trial, termination=outcome.termination,
-        label=None if score is None else score.label, value=None if score is None else score.value,
-        score=None if score is None else score.model_dump(mode="json"), trace=trace.to_jsonl(),
-        input_tokens=tokens_in, output_tokens=tokens_out,
+        run_id=run_id,
+        episode_id=spec.id,
+        model=planned.model,
+        faults=planned.faults,
+        variant=config.variant,
+        task_id=task.id,
+        trial=planned.trial,
+        termination=outcome.termination,
+        label=None if score is None else score.label,
+        value=None if score is None else score.value,
+        score=None if score is None else score.model_dump(mode="json"),
+        trace=trace.to_jsonl(),
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
     )

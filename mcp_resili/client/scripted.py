@@ -92,7 +92,9 @@ class NaiveAgent:
         for step, (_, result) in zip(steps, pairs, strict=False):
             results[step.id] = None if result.is_error else result.structured
         if len(pairs) < len(steps):
-            return ModelResponse(tool_calls=(_call(turn, steps[len(pairs)], task, results),), stop_reason="tool_use")
+            return ModelResponse(
+                tool_calls=(_call(turn, steps[len(pairs)], task, results),), stop_reason="tool_use"
+            )
         return _finish(turn, "completed", "ran every step once")
 
 

@@ -73,7 +73,9 @@ class FaultInjector:
                 codes = call.tool.error_codes or ("OPERATION_FAILED",)
                 code = codes[rng.randrange(len(codes))]
                 fault = ErrorFault(code=code, message=_describe(call.tool, code), transient=True)
-            return FaultDecision(plan=plan.kind, ordinal=call.ordinal, roll=roll, success_probability=p, fault=fault)
+            return FaultDecision(
+                plan=plan.kind, ordinal=call.ordinal, roll=roll, success_probability=p, fault=fault
+            )
         assert isinstance(plan, RuleFaults)  # the union is closed; mypy checks exhaustiveness above
         for index, rule in enumerate(plan.rules):
             if not fnmatch.fnmatchcase(call.tool.name, rule.tool):
@@ -82,7 +84,9 @@ class FaultInjector:
                 continue
             roll = rng.random()
             if roll < rule.probability:
-                return FaultDecision(plan=plan.kind, ordinal=call.ordinal, roll=roll, rule=index, fault=rule.fault)
+                return FaultDecision(
+                    plan=plan.kind, ordinal=call.ordinal, roll=roll, rule=index, fault=rule.fault
+                )
         return FaultDecision(plan=plan.kind, ordinal=call.ordinal)
 
     @staticmethod

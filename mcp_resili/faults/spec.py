@@ -37,7 +37,9 @@ def _overrides(spec: str, text: str) -> dict[str, Any]:
             raise FaultSpecError(f"fault spec {spec!r}: expected key=value, got {item!r}")
         key = _ALIASES.get(key.strip(), key.strip())
         raw = raw.strip()
-        values[key] = None if raw.lower() in ("none", "all") else json.loads(raw) if raw[:1].isdigit() else raw
+        values[key] = (
+            None if raw.lower() in ("none", "all") else json.loads(raw) if raw[:1].isdigit() else raw
+        )
     return values
 
 
@@ -75,4 +77,5 @@ def load_fault_file(path: Path) -> FaultPlan:
 
 def plan_to_dict(plan: FaultPlan) -> dict[str, Any]:
     """JSON-ready form of a plan, as recorded in trace headers."""
-    return _PLAN_ADAPTER.dump_python(plan, mode="json")
+    data: dict[str, Any] = _PLAN_ADAPTER.dump_python(plan, mode="json")
+    return data

@@ -32,13 +32,17 @@ class Rate:
 
     @property
     def value(self) -> float:
-        """count / n (0 when n is 0)."""
+        """Count / n (0 when n is 0)."""
         return self.count / self.n if self.n else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"rate": round(self.value, 4), "count": self.count, "n": self.n,
-                "ci95": [round(self.low, 4), round(self.high, 4)]}
+        return {
+            "rate": round(self.value, 4),
+            "count": self.count,
+            "n": self.n,
+            "ci95": [round(self.low, 4), round(self.high, 4)],
+        }
 
 
 def rate(count: int, n: int) -> Rate:
@@ -49,8 +53,10 @@ def rate(count: int, n: int) -> Rate:
 
 @dataclass(frozen=True)
 class GroupSummary:
-    """ResiliBench levels for one (model, faults, variant) group. Infrastructure errors are excluded
-    from the denominators and counted on their own, never dropped silently."""
+    """ResiliBench levels for one (model, faults, variant) group.
+
+    Infrastructure errors are excluded from the denominators and counted on their own, never dropped.
+    """
 
     model: str
     faults: str
@@ -81,10 +87,16 @@ def summarize(rows: Iterable[EpisodeRow]) -> list[GroupSummary]:
     for (model, faults, variant), members in sorted(groups.items()):
         scored = [r for r in members if r.label is not None]
         n = len(scored)
-        summaries.append(GroupSummary(
-            model=model, faults=faults, variant=variant, episodes=len(members), scored=n,
-            infrastructure_errors=len(members) - n,
-            levels={level: rate(sum(1 for r in scored if r.label == level), n) for level in LEVELS},
-            mean_value=sum(r.value or 0.0 for r in scored) / n if n else 0.0,
-        ))
+        summaries.append(
+            GroupSummary(
+                model=model,
+                faults=faults,
+                variant=variant,
+                episodes=len(members),
+                scored=n,
+                infrastructure_errors=len(members) - n,
+                levels={level: rate(sum(1 for r in scored if r.label == level), n) for level in LEVELS},
+                mean_value=sum(r.value or 0.0 for r in scored) / n if n else 0.0,
+            )
+        )
     return summaries

@@ -64,9 +64,14 @@ def score(task: Task, trace: Trace) -> Score:
 
     finish = trace.finish
     said_done = any(
-        phrase in e.text.lower() for e in trace.events if isinstance(e, ModelTurnEvent) for phrase in COMPLETION_PHRASES
+        phrase in e.text.lower()
+        for e in trace.events
+        if isinstance(e, ModelTurnEvent)
+        for phrase in COMPLETION_PHRASES
     )
-    completion_signal = (finish is not None and finish.status == "completed") or (finish is None and said_done)
+    completion_signal = (finish is not None and finish.status == "completed") or (
+        finish is None and said_done
+    )
 
     reasons: list[str] = []
     missing = [t for t in required if t not in first_success]
@@ -77,7 +82,9 @@ def score(task: Task, trace: Trace) -> Score:
     if not output_produced:
         reasons.append("the workflow's final output was not produced")
     if not completion_signal:
-        reasons.append("no completion signal" if finish is None else f"agent finished with status {finish.status!r}")
+        reasons.append(
+            "no completion signal" if finish is None else f"agent finished with status {finish.status!r}"
+        )
     if rule is not None:
         reasons.append(f"terminated by rule {rule} after {cut} calls")
 

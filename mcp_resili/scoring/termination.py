@@ -14,8 +14,15 @@ MAX_SUCCESSFUL_CALLS = 15
 LOOP_REPEATS = 5
 #: Phrases that count as an explicit completion signal in an agent's text (case-insensitive).
 COMPLETION_PHRASES = (
-    "task_completed", "task completed", "task is complete", "finished executing", "all steps completed",
-    "workflow complete", "done with the task", "successfully completed the task", "task has been completed",
+    "task_completed",
+    "task completed",
+    "task is complete",
+    "finished executing",
+    "all steps completed",
+    "workflow complete",
+    "done with the task",
+    "successfully completed the task",
+    "task has been completed",
 )
 
 

@@ -82,7 +82,9 @@ class ResiliServer:
         self.mcp: Server[Any] = Server(
             "mcp-resili",
             version=mcp_resili.__version__,
-            instructions=f"mcp-resili suite {suite.name!r}: {suite.description} Some tool calls fail on purpose.",
+            instructions=(
+                f"mcp-resili suite {suite.name!r}: {suite.description} Some tool calls fail on purpose."
+            ),
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_list_prompts=self._list_prompts,
@@ -126,7 +128,9 @@ class ResiliServer:
             seed = raw.get("seed")
             if seed is not None and not isinstance(seed, int):
                 raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE}.seed must be an integer, got {seed!r}")
-            return EpisodeRequest(id=raw["id"], task=raw.get("task"), fault_key=raw.get("fault_key"), seed=seed)
+            return EpisodeRequest(
+                id=raw["id"], task=raw.get("task"), fault_key=raw.get("fault_key"), seed=seed
+            )
         if raw is not None:
             raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE} must be a string or an object with an 'id'")
         request = ctx.request
@@ -139,7 +143,9 @@ class ResiliServer:
         # stdio and in-memory: one lifespan context per connection, so one episode per connection.
         lifespan = ctx.lifespan_context
         if isinstance(lifespan, dict):
-            return EpisodeRequest(id=lifespan.setdefault("mcp-resili/connection", f"conn-{uuid.uuid4().hex[:12]}"))
+            return EpisodeRequest(
+                id=lifespan.setdefault("mcp-resili/connection", f"conn-{uuid.uuid4().hex[:12]}")
+            )
         return EpisodeRequest(id="default")
 
     # --- MCP handlers ----------------------------------------------------------------------------
@@ -152,7 +158,10 @@ class ResiliServer:
             input_schema=spec.input_schema,
             output_schema=spec.output_schema,
             annotations=types.ToolAnnotations(read_only_hint=spec.access == "read"),
-            meta={"mcp-resili/errors": list(spec.error_codes), "mcp-resili/dependencies": list(spec.dependencies)},
+            _meta={
+                "mcp-resili/errors": list(spec.error_codes),
+                "mcp-resili/dependencies": list(spec.dependencies),
+            },
         )
 
     async def _list_tools(
@@ -174,22 +183,26 @@ class ResiliServer:
             content=[types.TextContent(type="text", text=result_text(event))],
             structured_content=None if event.is_error else event.result,
             is_error=event.is_error,
-            meta={META_EVENT: event_to_dict(event)},
+            _meta={META_EVENT: event_to_dict(event)},
         )
 
     async def _finish(self, episode: Episode, arguments: dict[str, Any]) -> types.CallToolResult:
         status, summary = arguments.get("status"), arguments.get("summary", "")
         if status not in ("completed", "aborted") or not isinstance(summary, str):
             return types.CallToolResult(
-                content=[types.TextContent(
-                    type="text", text="Error INVALID_INPUT: finish needs status 'completed' or 'aborted' "
-                    "and a string summary")],
+                content=[
+                    types.TextContent(
+                        type="text",
+                        text="Error INVALID_INPUT: finish needs status 'completed' or 'aborted' "
+                        "and a string summary",
+                    )
+                ],
                 is_error=True,
             )
         event = await self.pipeline.finish(episode, status, summary)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=f"Recorded: episode {status}.")],
-            meta={META_EVENT: event_to_dict(event)},
+            _meta={META_EVENT: event_to_dict(event)},
         )
 
     async def _list_prompts(
@@ -199,7 +212,9 @@ class ResiliServer:
         try:
             start = int(params.cursor) if params and params.cursor else 0
         except ValueError:
-            raise MCPError(types.INVALID_PARAMS, f"invalid cursor {params.cursor if params else None!r}") from None
+            raise MCPError(
+                types.INVALID_PARAMS, f"invalid cursor {params.cursor if params else None!r}"
+            ) from None
         page = tasks[start : start + PROMPT_PAGE_SIZE]
         end = start + len(page)
         prompts = [
@@ -207,8 +222,13 @@ class ResiliServer:
                 name=t.id,
                 title=f"{t.task_type} ({t.complexity})",
                 description=t.description,
-                arguments=[types.PromptArgument(
-                    name="variant", description=f"One of: {', '.join(self.suite.variants)}", required=False)],
+                arguments=[
+                    types.PromptArgument(
+                        name="variant",
+                        description=f"One of: {', '.join(self.suite.variants)}",
+                        required=False,
+                    )
+                ],
             )
             for t in page
         ]

@@ -110,16 +110,26 @@ class CallPipeline:
     async def finish(self, episode: Episode, status: str, summary: str) -> FinishEvent:
         """Record the agent's explicit completion signal."""
         async with episode.lock:
-            event = FinishEvent(episode=episode.id, seq=episode.next_seq(), status=status,  # type: ignore[arg-type]
-                                summary=summary)
+            event = FinishEvent(
+                episode=episode.id,
+                seq=episode.next_seq(),
+                status=status,  # type: ignore[arg-type]
+                summary=summary,
+            )
             self.recorder.record(episode, event)
             return event
 
     def _call(self, episode: Episode, tool: str, arguments: dict[str, Any]) -> ToolCallEvent:
         def rejected(code: str, message: str, **extra: Any) -> ToolCallEvent:
             return ToolCallEvent(
-                episode=episode.id, seq=episode.next_seq(), tool=tool, arguments=arguments, is_error=True,
-                error_code=code, result={"code": code, "message": message}, **extra,
+                episode=episode.id,
+                seq=episode.next_seq(),
+                tool=tool,
+                arguments=arguments,
+                is_error=True,
+                error_code=code,
+                result={"code": code, "message": message},
+                **extra,
             )
 
         # 1. validate
@@ -168,7 +178,9 @@ class CallPipeline:
             unmet_dependencies=unmet,
             is_error=final.is_error,
             error_code=final.error_code,
-            result=final.structured if not final.is_error else {"code": final.error_code, "message": final.message},
+            result=final.structured
+            if not final.is_error
+            else {"code": final.error_code, "message": final.message},
         )
 
 

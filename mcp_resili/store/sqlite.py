@@ -92,26 +92,57 @@ class Store:
     def add_run(self, run_id: str, created_at: str, suite: str, seed: int, config: dict[str, Any]) -> None:
         """Record a new run."""
         with self._tx() as db:
-            db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
-                       (run_id, created_at, suite, seed, json.dumps(config, sort_keys=True)))
+            db.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
+                (run_id, created_at, suite, seed, json.dumps(config, sort_keys=True)),
+            )
 
     def add_episode(self, row: EpisodeRow) -> None:
         """Record one finished episode (all or nothing)."""
         with self._tx() as db:
             db.execute(
                 "INSERT INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (row.run_id, row.episode_id, row.model, row.faults, row.variant, row.task_id, row.trial,
-                 row.termination, row.label, row.value, None if row.score is None else json.dumps(row.score),
-                 row.trace, row.input_tokens, row.output_tokens),
+                (
+                    row.run_id,
+                    row.episode_id,
+                    row.model,
+                    row.faults,
+                    row.variant,
+                    row.task_id,
+                    row.trial,
+                    row.termination,
+                    row.label,
+                    row.value,
+                    None if row.score is None else json.dumps(row.score),
+                    row.trace,
+                    row.input_tokens,
+                    row.output_tokens,
+                ),
             )
 
     def episodes(self, run_id: str) -> list[EpisodeRow]:
         """All stored episodes of a run, in a stable order."""
         rows = self._db.execute(
-            "SELECT * FROM episodes WHERE run_id = ? ORDER BY model, faults, variant, task_id, trial", (run_id,)
+            "SELECT * FROM episodes WHERE run_id = ? ORDER BY model, faults, variant, task_id, trial",
+            (run_id,),
         ).fetchall()
         return [
-            EpisodeRow(*r[:10], json.loads(r[10]) if r[10] is not None else None, *r[11:])  # type: ignore[misc]
+            EpisodeRow(
+                run_id=r[0],
+                episode_id=r[1],
+                model=r[2],
+                faults=r[3],
+                variant=r[4],
+                task_id=r[5],
+                trial=r[6],
+                termination=r[7],
+                label=r[8],
+                value=r[9],
+                score=None if r[10] is None else json.loads(r[10]),
+                trace=r[11],
+                input_tokens=r[12],
+                output_tokens=r[13],
+            )
             for r in rows
         ]
 

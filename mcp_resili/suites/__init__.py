@@ -60,13 +60,19 @@ class Suite:
             return self._by_id[task_id]
         except KeyError:
             close = difflib.get_close_matches(task_id, self._by_id, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else f"; see `mcp-resili tasks list --suite {self.name}`"
+            hint = (
+                f"; did you mean {', '.join(close)}?"
+                if close
+                else f"; see `mcp-resili tasks list --suite {self.name}`"
+            )
             raise UnknownTaskError(f"unknown task {task_id!r} in suite {self.name!r}{hint}") from None
 
     def prompt(self, task: Task, variant: str = "baseline") -> str:
         """The user prompt of ``task`` in ``variant``."""
         if variant not in self.variants:
-            raise ValueError(f"unknown variant {variant!r} for suite {self.name!r}; choose from {list(self.variants)}")
+            raise ValueError(
+                f"unknown variant {variant!r} for suite {self.name!r}; choose from {list(self.variants)}"
+            )
         return self.render_prompt(task, variant)
 
 

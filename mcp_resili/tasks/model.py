@@ -65,7 +65,9 @@ class Workflow(BaseModel):
         for step in self.steps:
             for name, binding in step.arguments.items():
                 if isinstance(binding, StepBinding) and (binding.step, step.id) not in set(self.edges):
-                    raise ValueError(f"step {step.id!r} argument {name!r} reads {binding.step!r} without an edge")
+                    raise ValueError(
+                        f"step {step.id!r} argument {name!r} reads {binding.step!r} without an edge"
+                    )
         if not nx.is_directed_acyclic_graph(self.graph()):
             raise ValueError("workflow edges form a cycle")
         return self
@@ -90,7 +92,9 @@ class Workflow(BaseModel):
         return all(position[a] < position[b] for a, b in self.edges if a in position and b in position)
 
 
-def resolve_arguments(step: WorkflowStep, inputs: Mapping[str, Any], results: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_arguments(
+    step: WorkflowStep, inputs: Mapping[str, Any], results: Mapping[str, Any]
+) -> dict[str, Any]:
     """Concrete arguments of ``step`` given the task inputs and earlier steps' structured results."""
     arguments: dict[str, Any] = {}
     for name, binding in step.arguments.items():

@@ -19,7 +19,7 @@ class TraceHeader(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     event: Literal["header"] = "header"
-    format_version: Literal[1] = TRACE_FORMAT_VERSION
+    format_version: Literal[1] = 1
     suite: str
     task: str | None
     episode: str
@@ -79,8 +79,14 @@ class EpisodeEndEvent(BaseModel):
     event: Literal["episode_end"] = "episode_end"
     episode: str
     termination: Literal[
-        "completed", "aborted", "agent_stopped", "max_turns", "too_many_errors", "loop",
-        "context_exceeded", "infrastructure_error",
+        "completed",
+        "aborted",
+        "agent_stopped",
+        "max_turns",
+        "too_many_errors",
+        "loop",
+        "context_exceeded",
+        "infrastructure_error",
     ]
     turns: int
     detail: str = ""
@@ -155,8 +161,6 @@ class Trace(BaseModel):
 def dump_event(event: TraceEvent) -> str:
     """One event as a JSON line (no newline)."""
     return _EVENT_ADAPTER.dump_json(event).decode()
-
-
 
 
 def event_to_dict(event: TraceEvent) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import hashlib
 import io
 import json
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mcp_resili.registry.library import Simulator, ToolFailure, ToolState
@@ -114,13 +114,15 @@ def _options(args: Mapping[str, Any]) -> Mapping[str, Any]:
 # --- file_operations -------------------------------------------------------------------------------
 
 
-def file_reader(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _file_reader(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     source = str(args["source"])
     files: dict[str, dict[str, Any]] = state.setdefault("files", {})
     if source in files:
         stored = files[source]
-        return _ok({"content": stored["content"], "format": stored["format"], "source": source},
-                   bytes=len(stored["content"]))
+        return _ok(
+            {"content": stored["content"], "format": stored["format"], "source": source},
+            bytes=len(stored["content"]),
+        )
     if "missing" in source or "/private/" in source:
         code = "PERMISSION_DENIED" if "/private/" in source else "FILE_NOT_FOUND"
         raise ToolFailure(code, f"cannot read {source!r}")
@@ -129,7 +131,7 @@ def file_reader(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     return _ok({"content": content, "format": fmt, "source": source}, bytes=len(content))
 
 
-def file_writer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _file_writer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     destination = str(args["destination"])
     data = args["data"]
     if "content" in data:
@@ -143,14 +145,14 @@ def file_writer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     return _ok({"destination": destination, "bytes_written": len(content), "format": fmt})
 
 
-def file_converter(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _file_converter(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     content, fmt = _text_data(args)
     target = str(args["output_format"])
     converted = content if target == fmt else _render(_parse(content, fmt), target)
     return _ok({"content": converted, "format": target}, input_format=fmt)
 
 
-def file_scanner(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _file_scanner(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     source = str(args["source"]).rstrip("/")
     pattern = str(_options(args).get("pattern", "*"))
     count = 2 + _digest("scan", source) % 4
@@ -160,13 +162,17 @@ def file_scanner(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     return _ok({"files": files, "directory": source}, file_count=len(files))
 
 
-def file_compressor(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _file_compressor(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     payload = json.dumps(args["data"], sort_keys=True)
     original = len(payload)
     compressed = max(1, original // 3)
     return _ok(
-        {"content": hashlib.sha256(payload.encode()).hexdigest(), "algorithm": "gzip",
-         "original_bytes": original, "compressed_bytes": compressed},
+        {
+            "content": hashlib.sha256(payload.encode()).hexdigest(),
+            "algorithm": "gzip",
+            "original_bytes": original,
+            "compressed_bytes": compressed,
+        },
         ratio=round(compressed / original, 3),
     )
 
@@ -174,13 +180,13 @@ def file_compressor(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]
 # --- data_processing -------------------------------------------------------------------------------
 
 
-def data_parser(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _data_parser(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     content, fmt = _text_data(args)
     records = _parse(content, fmt)
     return _ok({"records": records, "record_count": len(records)}, input_format=fmt)
 
 
-def data_transformer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _data_transformer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     operation = str(_options(args).get("operation", "normalize"))
     records = _records(args)
     if operation == "uppercase":
@@ -194,7 +200,7 @@ def data_transformer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any
     return _ok({"records": out, "record_count": len(out), "transformation": operation})
 
 
-def data_validator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _data_validator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     records = _records(args)
     problems = [
         f"record {r.get('id')}: value must be a non-negative number"
@@ -204,7 +210,7 @@ def data_validator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     return _ok({"records": records, "valid": not problems, "errors": problems, "record_count": len(records)})
 
 
-def data_aggregator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _data_aggregator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     key = str(_options(args).get("group_by", "category"))
     records = _records(args)
     groups: dict[str, dict[str, Any]] = {}
@@ -213,23 +219,28 @@ def data_aggregator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]
         group["count"] += 1
         group["total"] = round(group["total"] + float(r["value"]), 4)
     total = round(sum(float(r["value"]) for r in records), 4)
-    return _ok({"records": records, "groups": groups, "total": total, "record_count": len(records)},
-               group_by=key)
+    return _ok(
+        {"records": records, "groups": groups, "total": total, "record_count": len(records)}, group_by=key
+    )
 
 
-def data_filter(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _data_filter(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     options = _options(args)
     records = _records(args)
     threshold = float(options.get("min_value", 0))
     category = options.get("category")
-    kept = [r for r in records if float(r["value"]) >= threshold and (category is None or r["category"] == category)]
+    kept = [
+        r
+        for r in records
+        if float(r["value"]) >= threshold and (category is None or r["category"] == category)
+    ]
     return _ok({"records": kept, "record_count": len(kept), "removed": len(records) - len(kept)})
 
 
 # --- network ---------------------------------------------------------------------------------------
 
 
-def net_fetcher(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _net_fetcher(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     source = str(args["source"])
     if not source.startswith(("http://", "https://")):
         raise ToolFailure("INVALID_INPUT", f"source must be an http(s) URL, got {source!r}")
@@ -238,7 +249,7 @@ def net_fetcher(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     return _ok({"content": content, "format": fmt, "status_code": 200}, url=source)
 
 
-def net_poster(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _net_poster(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     destination = str(args["destination"])
     posted: list[str] = state.setdefault("posted", [])
     posted.append(destination)
@@ -246,20 +257,25 @@ def net_poster(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     return _ok({"status_code": 201, "resource_id": resource, "destination": destination})
 
 
-def net_monitor(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _net_monitor(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     source = str(args["source"])
     h = _digest("monitor", source)
     return _ok({"status": "up" if h % 5 else "degraded", "latency_ms": 20 + h % 180, "endpoint": source})
 
 
-def net_router(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _net_router(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     destination = str(args["destination"])
     hops = 1 + _digest("route", destination) % 3
-    return _ok({"route": [f"gw-{i + 1}" for i in range(hops)] + [destination], "destination": destination,
-                "payload": args["data"]})
+    return _ok(
+        {
+            "route": [f"gw-{i + 1}" for i in range(hops)] + [destination],
+            "destination": destination,
+            "payload": args["data"],
+        }
+    )
 
 
-def net_validator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _net_validator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     data = args["data"]
     checks = {"has_records": "records" in data, "non_empty": bool(data.get("records") or data.get("content"))}
     return _ok({**data, "valid": all(checks.values()), "checks": checks})
@@ -272,13 +288,18 @@ def _values(args: Mapping[str, Any]) -> list[float]:
     return [float(r["value"]) for r in _records(args)]
 
 
-def comp_calculator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _comp_calculator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     operation = str(_options(args).get("operation", "sum"))
     precision = int(args.get("precision", 2))
     values = _values(args)
     if not values:
         raise ToolFailure("CALCULATION_ERROR", "no values to compute over")
-    functions = {"sum": sum, "mean": statistics.fmean, "max": max, "min": min}
+    functions: dict[str, Callable[[list[float]], float]] = {
+        "sum": sum,
+        "mean": statistics.fmean,
+        "max": max,
+        "min": min,
+    }
     if operation not in functions:
         raise ToolFailure("INVALID_INPUT", f"operation must be one of {sorted(functions)}, got {operation!r}")
     result = round(float(functions[operation](values)), precision)
@@ -287,7 +308,7 @@ def comp_calculator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]
     return _ok({"result": result, "operation": operation, "count": len(values)})
 
 
-def comp_analyzer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _comp_analyzer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     values = _values(args)
     if not values:
         raise ToolFailure("CALCULATION_ERROR", "no values to analyse")
@@ -301,23 +322,33 @@ def comp_analyzer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     return _ok({"statistics": stats, "records": _records(args)})
 
 
-def comp_predictor(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _comp_predictor(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     values = _values(args)
     if len(values) < 2:
         raise ToolFailure("CALCULATION_ERROR", "need at least two values to extrapolate")
     slope = (values[-1] - values[0]) / (len(values) - 1)
-    return _ok({"prediction": round(values[-1] + slope, 4), "confidence": round(1 / (1 + abs(slope)), 4),
-                "records": _records(args)})
+    return _ok(
+        {
+            "prediction": round(values[-1] + slope, 4),
+            "confidence": round(1 / (1 + abs(slope)), 4),
+            "records": _records(args),
+        }
+    )
 
 
-def comp_optimizer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _comp_optimizer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     budget = int(_options(args).get("limit", 3))
     ranked = sorted(_records(args), key=lambda r: (-float(r["value"]), int(r["id"])))[: max(1, budget)]
-    return _ok({"selection": [int(r["id"]) for r in ranked],
-                "objective_value": round(sum(float(r["value"]) for r in ranked), 4), "records": ranked})
+    return _ok(
+        {
+            "selection": [int(r["id"]) for r in ranked],
+            "objective_value": round(sum(float(r["value"]) for r in ranked), 4),
+            "records": ranked,
+        }
+    )
 
 
-def comp_simulator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _comp_simulator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     iterations = int(_options(args).get("iterations", 10))
     base = _digest("sim", json.dumps(args["data"], sort_keys=True))
     outcomes = [((base >> (i % 48)) % 1000) / 10 for i in range(max(1, iterations))]
@@ -327,32 +358,34 @@ def comp_simulator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
 # --- integration -----------------------------------------------------------------------------------
 
 
-def int_authenticator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _int_authenticator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     service = str(args["source"])
     token = _ident("tok", service)
     state.setdefault("tokens", {})[service] = token
     return _ok({"token": token, "service": service, "expires_in": 3600})
 
 
-def int_connector(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _int_connector(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     service = str(args["source"])
     return _ok({"connection_id": _ident("conn", service), "service": service, "status": "connected"})
 
 
-def int_mapper(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _int_mapper(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     mapping = _options(args).get("mapping") or {"name": "label"}
-    out = [{**r, **{str(new): r[old] for old, new in dict(mapping).items() if old in r}} for r in _records(args)]
+    out = [
+        {**r, **{str(new): r[old] for old, new in dict(mapping).items() if old in r}} for r in _records(args)
+    ]
     return _ok({"records": out, "record_count": len(out)}, mapping=dict(mapping))
 
 
-def int_queue(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _int_queue(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     queue = str(args["destination"])
     queued: list[str] = state.setdefault("queue", [])
     queued.append(queue)
     return _ok({"message_id": _ident("msg", queue, len(queued)), "queue": queue, "position": len(queued)})
 
 
-def int_scheduler(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _int_scheduler(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     when = str(_options(args).get("when", "2026-01-01T00:00:00Z"))
     jobs: list[str] = state.setdefault("jobs", [])
     job = _ident("job", when, len(jobs), json.dumps(args["data"], sort_keys=True))
@@ -363,34 +396,39 @@ def int_scheduler(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
 # --- utility ---------------------------------------------------------------------------------------
 
 
-def util_notifier(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _util_notifier(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     destination = str(args["destination"])
     sent: list[str] = state.setdefault("notifications", [])
     sent.append(destination)
-    return _ok({"notification_id": _ident("ntf", destination, len(sent)), "delivered": True,
-                "destination": destination})
+    return _ok(
+        {
+            "notification_id": _ident("ntf", destination, len(sent)),
+            "delivered": True,
+            "destination": destination,
+        }
+    )
 
 
-def util_tracker(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _util_tracker(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     events: list[str] = state.setdefault("tracked", [])
     events.append(json.dumps(args["data"], sort_keys=True))
     return _ok({"tracking_id": _ident("trk", len(events), events[-1]), "event_count": len(events)})
 
 
-def util_cache(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _util_cache(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     key = str(args.get("source") or _ident("key", json.dumps(args["data"], sort_keys=True)))
     state.setdefault("cache", {})[key] = args["data"]
     return _ok({"key": key, "stored": True})
 
 
-def util_logger(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _util_logger(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     level = str(_options(args).get("level", "info"))
     lines: list[str] = state.setdefault("log", [])
     lines.append(level)
     return _ok({"log_id": _ident("log", len(lines), level), "level": level, "line": len(lines)})
 
 
-def util_helper(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
+def _util_helper(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     target = str(args["output_format"])
     data = args["data"]
     if "records" in data:
@@ -401,34 +439,34 @@ def util_helper(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
 
 
 SIMULATORS: dict[str, Simulator] = {
-    "file_operations_reader": file_reader,
-    "file_operations_writer": file_writer,
-    "file_operations_converter": file_converter,
-    "file_operations_scanner": file_scanner,
-    "file_operations_compressor": file_compressor,
-    "data_processing_parser": data_parser,
-    "data_processing_transformer": data_transformer,
-    "data_processing_validator": data_validator,
-    "data_processing_aggregator": data_aggregator,
-    "data_processing_filter": data_filter,
-    "network_fetcher": net_fetcher,
-    "network_poster": net_poster,
-    "network_monitor": net_monitor,
-    "network_router": net_router,
-    "network_validator": net_validator,
-    "computation_calculator": comp_calculator,
-    "computation_analyzer": comp_analyzer,
-    "computation_predictor": comp_predictor,
-    "computation_optimizer": comp_optimizer,
-    "computation_simulator": comp_simulator,
-    "integration_authenticator": int_authenticator,
-    "integration_connector": int_connector,
-    "integration_mapper": int_mapper,
-    "integration_queue": int_queue,
-    "integration_scheduler": int_scheduler,
-    "utility_notifier": util_notifier,
-    "utility_tracker": util_tracker,
-    "utility_cache": util_cache,
-    "utility_logger": util_logger,
-    "utility_helper": util_helper,
+    "file_operations_reader": _file_reader,
+    "file_operations_writer": _file_writer,
+    "file_operations_converter": _file_converter,
+    "file_operations_scanner": _file_scanner,
+    "file_operations_compressor": _file_compressor,
+    "data_processing_parser": _data_parser,
+    "data_processing_transformer": _data_transformer,
+    "data_processing_validator": _data_validator,
+    "data_processing_aggregator": _data_aggregator,
+    "data_processing_filter": _data_filter,
+    "network_fetcher": _net_fetcher,
+    "network_poster": _net_poster,
+    "network_monitor": _net_monitor,
+    "network_router": _net_router,
+    "network_validator": _net_validator,
+    "computation_calculator": _comp_calculator,
+    "computation_analyzer": _comp_analyzer,
+    "computation_predictor": _comp_predictor,
+    "computation_optimizer": _comp_optimizer,
+    "computation_simulator": _comp_simulator,
+    "integration_authenticator": _int_authenticator,
+    "integration_connector": _int_connector,
+    "integration_mapper": _int_mapper,
+    "integration_queue": _int_queue,
+    "integration_scheduler": _int_scheduler,
+    "utility_notifier": _util_notifier,
+    "utility_tracker": _util_tracker,
+    "utility_cache": _util_cache,
+    "utility_logger": _util_logger,
+    "utility_helper": _util_helper,
 }

@@ -40,19 +40,32 @@ OPERATION_TOOLS: dict[str, tuple[str, ...]] = {
     "fetch": ("network_fetcher",),
     "parse": ("data_processing_parser",),
     "process": (
-        "data_processing_filter", "data_processing_transformer", "data_processing_aggregator",
-        "data_processing_validator", "integration_mapper", "computation_analyzer",
+        "data_processing_filter",
+        "data_processing_transformer",
+        "data_processing_aggregator",
+        "data_processing_validator",
+        "integration_mapper",
+        "computation_analyzer",
     ),
     "validate": ("data_processing_validator", "network_validator"),
     "transform": ("data_processing_transformer", "integration_mapper", "data_processing_filter"),
     "aggregate": ("data_processing_aggregator",),
     "compute": (
-        "computation_calculator", "computation_analyzer", "computation_predictor",
-        "computation_optimizer", "computation_simulator",
+        "computation_calculator",
+        "computation_analyzer",
+        "computation_predictor",
+        "computation_optimizer",
+        "computation_simulator",
     ),
     "write": ("file_operations_writer", "integration_queue", "utility_cache", "file_operations_compressor"),
     "post": ("network_poster", "integration_queue", "integration_scheduler"),
-    "output": ("file_operations_writer", "utility_notifier", "utility_logger", "utility_helper", "utility_tracker"),
+    "output": (
+        "file_operations_writer",
+        "utility_notifier",
+        "utility_logger",
+        "utility_helper",
+        "utility_tracker",
+    ),
 }
 
 #: Task type → (complexity, operation sequence). Sequences follow paper App. C.2.
@@ -61,7 +74,10 @@ TASK_TYPES: dict[str, tuple[Literal["easy", "medium", "hard"], tuple[str, ...]]]
     "simple_data_transformation": ("easy", ("process",)),
     "complex_validation_pipeline": ("medium", ("read", "validate", "transform", "aggregate", "write")),
     "complex_network_integration": ("medium", ("fetch", "parse", "validate", "transform", "post")),
-    "advanced_computation_pipeline": ("hard", ("read", "validate", "transform", "compute", "aggregate", "write")),
+    "advanced_computation_pipeline": (
+        "hard",
+        ("read", "validate", "transform", "compute", "aggregate", "write"),
+    ),
 }
 
 #: The user-input key each (tool, parameter) is bound to.
@@ -188,9 +204,7 @@ def _close(library: ToolLibrary, chosen: Sequence[str], source_tool: str) -> tup
         need = data_kind_consumed(library, tool)
         if need == "records" and not has("records"):
             ensure("data_processing_parser")
-        elif need == "text" and not has("text"):
-            ensure(source_tool)
-        elif need == "any" and not plan:
+        elif (need == "text" and not has("text")) or (need == "any" and not plan):
             ensure(source_tool)
         plan.append(tool)
 
@@ -251,6 +265,14 @@ def _describe(tools: Sequence[str], inputs: dict[str, Any]) -> str:
     return text[0].upper() + text[1:] + "."
 
 
+def turn_budget(tool_count: int) -> int:
+    """The paper's 10-turn budget, stretched to two turns per tool for long workflows.
+
+    A 9-tool task could not even finish in 10 turns: the ``finish`` call takes a turn too.
+    """
+    return max(10, 2 * tool_count)
+
+
 def generate_task(library: ToolLibrary, seed: int, task_type: str, index: int) -> Task:
     """Generate task ``index`` of ``task_type``; deterministic in (seed, task_type, index)."""
     complexity, operations = TASK_TYPES[task_type]
@@ -262,8 +284,10 @@ def generate_task(library: ToolLibrary, seed: int, task_type: str, index: int) -
             chosen.append(rng.choice(OPERATION_TOOLS["output"]))
         if task_type == "simple_data_transformation" and rng.random() < 0.5:
             chosen.append(rng.choice(OPERATION_TOOLS["output"]))
-        source_tool = chosen[0] if chosen[0] in OPERATION_TOOLS["read"] else rng.choice(OPERATION_TOOLS["read"])
-        tools = _close(library, dict.fromkeys(chosen), source_tool)
+        source_tool = (
+            chosen[0] if chosen[0] in OPERATION_TOOLS["read"] else rng.choice(OPERATION_TOOLS["read"])
+        )
+        tools = _close(library, list(dict.fromkeys(chosen)), source_tool)
         inputs = _inputs(rng)
         draft = _Draft(tools, inputs, {t: _constants(rng, t) for t in tools})
         workflow = build_workflow(library, draft)
@@ -283,7 +307,7 @@ def generate_task(library: ToolLibrary, seed: int, task_type: str, index: int) -
             expected_outputs={"success": True, "outputs_from": sinks},
             required_tools=tools,
             workflow=workflow,
-            constraints=TaskConstraints(timeout=300, max_retries=3, max_turns=10),
+            constraints=TaskConstraints(timeout=300, max_retries=3, max_turns=turn_budget(len(tools))),
             metadata={"template": task_type, "operations": list(operations), "generator_seed": seed},
         )
     raise RuntimeError(f"no solvable {task_type} task after 100 attempts (seed {seed}, index {index})")
@@ -296,5 +320,6 @@ def generate_tasks(seed: int, per_type: dict[str, int]) -> TaskSet:
     ids = [t.id for t in tasks]
     if len(set(ids)) != len(ids):
         raise RuntimeError("task id collision; change the seed")
-    return TaskSet(suite="resilibench", seed=seed, generator="mcp_resili.tasks.resilibench.generate",
-                   tasks=tuple(tasks))
+    return TaskSet(
+        suite="resilibench", seed=seed, generator="mcp_resili.tasks.resilibench.generate", tasks=tuple(tasks)
+    )

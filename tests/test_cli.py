@@ -1,0 +1,96 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mcp_resili.cli import main
+from mcp_resili.suites import get_suite
+
+
+def cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_resili", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+
+
+def test_run_json_prints_a_machine_readable_summary(tmp_path):
+    proc = cli("run", "--limit", "4", "--trials", "1", "--json", "--db", str(tmp_path / "r.db"))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert {g["model"] for g in summary["groups"]} == {"scripted:oracle", "scripted:naive"}
+    assert all(g["episodes"] == 4 for g in summary["groups"])
+    assert summary["seed"] == 0 and (tmp_path / "r.db").exists()
+
+
+def test_default_run_prints_a_table_and_stores_in_the_working_directory(tmp_path):
+    proc = cli("run", "--limit", "2", "--trials", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "scripted:oracle" in proc.stdout and "full" in proc.stdout
+    assert (tmp_path / "mcp-resili.db").exists()
+
+
+def test_tasks_list_json_lists_task_objects(capsys):
+    assert main(["tasks", "list", "--json"]) == 0
+    tasks = json.loads(capsys.readouterr().out)
+    assert len(tasks) == len(get_suite().tasks)
+    assert {"id", "instance_id", "task_type", "complexity", "required_tools", "workflow"} <= set(tasks[0])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--faults", "chaos"],
+        ["run", "--model", "nobody:x"],
+        ["run", "--task", "nope"],
+        ["run", "--suite", "nope"],
+        ["tasks", "list", "--suite", "nope"],
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(argv, capsys, tmp_path):
+    assert main([*argv, *(["--db", str(tmp_path / "x.db")] if argv[0] == "run" else [])]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("mcp-resili: error:") and captured.out == ""
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_score_reads_a_trace_file(tmp_path, capsys):
+    from mcp_resili.store import Store
+
+    db = tmp_path / "r.db"
+    assert (
+        main(
+            [
+                "run",
+                "--limit",
+                "1",
+                "--trials",
+                "1",
+                "--model",
+                "scripted:oracle",
+                "--faults",
+                "none",
+                "--db",
+                str(db),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    store = Store(db)
+    (row,) = store.episodes(store.latest_run())
+    store.close()
+    path = tmp_path / "t.jsonl"
+    path.write_text(row.trace)
+    assert main(["score", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["label"] == "full"
+    path.write_text("{not json\n")
+    assert main(["score", str(path)]) == 2
+    assert "t.jsonl:1" in capsys.readouterr().err

@@ -1,0 +1,114 @@
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from mcp_resili.client.model import InfrastructureError, ModelRequest, ModelResponse
+from mcp_resili.client.runner import RunConfig, RunConfigError, execute
+from mcp_resili.report import summarize
+from mcp_resili.store import Store
+from mcp_resili.trace import Trace
+
+pytestmark = pytest.mark.anyio
+
+
+def ledger(rows):
+    """(episode cell, seq, tool, fault) for every tool call of every episode, cell = model/task/trial."""
+    out = []
+    for row in rows:
+        trace = Trace.from_lines(row.trace.splitlines())
+        for call in trace.tool_calls:
+            fault = call.fault.model_dump() if call.fault else None
+            out.append((row.model, row.task_id, row.trial, call.seq, call.tool, json.dumps(fault)))
+    return sorted(out)
+
+
+async def test_oracle_beats_naive_under_resilibench_faults(tmp_path):
+    result = await execute(RunConfig(db=tmp_path / "r.db", trials=2, limit=20))
+    by_model = {s.model: s for s in summarize(result.rows)}
+    oracle, naive = by_model["scripted:oracle"], by_model["scripted:naive"]
+    assert oracle.levels["full"].value > naive.levels["full"].value + 0.3
+    assert oracle.infrastructure_errors == naive.infrastructure_errors == 0
+
+
+async def test_without_faults_both_scripted_agents_fully_succeed(tmp_path):
+    result = await execute(RunConfig(db=tmp_path / "r.db", trials=1, faults=("none",)))
+    assert {r.label for r in result.rows} == {"full"}
+
+
+async def test_same_seed_gives_identical_ledger_and_scores_at_concurrency_1_and_32(tmp_path):
+    base = dict(trials=2, limit=15, seed=5)
+    one = await execute(RunConfig(db=tmp_path / "a.db", concurrency=1, **base))
+    many = await execute(RunConfig(db=tmp_path / "b.db", concurrency=32, **base))
+    assert ledger(one.rows) == ledger(many.rows)
+    assert any(fault != "null" for *_, fault in ledger(one.rows))
+    scores = lambda rows: sorted((r.model, r.task_id, r.trial, r.label, json.dumps(r.score)) for r in rows)  # noqa: E731
+    assert scores(one.rows) == scores(many.rows)
+    other = await execute(RunConfig(db=tmp_path / "c.db", concurrency=8, trials=2, limit=15, seed=6))
+    assert ledger(other.rows) != ledger(one.rows)
+
+
+async def test_every_model_sees_the_same_fault_draws_for_a_task(tmp_path):
+    result = await execute(
+        RunConfig(db=tmp_path / "r.db", trials=1, limit=10, faults=("resilibench:base=0.6",))
+    )
+    rolls: dict = {}
+    for row in result.rows:
+        for call in Trace.from_lines(row.trace.splitlines()).tool_calls:
+            if call.decision is not None:
+                rolls.setdefault((row.task_id, call.tool, call.decision.ordinal), set()).add(
+                    call.decision.roll
+                )
+    assert rolls and all(len(r) == 1 for r in rolls.values())
+
+
+@dataclass(frozen=True)
+class BrokenProvider:
+    name: str = "scripted:oracle"
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        raise InfrastructureError("HTTP 503 from provider after 3 attempts")
+
+
+async def test_provider_failure_is_an_infrastructure_error_not_an_agent_failure(tmp_path, monkeypatch):
+    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec: BrokenProvider())
+    result = await execute(RunConfig(db=tmp_path / "r.db", trials=1, limit=3, models=("scripted:oracle",)))
+    assert {r.termination for r in result.rows} == {"infrastructure_error"}
+    assert all(r.label is None and r.score is None for r in result.rows)
+    (summary,) = summarize(result.rows)
+    assert summary.infrastructure_errors == 3 and summary.scored == 0
+    assert summary.levels["failure"].count == 0
+
+
+async def test_runs_are_stored_and_readable(tmp_path):
+    db = tmp_path / "r.db"
+    result = await execute(RunConfig(db=db, trials=1, limit=2))
+    store = Store(db)
+    try:
+        assert store.latest_run() == result.run_id
+        rows = store.episodes(result.run_id)
+    finally:
+        store.close()
+    assert len(rows) == 4
+    trace = Trace.from_lines(rows[0].trace.splitlines())
+    assert trace.header.seed == 0 and trace.header.model == rows[0].model and trace.end is not None
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (RunConfig(trials=0), "trials"),
+        (RunConfig(models=("gpt:nope",)), "unknown model"),
+        (RunConfig(faults=("chaos",)), "fault spec"),
+        (RunConfig(tasks=("nope",)), "unknown task"),
+        (RunConfig(server="mcp-resili serve", faults=("none",)), "--server"),
+        (RunConfig(variant="nope"), "variant"),
+    ],
+)
+async def test_bad_run_configs_fail_before_anything_runs(tmp_path, config, message):
+    from dataclasses import replace
+
+    db = tmp_path / "r.db"
+    with pytest.raises((RunConfigError, ValueError, KeyError), match=message):
+        await execute(replace(config, db=db))
+    assert not db.exists()

@@ -14,7 +14,6 @@ from mcp_resili.faults import (
     derive_rng,
     parse_fault_spec,
 )
-from mcp_resili.faults.injector import resilibench_success_probability
 from mcp_resili.registry import resilibench_library
 
 
@@ -97,12 +96,12 @@ def test_resilibench_probability_matches_the_written_rule():
     ]
     # authenticator never ran → ×0.5; last 3 calls hold 2 failures → ×0.9²
     expected = 0.8 * 0.5 * 0.7 * 0.9**2
-    assert resilibench_success_probability(plan, poster, history) == pytest.approx(expected)
+    assert plan.success_probability(poster, history) == pytest.approx(expected)
     whole = ResiliBenchFaults(history_window=None, min_success=0, max_success=1)
-    assert resilibench_success_probability(whole, poster, history) == pytest.approx(0.8 * 0.5 * 0.7 * 0.9**3)
-    assert resilibench_success_probability(plan, lib.spec("file_operations_reader"), []) == pytest.approx(0.8)
+    assert whole.success_probability(poster, history) == pytest.approx(0.8 * 0.5 * 0.7 * 0.9**3)
+    assert plan.success_probability(lib.spec("file_operations_reader"), []) == pytest.approx(0.8)
     floor = [CallOutcome("x", False)] * 3
-    assert resilibench_success_probability(ResiliBenchFaults(base_success=0.1), poster, floor) == 0.1
+    assert ResiliBenchFaults(base_success=0.1).success_probability(poster, floor) == 0.1
 
 
 def test_resilibench_failure_rate_matches_probability_over_many_draws():

@@ -99,9 +99,11 @@ async def test_injected_fault_is_an_error_result_recorded_with_its_decision():
         "type": "error",
         "code": "TIMEOUT",
         "message": "",
+        "details": {},
         "explicit": True,
         "transient": True,
         "side": "request",
+        "delay_seconds": 0.0,
     }
     assert event["decision"]["rule"] == 0
     assert not second.is_error

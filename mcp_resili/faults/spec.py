@@ -1,20 +1,58 @@
-"""Parse a fault SPEC: ``none``, ``resilibench[:key=value,...]``, or a path to a TOML/JSON file."""
+"""Fault SPEC strings and fault files.
+
+A SPEC is ``NAME``, ``NAME:ARGS`` or ``NAME=ARGS`` for a registered name (`NAMED_SPECS`), or the
+path of a TOML/JSON fault file holding one plan. Suites register their profiles by adding a parser.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from mcp_resili.faults.model import FaultPlan, NoFaults, ResiliBenchFaults
+from mcp_resili.faults.plans import FaultPlan
+from mcp_resili.faults.resilibench import ResiliBenchFaults
+from mcp_resili.faults.rules import NoFaults
 
 _PLAN_ADAPTER: TypeAdapter[FaultPlan] = TypeAdapter(FaultPlan)
 
+
+class FaultSpecError(ValueError):
+    """A fault SPEC or fault file that cannot be used; the message says what and where."""
+
+
+def parse_overrides(spec: str, text: str, aliases: dict[str, str] | None = None) -> dict[str, Any]:
+    """``key=value,key=value`` → dict; numbers become numbers, ``none``/``all`` become None."""
+    values: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise FaultSpecError(f"fault spec {spec!r}: expected key=value, got {item!r}")
+        key = (aliases or {}).get(key.strip(), key.strip())
+        raw = raw.strip()
+        if raw.lower() in ("none", "all"):
+            values[key] = None
+        else:
+            try:
+                values[key] = json.loads(raw)
+            except json.JSONDecodeError:
+                values[key] = raw
+    return values
+
+
+def _none(spec: str, args: str) -> FaultPlan:
+    if args:
+        raise FaultSpecError(f"fault spec {spec!r}: 'none' takes no arguments")
+    return NoFaults()
+
+
 #: Short names for the ResiliBench parameters, usable as ``resilibench:base=0.7``.
-_ALIASES = {
+RESILIBENCH_ALIASES = {
     "base": "base_success",
     "unmet": "unmet_dependency_factor",
     "failed": "failed_dependency_factor",
@@ -25,39 +63,31 @@ _ALIASES = {
 }
 
 
-class FaultSpecError(ValueError):
-    """A fault SPEC or fault file that cannot be used; the message says what and where."""
+def _resilibench(spec: str, args: str) -> FaultPlan:
+    return ResiliBenchFaults.model_validate(parse_overrides(spec, args, RESILIBENCH_ALIASES))
 
 
-def _overrides(spec: str, text: str) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise FaultSpecError(f"fault spec {spec!r}: expected key=value, got {item!r}")
-        key = _ALIASES.get(key.strip(), key.strip())
-        raw = raw.strip()
-        values[key] = (
-            None if raw.lower() in ("none", "all") else json.loads(raw) if raw[:1].isdigit() else raw
-        )
-    return values
+#: Registered SPEC names → parser of (whole spec, text after the name's ':' or '=').
+NAMED_SPECS: dict[str, Callable[[str, str], FaultPlan]] = {
+    "none": _none,
+    "resilibench": _resilibench,
+}
 
 
 def parse_fault_spec(spec: str) -> FaultPlan:
     """Turn a SPEC string into a validated fault plan, or raise `FaultSpecError` saying why."""
-    name, _, rest = spec.partition(":")
-    try:
-        if name == "none" and not rest:
-            return NoFaults()
-        if name == "resilibench":
-            return ResiliBenchFaults.model_validate(_overrides(spec, rest))
-    except (ValidationError, json.JSONDecodeError) as exc:
-        raise FaultSpecError(f"fault spec {spec!r}: {exc}") from None
+    match = re.match(r"^([A-Za-z][\w-]*)(?:[:=](.*))?$", spec)
+    if match and match.group(1) in NAMED_SPECS:
+        try:
+            return NAMED_SPECS[match.group(1)](spec, match.group(2) or "")
+        except ValidationError as exc:
+            raise FaultSpecError(f"fault spec {spec!r}: {exc}") from None
     path = Path(spec)
     if not path.is_file():
         raise FaultSpecError(
-            f"unknown fault spec {spec!r}: use 'none', 'resilibench[:key=value,...]' "
-            f"(keys: {', '.join(sorted(_ALIASES))}), or the path of a .toml/.json fault file"
+            f"unknown fault spec {spec!r}: use one of {', '.join(sorted(NAMED_SPECS))} "
+            f"(e.g. resilibench:base=0.7; keys {', '.join(sorted(RESILIBENCH_ALIASES))}), "
+            "or the path of a .toml/.json fault file"
         )
     return load_fault_file(path)
 

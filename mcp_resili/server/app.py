@@ -69,13 +69,18 @@ class ResiliServer:
         seed: int = 0,
         task: str | None = None,
         trace_dir: Path | None = None,
+        time_scale: float = 1.0,
     ) -> None:
         self.suite = suite
         self.seed = seed
         self.default_task = suite.task(task) if task is not None else None
         self.recorder = TraceRecorder(trace_dir, self._header)
         self.pipeline = CallPipeline(
-            suite.library, plan, enforce_dependencies=suite.enforce_dependencies, recorder=self.recorder
+            suite.library,
+            plan,
+            enforce_dependencies=suite.enforce_dependencies,
+            recorder=self.recorder,
+            time_scale=time_scale,
         )
         self._episodes: OrderedDict[str, Episode] = OrderedDict()
         self._tools = [self._tool(spec.name) for spec in suite.library] + [_FINISH_SPEC]

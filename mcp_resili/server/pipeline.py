@@ -44,6 +44,8 @@ class Episode:
     seq: int = 0
     # Calls of one episode are serialised so ordinals and history never depend on scheduling.
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    #: Private scratch space of the fault plan (armed groups, cascades...), per episode.
+    fault_state: dict[str, Any] = field(default_factory=dict)
     header_written: bool = False
 
     def next_seq(self) -> int:
@@ -90,12 +92,17 @@ class CallPipeline:
         *,
         enforce_dependencies: bool,
         recorder: TraceRecorder,
+        time_scale: float = 1.0,
     ) -> None:
         self.library = library
         self.plan = plan
         self.plan_dict = plan_to_dict(plan)
         self.enforce_dependencies = enforce_dependencies
         self.recorder = recorder
+        if time_scale < 0:
+            raise ValueError(f"time_scale must be >= 0, got {time_scale}")
+        #: Multiplies every injected delay; 0 makes latency faults instant (tests, dry runs).
+        self.time_scale = time_scale
         self._validators = {
             spec.name: jsonschema.Draft202012Validator(spec.input_schema) for spec in library.specs
         }
@@ -104,6 +111,9 @@ class CallPipeline:
         """Handle one ``tools/call`` and return the recorded event."""
         async with episode.lock:
             event = self._call(episode, tool, dict(arguments or {}))
+            delay = event.fault.delay_seconds if event.fault is not None else 0.0
+            if delay > 0 and self.time_scale > 0:
+                await anyio.sleep(delay * self.time_scale)
             self.recorder.record(episode, event)
             return event
 
@@ -156,7 +166,15 @@ class CallPipeline:
         ordinal = episode.ordinals[tool]
         episode.ordinals[tool] += 1
         injector = FaultInjector(self.plan, episode.seed)
-        decision = injector.decide(CallContext(episode.fault_key, spec, ordinal, tuple(episode.history)))
+        context = CallContext(
+            episode.fault_key,
+            spec,
+            ordinal,
+            tuple(episode.history),
+            task=episode.task,
+            state=episode.fault_state,
+        )
+        decision = injector.decide(context)
         # 4. run tool (unless a request-side fault stops it)
         outcome: ToolOutcome | None = None
         if injector.runs_tool(decision.fault):
@@ -165,7 +183,7 @@ class CallPipeline:
             except ToolFailure as failure:
                 outcome = ToolOutcome(structured=None, error_code=failure.code, message=failure.message)
         # 5. apply fault
-        final = injector.apply(decision.fault, outcome, spec)
+        final = injector.apply(decision.fault, outcome, context)
         # 6. record
         episode.history.append(CallOutcome(tool, not final.is_error))
         return ToolCallEvent(
@@ -180,12 +198,14 @@ class CallPipeline:
             error_code=final.error_code,
             result=final.structured
             if not final.is_error
-            else {"code": final.error_code, "message": final.message},
+            else {"code": final.error_code, "message": final.message, **final.details},
         )
 
 
 def result_text(event: ToolCallEvent) -> str:
     """The text an agent reads for a call: the JSON result, or the error line."""
     if event.is_error and event.result is not None:
-        return f"Error {event.error_code}: {event.result['message']}"
+        details = {k: v for k, v in event.result.items() if k not in ("code", "message")}
+        suffix = f" {json.dumps(details, sort_keys=True)}" if details else ""
+        return f"Error {event.error_code}: {event.result['message']}{suffix}"
     return json.dumps(event.result, sort_keys=True)

@@ -18,7 +18,7 @@ import anyio
 import jsonschema
 
 from mcp_resili.faults import CallContext, CallOutcome, FaultInjector, FaultPlan, ToolOutcome, plan_to_dict
-from mcp_resili.registry import ToolFailure, ToolLibrary
+from mcp_resili.server.backend import ToolBackend
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
 
@@ -87,14 +87,16 @@ class CallPipeline:
 
     def __init__(
         self,
-        library: ToolLibrary,
+        backend: ToolBackend,
         plan: FaultPlan,
         *,
         enforce_dependencies: bool,
         recorder: TraceRecorder,
         time_scale: float = 1.0,
+        validate_arguments: bool = True,
     ) -> None:
-        self.library = library
+        self.backend = backend
+        self.specs = {spec.name: spec for spec in backend.specs}
         self.plan = plan
         self.plan_dict = plan_to_dict(plan)
         self.enforce_dependencies = enforce_dependencies
@@ -103,14 +105,17 @@ class CallPipeline:
             raise ValueError(f"time_scale must be >= 0, got {time_scale}")
         #: Multiplies every injected delay; 0 makes latency faults instant (tests, dry runs).
         self.time_scale = time_scale
-        self._validators = {
-            spec.name: jsonschema.Draft202012Validator(spec.input_schema) for spec in library.specs
-        }
+        # A proxy leaves validation to the upstream so that its own errors pass through unchanged.
+        self._validators = (
+            {name: jsonschema.Draft202012Validator(spec.input_schema) for name, spec in self.specs.items()}
+            if validate_arguments
+            else {}
+        )
 
     async def call(self, episode: Episode, tool: str, arguments: Mapping[str, Any] | None) -> ToolCallEvent:
         """Handle one ``tools/call`` and return the recorded event."""
         async with episode.lock:
-            event = self._call(episode, tool, dict(arguments or {}))
+            event = await self._call(episode, tool, dict(arguments or {}))
             delay = event.fault.delay_seconds if event.fault is not None else 0.0
             if delay > 0 and self.time_scale > 0:
                 await anyio.sleep(delay * self.time_scale)
@@ -129,7 +134,7 @@ class CallPipeline:
             self.recorder.record(episode, event)
             return event
 
-    def _call(self, episode: Episode, tool: str, arguments: dict[str, Any]) -> ToolCallEvent:
+    async def _call(self, episode: Episode, tool: str, arguments: dict[str, Any]) -> ToolCallEvent:
         def rejected(code: str, message: str, **extra: Any) -> ToolCallEvent:
             return ToolCallEvent(
                 episode=episode.id,
@@ -143,16 +148,21 @@ class CallPipeline:
             )
 
         # 1. validate
-        if tool not in self.library:
-            known = ", ".join(sorted(self.library.by_name))
+        spec = self.specs.get(tool)
+        if spec is None:
+            known = ", ".join(sorted(self.specs))
             return rejected(UNKNOWN_TOOL, f"unknown tool {tool!r}; available tools: {known}")
-        errors = sorted(self._validators[tool].iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        validator = self._validators.get(tool)
+        errors = (
+            []
+            if validator is None
+            else sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        )
         if errors:
             problems = "; ".join(
                 f"{'/'.join(map(str, e.absolute_path)) or '(arguments)'}: {e.message}" for e in errors[:5]
             )
             return rejected(INVALID_ARGUMENTS, f"invalid arguments for {tool}: {problems}")
-        spec = self.library.spec(tool)
         # 2. dependency check
         succeeded = {h.tool for h in episode.history if h.ok}
         unmet = tuple(d for d in spec.dependencies if d not in succeeded)
@@ -178,10 +188,7 @@ class CallPipeline:
         # 4. run tool (unless a request-side fault stops it)
         outcome: ToolOutcome | None = None
         if injector.runs_tool(decision.fault):
-            try:
-                outcome = ToolOutcome(structured=self.library.simulate(tool, arguments, episode.tool_state))
-            except ToolFailure as failure:
-                outcome = ToolOutcome(structured=None, error_code=failure.code, message=failure.message)
+            outcome = await self.backend.run(spec, arguments, episode.tool_state)
         # 5. apply fault
         final = injector.apply(decision.fault, outcome, context)
         # 6. record

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -18,6 +19,7 @@ from mcp_resili import __version__
 from mcp_resili.client.providers import UnknownModelError
 from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, RunConfigError, execute
 from mcp_resili.faults import FaultSpecError, parse_fault_spec
+from mcp_resili.proxy.upstream import UpstreamError
 from mcp_resili.report import summarize, summary_table
 from mcp_resili.store import DEFAULT_DB
 from mcp_resili.suites import DEFAULT_SUITE, UnknownSuiteError, UnknownTaskError, get_suite, suite_names
@@ -31,6 +33,7 @@ USER_ERRORS = (
     UnknownSuiteError,
     UnknownModelError,
     TraceError,
+    UpstreamError,
 )
 
 
@@ -74,6 +77,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--db", type=Path, default=DEFAULT_DB)
     run.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
 
+    proxy = sub.add_parser("proxy", help="put the fault pipeline in front of any MCP server")
+    proxy.add_argument("--upstream", required=True, help="'CMD ARGS' (stdio) or http(s)://HOST:PORT/mcp")
+    proxy.add_argument("--faults", default="none", help="none | resilibench[:...] | PATH.toml|.json")
+    proxy.add_argument("--seed", type=int, default=0)
+    proxy.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    proxy.add_argument("--host", default="127.0.0.1")
+    proxy.add_argument("--port", type=int, default=8766)
+    proxy.add_argument("--trace-dir", type=Path, help="write one JSONL trace per episode here")
+
     tasks = sub.add_parser("tasks", help="inspect tasks")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
     listing = tasks_sub.add_parser("list", help="list a suite's tasks")
@@ -101,6 +113,28 @@ def _serve(args: argparse.Namespace) -> int:
             anyio.run(lambda: serve_http(server, args.host, args.port))
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    from mcp_resili.proxy import ProxyServer, connect_upstream
+    from mcp_resili.server.transports import serve_http, serve_stdio
+
+    plan = parse_fault_spec(args.faults)
+
+    async def main() -> None:
+        async with connect_upstream(args.upstream) as client:
+            server = await ProxyServer.create(
+                client, plan, upstream=args.upstream, seed=args.seed, trace_dir=args.trace_dir
+            )
+            if args.transport == "stdio":
+                await serve_stdio(server)
+            else:
+                print(f"proxying {args.upstream} at http://{args.host}:{args.port}/mcp", file=sys.stderr)
+                await serve_http(server, args.host, args.port)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(main)
     return 0
 
 
@@ -189,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
-    handlers = {"serve": _serve, "run": _run, "score": _score}
+    handlers = {"serve": _serve, "proxy": _proxy, "run": _run, "score": _score}
     try:
         if args.command == "tasks":
             return _tasks_list(args)

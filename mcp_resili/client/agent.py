@@ -109,6 +109,9 @@ async def call_tool(
         event = event_from_dict(raw_event) if raw_event is not None else _observed(episode, call, result, seq)
     except ValidationError:
         event = _observed(episode, call, result, seq)
+    if call.name == FINISH_TOOL and not isinstance(event, FinishEvent):
+        # e.g. behind a proxy, whose event is a plain tool call: the signal is what counts.
+        event = _observed(episode, call, result, seq)
     return ToolResult(call.id, call.name, text, bool(result.is_error), result.structured_content), event
 
 

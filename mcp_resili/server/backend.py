@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from mcp_resili.faults import ToolOutcome
@@ -17,8 +17,14 @@ class ToolBackend(Protocol):
         """The tools this backend serves."""
         ...
 
-    async def run(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome:
-        """Run the tool."""
+    async def run(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        state: ToolState,
+        meta: Mapping[str, Any] | None = None,
+    ) -> ToolOutcome:
+        """Run the tool; ``meta`` is the request's ``_meta`` (a proxy forwards it)."""
         ...
 
 
@@ -33,7 +39,13 @@ class SimulatedBackend:
         """The library's specs."""
         return self.library.specs
 
-    async def run(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome:
+    async def run(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        state: ToolState,
+        meta: Mapping[str, Any] | None = None,
+    ) -> ToolOutcome:
         """Simulate the call; declared failures become error outcomes."""
         try:
             return ToolOutcome(structured=self.library.simulate(spec.name, arguments, state))

@@ -114,13 +114,24 @@ class CallPipeline:
 
     async def call(self, episode: Episode, tool: str, arguments: Mapping[str, Any] | None) -> ToolCallEvent:
         """Handle one ``tools/call`` and return the recorded event."""
+        event, _ = await self.call_with_outcome(episode, tool, arguments)
+        return event
+
+    async def call_with_outcome(
+        self,
+        episode: Episode,
+        tool: str,
+        arguments: Mapping[str, Any] | None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> tuple[ToolCallEvent, ToolOutcome | None]:
+        """Like `call`, also returning the outcome the agent sees (None if the call was rejected)."""
         async with episode.lock:
-            event = await self._call(episode, tool, dict(arguments or {}))
+            event, outcome = await self._call(episode, tool, dict(arguments or {}), meta)
             delay = event.fault.delay_seconds if event.fault is not None else 0.0
             if delay > 0 and self.time_scale > 0:
                 await anyio.sleep(delay * self.time_scale)
             self.recorder.record(episode, event)
-            return event
+            return event, outcome
 
     async def finish(self, episode: Episode, status: str, summary: str) -> FinishEvent:
         """Record the agent's explicit completion signal."""
@@ -134,8 +145,10 @@ class CallPipeline:
             self.recorder.record(episode, event)
             return event
 
-    async def _call(self, episode: Episode, tool: str, arguments: dict[str, Any]) -> ToolCallEvent:
-        def rejected(code: str, message: str, **extra: Any) -> ToolCallEvent:
+    async def _call(
+        self, episode: Episode, tool: str, arguments: dict[str, Any], meta: Mapping[str, Any] | None
+    ) -> tuple[ToolCallEvent, ToolOutcome | None]:
+        def rejected(code: str, message: str, **extra: Any) -> tuple[ToolCallEvent, None]:
             return ToolCallEvent(
                 episode=episode.id,
                 seq=episode.next_seq(),
@@ -145,7 +158,7 @@ class CallPipeline:
                 error_code=code,
                 result={"code": code, "message": message},
                 **extra,
-            )
+            ), None
 
         # 1. validate
         spec = self.specs.get(tool)
@@ -188,12 +201,12 @@ class CallPipeline:
         # 4. run tool (unless a request-side fault stops it)
         outcome: ToolOutcome | None = None
         if injector.runs_tool(decision.fault):
-            outcome = await self.backend.run(spec, arguments, episode.tool_state)
+            outcome = await self.backend.run(spec, arguments, episode.tool_state, meta)
         # 5. apply fault
         final = injector.apply(decision.fault, outcome, context)
         # 6. record
         episode.history.append(CallOutcome(tool, not final.is_error))
-        return ToolCallEvent(
+        event = ToolCallEvent(
             episode=episode.id,
             seq=episode.next_seq(),
             tool=tool,
@@ -207,6 +220,7 @@ class CallPipeline:
             if not final.is_error
             else {"code": final.error_code, "message": final.message, **final.details},
         )
+        return event, final
 
 
 def result_text(event: ToolCallEvent) -> str:

@@ -1,27 +1,36 @@
-"""Run a `ResiliServer` over stdio or Streamable HTTP."""
+"""Run an MCP server of ours (a suite server or the proxy) over stdio or Streamable HTTP."""
 
 from __future__ import annotations
 
 import logging
 import socket
+from typing import Any, Protocol
 
 import anyio
 import uvicorn
+from mcp.server import Server
 from mcp.server.stdio import stdio_server
-
-from mcp_resili.server.app import ResiliServer
 
 logger = logging.getLogger(__name__)
 
 
-async def serve_stdio(server: ResiliServer) -> None:
+class Serves(Protocol):
+    """Anything that holds a lowlevel MCP server (our suite server, the proxy)."""
+
+    @property
+    def mcp(self) -> Server[Any]:
+        """The MCP server to expose."""
+        ...
+
+
+async def serve_stdio(server: Serves) -> None:
     """Serve one client over stdin/stdout until it disconnects. Never writes anything else to stdout."""
     async with stdio_server() as (read, write):
         await server.mcp.run(read, write, server.mcp.create_initialization_options())
 
 
 async def serve_http(
-    server: ResiliServer,
+    server: Serves,
     host: str = "127.0.0.1",
     port: int = 8765,
     *,

@@ -16,8 +16,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from mcp_resili import __version__
+from mcp_resili.check.report import CheckReport
 from mcp_resili.client.providers import UnknownModelError
 from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, RunConfigError, execute
+from mcp_resili.clients import CLIENTS, ClientConfigError, render_config, server_entry, write_config
 from mcp_resili.faults import FaultSpecError, parse_fault_spec
 from mcp_resili.proxy.upstream import UpstreamError
 from mcp_resili.report import summarize, summary_table
@@ -34,6 +36,7 @@ USER_ERRORS = (
     UnknownModelError,
     TraceError,
     UpstreamError,
+    ClientConfigError,
 )
 
 
@@ -86,6 +89,24 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument("--port", type=int, default=8766)
     proxy.add_argument("--trace-dir", type=Path, help="write one JSONL trace per episode here")
 
+    check = sub.add_parser("check", help="contract-test any MCP server's tools (for CI)")
+    check.add_argument(
+        "--server", help="'CMD ARGS' (stdio) or http(s)://HOST:PORT/mcp; default: our own server"
+    )
+    check.add_argument("--call", action="store_true", help="also call every tool with sample arguments")
+    check.add_argument("--strict", action="store_true", help="fail on warnings too")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument("--verbose", action="store_true", help="also show notes (e.g. OpenAI strict mode)")
+
+    config = sub.add_parser("config", help="print (or write) an MCP client configuration for serve or proxy")
+    config.add_argument("client", choices=sorted(CLIENTS))
+    config.add_argument("--name", default="mcp-resili", help="the server's name in the client")
+    config.add_argument("--upstream", help="configure `proxy --upstream UPSTREAM` instead of `serve`")
+    config.add_argument("--faults", help="fault SPEC for the server")
+    config.add_argument("--trace-dir", type=Path, help="where the server writes traces")
+    config.add_argument("--write", action="store_true", help="merge it into the client's config file")
+    config.add_argument("--path", type=Path, help="config file to write (default: the client's usual one)")
+
     tasks = sub.add_parser("tasks", help="inspect tasks")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
     listing = tasks_sub.add_parser("list", help="list a suite's tasks")
@@ -135,6 +156,31 @@ def _proxy(args: argparse.Namespace) -> int:
 
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(main)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from mcp_resili.check import check_server
+    from mcp_resili.proxy import connect_upstream
+
+    target = args.server or f"{sys.executable} -m mcp_resili serve --faults none"
+
+    async def main() -> CheckReport:
+        async with connect_upstream(target) as client:
+            return await check_server(client, target, call_tools=args.call)
+
+    report = anyio.run(main)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.render(verbose=args.verbose))
+    return 0 if report.ok(strict=args.strict) else 1
+
+
+def _config(args: argparse.Namespace) -> int:
+    entry = server_entry(upstream=args.upstream, faults=args.faults, trace_dir=args.trace_dir)
+    if not args.write:
+        print(json.dumps(render_config(args.client, args.name, entry), indent=2))
+        return 0
+    path = write_config(args.client, args.name, entry, args.path)
+    print(f"wrote server {args.name!r} into {path}", file=sys.stderr)
     return 0
 
 
@@ -223,7 +269,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
-    handlers = {"serve": _serve, "proxy": _proxy, "run": _run, "score": _score}
+    handlers = {
+        "serve": _serve,
+        "proxy": _proxy,
+        "run": _run,
+        "score": _score,
+        "check": _check,
+        "config": _config,
+    }
     try:
         if args.command == "tasks":
             return _tasks_list(args)

@@ -13,9 +13,17 @@ from mcp.shared.exceptions import MCPError
 import mcp_resili
 from mcp_resili import META_EVENT
 from mcp_resili.faults import FaultPlan
+from mcp_resili.registry import ToolSpec
 from mcp_resili.server.backend import SimulatedBackend
 from mcp_resili.server.episodes import EpisodeRequest, EpisodeTable, episode_request
-from mcp_resili.server.pipeline import CallPipeline, Episode, TraceRecorder, result_text
+from mcp_resili.server.pipeline import (
+    DEPENDENCY_NOT_MET,
+    INVALID_ARGUMENTS,
+    CallPipeline,
+    Episode,
+    TraceRecorder,
+    result_text,
+)
 from mcp_resili.suites import Suite, UnknownTaskError
 from mcp_resili.trace import TraceHeader, event_to_dict
 
@@ -101,6 +109,15 @@ class ResiliServer:
 
     # --- MCP handlers ----------------------------------------------------------------------------
 
+    def _declared_errors(self, spec: ToolSpec) -> list[str]:
+        """The tool's own error codes plus those the pipeline may answer with for it."""
+        codes = [*spec.error_codes]
+        if INVALID_ARGUMENTS not in codes:
+            codes.append(INVALID_ARGUMENTS)
+        if spec.dependencies and self.suite.enforce_dependencies:
+            codes.append(DEPENDENCY_NOT_MET)
+        return codes
+
     def _tool(self, name: str) -> types.Tool:
         spec = self.suite.library.spec(name)
         return types.Tool(
@@ -110,7 +127,7 @@ class ResiliServer:
             output_schema=spec.output_schema,
             annotations=types.ToolAnnotations(read_only_hint=spec.access == "read"),
             _meta={
-                "mcp-resili/errors": list(spec.error_codes),
+                "mcp-resili/errors": self._declared_errors(spec),
                 "mcp-resili/dependencies": list(spec.dependencies),
             },
         )

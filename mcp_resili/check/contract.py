@@ -10,6 +10,7 @@ import jsonschema
 import mcp_types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from mcp_resili.check.report import CheckReport, Finding, Severity
 from mcp_resili.check.schema import check_tool_schemas
@@ -63,6 +64,14 @@ async def _paginate(
             report.findings.append(
                 Finding("error", f"{method}", f"{method} failed: {exc.code} {exc.error.message}")
             )
+            return items
+        except ValidationError as exc:
+            for error in exc.errors():
+                where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"]).lstrip(".")
+                message = (
+                    f"the response breaks the MCP schema at {where}: {error['msg']} (got {error['input']!r})"
+                )
+                report.findings.append(Finding("error", f"{method}-schema", message))
             return items
         items.extend(page)
         if not cursor:

@@ -7,37 +7,15 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import anyio
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from mcp_resili import __version__
-from mcp_resili.check.report import CheckReport
-from mcp_resili.client.providers import UnknownModelError
-from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, RunConfigError, execute
-from mcp_resili.clients import CLIENTS, ClientConfigError, render_config, server_entry, write_config
-from mcp_resili.faults import FaultSpecError, parse_fault_spec
-from mcp_resili.proxy.upstream import UpstreamError
-from mcp_resili.report import summarize, summary_table
-from mcp_resili.store import DEFAULT_DB
-from mcp_resili.suites import DEFAULT_SUITE, UnknownSuiteError, UnknownTaskError, get_suite, suite_names
-from mcp_resili.trace import Trace, TraceError
-
-#: Errors that mean "the user asked for something that cannot work": exit 2 with the message.
-USER_ERRORS = (
-    FaultSpecError,
-    RunConfigError,
-    UnknownTaskError,
-    UnknownSuiteError,
-    UnknownModelError,
-    TraceError,
-    UpstreamError,
-    ClientConfigError,
-)
+from mcp_resili.clients import CLIENTS
+from mcp_resili.errors import UserError
+from mcp_resili.suites import DEFAULT_SUITE, suite_names
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         dest="models",
         metavar="SPEC",
-        help=f"repeatable; default: {' '.join(DEFAULT_MODELS)}",
+        help="repeatable; default: scripted:oracle scripted:naive",
     )
     run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
     run.add_argument("--variant", default="baseline", help="prompt variant")
@@ -77,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--server", help="'CMD ARGS' (stdio) or http://HOST:PORT/mcp; default: in-process")
-    run.add_argument("--db", type=Path, default=DEFAULT_DB)
+    run.add_argument("--db", type=Path, default=Path("mcp-resili.db"))
     run.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
 
     proxy = sub.add_parser("proxy", help="put the fault pipeline in front of any MCP server")
@@ -119,9 +97,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _announce(what: str) -> Callable[[str], None]:
+    return lambda url: print(f"{what} at {url}", file=sys.stderr, flush=True)
+
+
 def _serve(args: argparse.Namespace) -> int:
+    from mcp_resili.faults import parse_fault_spec
     from mcp_resili.server.app import ResiliServer
     from mcp_resili.server.transports import serve_http, serve_stdio
+    from mcp_resili.suites import get_suite
 
     suite = get_suite(args.suite)
     plan = parse_fault_spec(args.faults or suite.default_faults)
@@ -130,14 +114,14 @@ def _serve(args: argparse.Namespace) -> int:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)
         else:
-            print(f"serving MCP at http://{args.host}:{args.port}/mcp", file=sys.stderr)
-            anyio.run(lambda: serve_http(server, args.host, args.port))
+            anyio.run(lambda: serve_http(server, args.host, args.port, on_started=_announce("serving MCP")))
     except KeyboardInterrupt:
         pass
     return 0
 
 
 def _proxy(args: argparse.Namespace) -> int:
+    from mcp_resili.faults import parse_fault_spec
     from mcp_resili.proxy import ProxyServer, connect_upstream
     from mcp_resili.server.transports import serve_http, serve_stdio
 
@@ -151,8 +135,9 @@ def _proxy(args: argparse.Namespace) -> int:
             if args.transport == "stdio":
                 await serve_stdio(server)
             else:
-                print(f"proxying {args.upstream} at http://{args.host}:{args.port}/mcp", file=sys.stderr)
-                await serve_http(server, args.host, args.port)
+                await serve_http(
+                    server, args.host, args.port, on_started=_announce(f"proxying {args.upstream}")
+                )
 
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(main)
@@ -161,6 +146,7 @@ def _proxy(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from mcp_resili.check import check_server
+    from mcp_resili.check.report import CheckReport
     from mcp_resili.proxy import connect_upstream
 
     target = args.server or f"{sys.executable} -m mcp_resili serve --faults none"
@@ -175,6 +161,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> int:
+    from mcp_resili.clients import render_config, server_entry, write_config
+
     entry = server_entry(upstream=args.upstream, faults=args.faults, trace_dir=args.trace_dir)
     if not args.write:
         print(json.dumps(render_config(args.client, args.name, entry), indent=2))
@@ -185,6 +173,13 @@ def _config(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, execute
+    from mcp_resili.report import summarize, summary_table
+
     config = RunConfig(
         suite=args.suite,
         models=tuple(args.models or DEFAULT_MODELS),
@@ -238,6 +233,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _tasks_list(args: argparse.Namespace) -> int:
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from mcp_resili.suites import get_suite
+
     suite = get_suite(args.suite)
     if args.json:
         json.dump([t.model_dump(mode="json") for t in suite.tasks], sys.stdout)
@@ -253,6 +254,9 @@ def _tasks_list(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
+    from mcp_resili.suites import UnknownTaskError, get_suite
+    from mcp_resili.trace import Trace
+
     trace = Trace.read(args.trace)
     suite = get_suite(trace.header.suite)
     task_id = args.task or trace.header.task
@@ -281,7 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "tasks":
             return _tasks_list(args)
         return handlers[args.command](args)
-    except USER_ERRORS as exc:
+    except UserError as exc:
+        print(f"mcp-resili: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. a port already in use
         print(f"mcp-resili: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mcp_resili.errors import UserError
+
 #: Each client's top-level key for servers and its usual config file.
 CLIENTS: dict[str, str] = {
     "claude-desktop": "mcpServers",
@@ -18,7 +20,7 @@ CLIENTS: dict[str, str] = {
 }
 
 
-class ClientConfigError(ValueError):
+class ClientConfigError(UserError):
     """A client config file that cannot be read or merged."""
 
 

@@ -16,6 +16,7 @@ from mcp import Client, StdioServerParameters
 
 from mcp_resili.client.agent import EpisodeSpec, play_episode
 from mcp_resili.client.providers import create_model
+from mcp_resili.errors import UserError
 from mcp_resili.faults import parse_fault_spec, plan_to_dict
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.store import DEFAULT_DB, EpisodeRow, Store
@@ -27,7 +28,7 @@ DEFAULT_MODELS = ("scripted:oracle", "scripted:naive")
 EXTERNAL_FAULTS = "server"
 
 
-class RunConfigError(ValueError):
+class RunConfigError(UserError):
     """A run configuration that cannot work; raised before anything starts."""
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from mcp_resili.errors import UserError
 from mcp_resili.faults.plans import FaultPlan
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rules import NoFaults
@@ -22,7 +23,7 @@ from mcp_resili.faults.rules import NoFaults
 _PLAN_ADAPTER: TypeAdapter[FaultPlan] = TypeAdapter(FaultPlan)
 
 
-class FaultSpecError(ValueError):
+class FaultSpecError(UserError):
     """A fault SPEC or fault file that cannot be used; the message says what and where."""
 
 

@@ -11,13 +11,14 @@ from typing import Any
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 
+from mcp_resili.errors import UserError
 from mcp_resili.faults import ToolOutcome
 from mcp_resili.registry import ToolSpec, ToolState
 
 UPSTREAM_ERROR = "UPSTREAM_ERROR"
 
 
-class UpstreamError(ValueError):
+class UpstreamError(UserError):
     """An upstream target that cannot be used (empty command, ...)."""
 
 

@@ -157,15 +157,12 @@ class ResiliServer:
     async def _finish(self, episode: Episode, arguments: dict[str, Any]) -> types.CallToolResult:
         status, summary = arguments.get("status"), arguments.get("summary", "")
         if status not in ("completed", "aborted") or not isinstance(summary, str):
+            message = "finish needs status 'completed' or 'aborted' and a string summary"
+            rejected = await self.pipeline.reject(episode, FINISH_TOOL, arguments, message)
             return types.CallToolResult(
-                content=[
-                    types.TextContent(
-                        type="text",
-                        text="Error INVALID_INPUT: finish needs status 'completed' or 'aborted' "
-                        "and a string summary",
-                    )
-                ],
+                content=[types.TextContent(type="text", text=result_text(rejected))],
                 is_error=True,
+                _meta={META_EVENT: event_to_dict(rejected)},
             )
         event = await self.pipeline.finish(episode, status, summary)
         return types.CallToolResult(

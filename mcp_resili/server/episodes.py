@@ -38,10 +38,13 @@ def episode_request(ctx: ServerRequestContext[Any]) -> EpisodeRequest:
     if isinstance(raw, str) and raw:
         return EpisodeRequest(id=raw)
     if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-        seed = raw.get("seed")
-        if seed is not None and not isinstance(seed, int):
+        seed, task, fault_key = raw.get("seed"), raw.get("task"), raw.get("fault_key")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE}.seed must be an integer, got {seed!r}")
-        return EpisodeRequest(id=raw["id"], task=raw.get("task"), fault_key=raw.get("fault_key"), seed=seed)
+        for name, value in (("task", task), ("fault_key", fault_key)):
+            if value is not None and not isinstance(value, str):
+                raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE}.{name} must be a string, got {value!r}")
+        return EpisodeRequest(id=raw["id"], task=task, fault_key=fault_key, seed=seed)
     if raw is not None:
         raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE} must be a string or an object with an 'id'")
     headers = getattr(ctx.request, "headers", None)

@@ -75,11 +75,11 @@ class TraceRecorder:
         path = self.path(episode)
         if path is None:
             return
+        lines = [] if episode.header_written else [self._header(episode).model_dump_json()]
+        lines.append(dump_event(event))
         with path.open("a", encoding="utf-8") as out:
-            if not episode.header_written:
-                out.write(self._header(episode).model_dump_json() + "\n")
-                episode.header_written = True
-            out.write(dump_event(event) + "\n")
+            out.write("\n".join(lines) + "\n")
+        episode.header_written = True
 
 
 class CallPipeline:
@@ -132,6 +132,23 @@ class CallPipeline:
                 await anyio.sleep(delay * self.time_scale)
             self.recorder.record(episode, event)
             return event, outcome
+
+    async def reject(
+        self, episode: Episode, tool: str, arguments: dict[str, Any], message: str
+    ) -> ToolCallEvent:
+        """Record a call refused for invalid arguments outside the pipeline's tools (e.g. ``finish``)."""
+        async with episode.lock:
+            event = ToolCallEvent(
+                episode=episode.id,
+                seq=episode.next_seq(),
+                tool=tool,
+                arguments=arguments,
+                is_error=True,
+                error_code=INVALID_ARGUMENTS,
+                result={"code": INVALID_ARGUMENTS, "message": message},
+            )
+            self.recorder.record(episode, event)
+            return event
 
     async def finish(self, episode: Episode, status: str, summary: str) -> FinishEvent:
         """Record the agent's explicit completion signal."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import anyio
@@ -35,22 +36,26 @@ async def serve_http(
     port: int = 8765,
     *,
     sock: socket.socket | None = None,
-    started: anyio.Event | None = None,
+    on_started: Callable[[str], None] | None = None,
 ) -> None:
     """Serve Streamable HTTP at ``http://HOST:PORT/mcp`` until cancelled.
 
-    Pass an already bound ``sock`` (e.g. port 0 in tests) to learn the port before serving;
-    ``started`` is set once the server accepts connections.
+    The socket is bound here (or passed in), so a busy port raises `OSError` before anything starts,
+    and ``on_started`` gets the real URL (port 0 binds a free port).
     """
+    if sock is None:
+        sock = socket.create_server((host, port))
+    bound_port = sock.getsockname()[1]
     app = server.mcp.streamable_http_app(streamable_http_path="/mcp", host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, host=host, port=bound_port, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(http.serve, [sock] if sock is not None else None)
-        while not http.started:
+        tg.start_soon(http.serve, [sock])
+        while not http.started:  # uvicorn offers no event to await
             await anyio.sleep(0.01)
             if http.should_exit:
-                raise OSError(f"could not start the HTTP server on {host}:{port}")
-        logger.info("serving MCP at http://%s:%d/mcp", host, port if sock is None else sock.getsockname()[1])
-        if started is not None:
-            started.set()
+                raise OSError(f"the HTTP server on {host}:{bound_port} did not start")
+        url = f"http://{host}:{bound_port}/mcp"
+        logger.info("serving MCP at %s", url)
+        if on_started is not None:
+            on_started(url)

@@ -11,20 +11,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 
+from mcp_resili.errors import UserError
 from mcp_resili.registry import ToolLibrary
 from mcp_resili.scoring.model import Score
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace.model import Trace
 
 
-class UnknownTaskError(KeyError):
+class UnknownTaskError(UserError, KeyError):
     """A task id the suite does not have; the message suggests close matches."""
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-class UnknownSuiteError(KeyError):
+class UnknownSuiteError(UserError, KeyError):
     """A suite name that is not registered."""
 
     def __str__(self) -> str:

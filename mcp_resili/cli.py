@@ -16,7 +16,7 @@ from rich.table import Table
 
 from mcp_resili import __version__
 from mcp_resili.client.providers import UnknownModelError
-from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, RunConfigError, execute
+from mcp_resili.client.runner import ARCHITECTURES, DEFAULT_MODELS, RunConfig, RunConfigError, execute
 from mcp_resili.faults import FaultSpecError, parse_fault_spec
 from mcp_resili.report import summarize, summary_table
 from mcp_resili.store import DEFAULT_DB
@@ -46,13 +46,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--suite", default=DEFAULT_SUITE, help=f"one of: {', '.join(suite_names())}")
     serve.add_argument("--task", help="task bound to episodes that do not name one (e.g. a person's session)")
     serve.add_argument(
-        "--faults", help="none | resilibench[:key=value,...] | PATH.toml|.json (default: suite's)"
+        "--faults",
+        help="none | resilibench[:key=value,...] | lambda=0.0|0.1|0.2|0.3 | PATH.toml|.json "
+        "(default: the suite's)",
     )
     serve.add_argument("--seed", type=int, default=0, help="fault seed for episodes that do not send one")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--trace-dir", type=Path, help="write one JSONL trace per episode here")
+    serve.add_argument("--time-scale", type=float, default=1.0, help="multiply injected delays; 0 = none")
 
     run = sub.add_parser("run", help="play agents against the server and score them (offline by default)")
     run.add_argument("--suite", default=DEFAULT_SUITE)
@@ -65,6 +68,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
     run.add_argument("--variant", default="baseline", help="prompt variant")
+    run.add_argument(
+        "--perturb",
+        action="append",
+        metavar="VARIANT",
+        help="repeatable; prompt variants to sweep, e.g. eps=0 eps=0.1 (reliabilitybench); "
+        "overrides --variant",
+    )
+    run.add_argument(
+        "--architecture",
+        choices=ARCHITECTURES,
+        default="react",
+        help="agent loop: react, or reflexion (a reflection prompt after each failed tool call)",
+    )
+    run.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply injected delays (latency faults) of the in-process server; 0 = no waiting",
+    )
     run.add_argument("--trials", type=int, default=3)
     run.add_argument("--limit", type=int, help="use the first N tasks")
     run.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable; run only these")
@@ -92,7 +114,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     suite = get_suite(args.suite)
     plan = parse_fault_spec(args.faults or suite.default_faults)
-    server = ResiliServer(suite, plan, seed=args.seed, task=args.task, trace_dir=args.trace_dir)
+    server = ResiliServer(
+        suite, plan, seed=args.seed, task=args.task, trace_dir=args.trace_dir, time_scale=args.time_scale
+    )
     try:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)
@@ -117,6 +141,9 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         server=args.server,
         db=args.db,
+        perturb=tuple(args.perturb or ()),
+        architecture=args.architecture,
+        time_scale=args.time_scale,
     )
     err = Console(stderr=True)
     progress = Progress(
@@ -138,14 +165,19 @@ def _run(args: argparse.Namespace) -> int:
             )
         )
     summaries = summarize(result.rows)
+    suite = get_suite(config.suite)
     if args.json:
         payload = {
             "run_id": result.run_id,
             "suite": config.suite,
             "seed": config.seed,
             "db": str(config.db),
+            "architecture": config.architecture,
             "groups": [s.to_dict() for s in summaries],
         }
+        suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
+        if suite_summary is not None:
+            payload["suite_summary"] = suite_summary
         print(json.dumps(payload, indent=2))
     else:
         out = Console()

@@ -81,6 +81,7 @@ class ResiliServer:
             enforce_dependencies=suite.enforce_dependencies,
             recorder=self.recorder,
             time_scale=time_scale,
+            initial_state=suite.initial_state,
         )
         self._episodes: OrderedDict[str, Episode] = OrderedDict()
         self._tools = [self._tool(spec.name) for spec in suite.library] + [_FINISH_SPEC]

@@ -47,6 +47,8 @@ class Episode:
     #: Private scratch space of the fault plan (armed groups, cascades...), per episode.
     fault_state: dict[str, Any] = field(default_factory=dict)
     header_written: bool = False
+    #: Whether ``tool_state`` was seeded from the suite's initial state (on the first call).
+    state_ready: bool = False
 
     def next_seq(self) -> int:
         """The sequence number of the next recorded event."""
@@ -93,8 +95,11 @@ class CallPipeline:
         enforce_dependencies: bool,
         recorder: TraceRecorder,
         time_scale: float = 1.0,
+        initial_state: Callable[[Task | None], dict[str, Any]] | None = None,
     ) -> None:
         self.library = library
+        #: The tool state an episode starts from (seeded lazily: the task may be bound after creation).
+        self.initial_state = initial_state
         self.plan = plan
         self.plan_dict = plan_to_dict(plan)
         self.enforce_dependencies = enforce_dependencies
@@ -142,6 +147,10 @@ class CallPipeline:
                 **extra,
             )
 
+        if not episode.state_ready:
+            episode.state_ready = True
+            if self.initial_state is not None:
+                episode.tool_state.update(self.initial_state(episode.task))
         # 1. validate
         if tool not in self.library:
             known = ", ".join(sorted(self.library.by_name))

@@ -166,6 +166,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     summaries = summarize(result.rows)
     suite = get_suite(config.suite)
+    suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
     if args.json:
         payload = {
             "run_id": result.run_id,
@@ -175,7 +176,6 @@ def _run(args: argparse.Namespace) -> int:
             "architecture": config.architecture,
             "groups": [s.to_dict() for s in summaries],
         }
-        suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
         if suite_summary is not None:
             payload["suite_summary"] = suite_summary
         print(json.dumps(payload, indent=2))
@@ -184,6 +184,8 @@ def _run(args: argparse.Namespace) -> int:
         if not out.is_terminal:
             out = Console(width=140)
         out.print(summary_table(result.run_id, summaries))
+        if suite_summary is not None and suite.summary_table is not None:
+            out.print(suite.summary_table(suite_summary))
         sys.stdout.flush()
         err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     return 0

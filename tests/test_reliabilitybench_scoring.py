@@ -4,7 +4,7 @@ import pytest
 
 from mcp_resili.faults import ErrorFault, FaultRule, NoFaults, RuleFaults
 from mcp_resili.faults.chaos import HardRateLimit, SchemaDrift, TransientTimeout
-from mcp_resili.report.reliabilitybench import fault_level, perturbation_level, summarize
+from mcp_resili.report.reliabilitybench import fault_level, passk_table, perturbation_level, summarize
 from mcp_resili.scoring.passk import TaskTrials, gradients, pass_hat_k, pass_k, volume
 from mcp_resili.server.app import EpisodeRequest, ResiliServer
 from mcp_resili.store import EpisodeRow
@@ -117,6 +117,18 @@ def test_surface_volume_and_gradients_on_a_hand_computed_grid():
     assert surface["gradients"]["eps_per_0.1"] == 0.0
     assert surface["gradients"]["k_per_trial"] == pytest.approx((0 + (0.5 - 0.75)) / 2)
     assert "mean of R" in surface["volume_normalisation"]
+
+
+def test_terminal_table_shows_pass_k_flags_and_volume():
+    from rich.console import Console
+
+    rows = [row("a", 0, "full"), row("a", 1, None), row("b", 0, "full"), row("b", 1, "failure")]
+    console = Console(record=True, width=160)
+    console.print(passk_table(summarize(rows)))
+    text = console.export_text()
+    assert (
+        "pass^2" in text and "0.000 (1⚑)" in text and "normalised surface volume: m: 0.375" in text
+    )  # (0.75 + 0) / 2
 
 
 def test_gradients_and_volume_of_an_empty_surface_are_none():

@@ -17,6 +17,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from rich.table import Table
+
 from mcp_resili.scoring.passk import TaskTrials, gradients, pass_k, volume
 from mcp_resili.store import EpisodeRow
 
@@ -129,3 +131,28 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
         },
         "off_surface": off_surface,
     }
+
+
+def passk_table(summary: dict[str, Any]) -> Table:
+    """pass^k per cell and the surface volume per model, for the terminal."""
+    cells = summary["cells"]
+    k_max = max((len(c["pass_k"]) for c in cells), default=0)
+    table = Table(title="ReliabilityBench pass^k (flagged: tasks with fewer than k valid trials)")
+    for name in ("model", "faults", "variant", "tasks", "infra errors"):
+        table.add_column(name, justify="left" if name in ("model", "faults", "variant") else "right")
+    for k in range(1, k_max + 1):
+        table.add_column(f"pass^{k}", justify="right")
+    for c in cells:
+        values = [
+            "—"
+            if p["value"] is None
+            else f"{p['value']:.3f}" + (f" ({len(p['flagged_tasks'])}⚑)" if p["flagged_tasks"] else "")
+            for p in c["pass_k"]
+        ]
+        table.add_row(
+            c["model"], c["faults"], c["variant"], str(c["tasks"]), str(c["infrastructure_errors"]), *values
+        )
+    volumes = ", ".join(f"{m}: {s['volume']}" for m, s in summary["surface"].items())
+    if volumes:
+        table.caption = f"normalised surface volume: {volumes}"
+    return table

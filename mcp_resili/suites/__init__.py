@@ -52,6 +52,8 @@ class Suite:
     summarize: Callable[[Sequence[EpisodeRow]], dict[str, Any] | None] | None = field(
         default=None, repr=False
     )
+    #: Terminal rendering (a rich renderable) of ``summarize``'s result, for runs without ``--json``.
+    summary_table: Callable[[dict[str, Any]], Any] | None = field(default=None, repr=False)
 
     @cached_property
     def tasks(self) -> tuple[Task, ...]:

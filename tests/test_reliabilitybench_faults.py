@@ -86,6 +86,19 @@ def test_lambda_draws_match_rate_and_weights_closely_over_many_calls(level):
         )
 
 
+def test_only_ablation_keeps_the_rate_and_injects_one_fault_type():
+    plan = parse_fault_spec("lambda=0.3,only=SoftRateLimit")
+    assert plan.rate == 0.275 and plan.weights == {"SoftRateLimit": 1.0}
+    spec = SUITE.library.spec("check_calendar")
+    faults = {
+        type(plan.decide(CallContext("e", spec, n, ()), derive_rng(0, "e", spec.name, n)).fault)
+        for n in range(400)
+    }
+    assert faults == {SoftRateLimit, type(None)}
+    with pytest.raises(FaultSpecError, match="only=Gremlins"):
+        parse_fault_spec("lambda=0.3,only=Gremlins")
+
+
 def test_profiles_are_the_appendix_b_numbers():
     assert {lv: p.rate for lv, p in LAMBDA_PROFILES.items()} == {0.0: 0.0, 0.1: 0.075, 0.2: 0.175, 0.3: 0.275}
     assert LAMBDA_PROFILES[0.3].weights["CascadingFailure"] == 0.2

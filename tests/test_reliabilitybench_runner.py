@@ -47,6 +47,10 @@ async def test_oracle_is_more_reliable_than_naive_under_heavy_chaos(tmp_path):
     assert recovery["faults_met"] > 0 and 0 < recovery["recovered"] <= recovery["faults_met"]
     naive_recovery = next(c["recovery"] for c in summary["cells"] if c["model"] == "scripted:naive")
     assert naive_recovery["recovered"] == 0  # it never retries
+    domains = next(c["by_domain"] for c in summary["cells"] if c["model"] == "scripted:oracle")
+    assert set(domains) == {t.metadata["domain"] for t in SUITE.tasks[:40]} == {"scheduling", "travel"}
+    assert sum(d["tasks"] for d in domains.values()) == 40
+    assert all(d["mean_tool_calls"] >= 1 for d in domains.values())
 
 
 @dataclass

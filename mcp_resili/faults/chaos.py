@@ -356,16 +356,30 @@ LAMBDA_PROFILES: dict[float, ChaosFaults] = {
 
 
 def lambda_profile(text: str) -> ChaosFaults:
-    """The profile for ``text`` (``"0.2"``, ``".2"``), or ValueError listing the levels."""
+    """The profile for ``text``: ``0.2``, or ``0.2,only=SoftRateLimit`` for a one-type ablation.
+
+    ``only=NAME`` keeps the level's rate and injects only that fault type (the paper's §5.6
+    ablation). Raises ValueError naming the bad value and the choices.
+    """
+    level_text, _, option = text.partition(",")
     try:
-        level = round(float(text), 6)
+        level = round(float(level_text), 6)
     except ValueError:
         level = -1.0
     profile = LAMBDA_PROFILES.get(level)
     if profile is None:
         choices = "|".join(f"{lv:g}" if lv else "0.0" for lv in LAMBDA_PROFILES)
-        raise ValueError(f"unknown fault level lambda={text!r}; use lambda={choices}")
-    return profile
+        raise ValueError(f"unknown fault level lambda={level_text!r}; use lambda={choices}")
+    if not option:
+        return profile
+    key, _, name = option.partition("=")
+    if key.strip() != "only" or name.strip() not in FAULT_TYPES:
+        raise ValueError(
+            f"unknown option {option!r}; use only=NAME with NAME one of {', '.join(FAULT_TYPES)}"
+        )
+    if profile.rate == 0:
+        raise ValueError("lambda=0.0 injects nothing; an only= ablation needs a positive level")
+    return profile.model_copy(update={"weights": {name.strip(): 1.0}})
 
 
 #: The fault type of each paper name, by our ``type`` tag (for counting faults in traces).

@@ -1,6 +1,7 @@
 """The ReliabilityBench summary of stored episodes: pass^k per cell, the surface, recovery statistics.
 
-A cell is (model, fault spec, prompt variant). The λ of a fault spec is read from ``lambda=X``
+A cell is (model, fault spec, prompt variant); each cell also has pass^k and the mean number of
+tool calls per domain (the paper's Table 5). The λ of a fault spec is read from ``lambda=X``
 (``none`` is λ = 0); the ε of a variant from ``eps=X`` (``baseline`` is ε = 0). Cells with other
 specs or variants (e.g. ``mr=synonym``) get pass^k but stay off the surface, and are listed.
 
@@ -29,7 +30,10 @@ VOLUME_NORMALISATION = (
 
 
 def fault_level(spec: str) -> float | None:
-    """λ of a fault spec (``lambda=0.2`` → 0.2, ``none`` → 0.0), or None for other specs."""
+    """λ of a fault spec (``lambda=0.2`` → 0.2, ``none`` → 0.0), or None for other specs.
+
+    Ablations (``lambda=0.2,only=SoftRateLimit``) and fault files are not profiles: None.
+    """
     if spec == "none":
         return 0.0
     match = re.fullmatch(r"lambda[=:]([0-9.]+)", spec)
@@ -81,11 +85,39 @@ def _recovery(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
     }
 
 
+def _domains(rows: Sequence[EpisodeRow]) -> dict[str, str]:
+    """Task id → domain, read from the scores (an infrastructure-error trial has none)."""
+    found: dict[str, str] = {}
+    for row in rows:
+        domain = ((row.score or {}).get("components") or {}).get("domain")
+        if isinstance(domain, str):
+            found[row.task_id] = domain
+    return found
+
+
+def _by_domain(rows: Sequence[EpisodeRow], domains: dict[str, str]) -> dict[str, Any]:
+    groups: dict[str, list[EpisodeRow]] = {}
+    for row in rows:
+        groups.setdefault(domains.get(row.task_id, "unknown"), []).append(row)
+    out = {}
+    for domain, members in sorted(groups.items()):
+        trials = _trials(members)
+        k_max = max((t.valid + t.infrastructure_errors for t in trials), default=0)
+        calls = [int(r.score["components"]["tool_calls"]) for r in members if r.score is not None]
+        out[domain] = {
+            "tasks": len(trials),
+            "pass_k": [pass_k(trials, k).to_dict() for k in range(1, k_max + 1)],
+            "mean_tool_calls": round(sum(calls) / len(calls), 3) if calls else None,
+        }
+    return out
+
+
 def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
     """pass^k for k = 1..K in every cell, the surface and its volume per model, recovery statistics."""
     cells: dict[tuple[str, str, str], list[EpisodeRow]] = {}
     for row in rows:
         cells.setdefault((row.model, row.faults, row.variant), []).append(row)
+    domains = _domains(rows)
     table = []
     surfaces: dict[str, dict[tuple[int, float, float], float]] = {}
     off_surface = []
@@ -107,6 +139,7 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
                 "tasks_with_infrastructure_errors": [t.task_id for t in trials if t.infrastructure_errors],
                 "pass_k": [r.to_dict() for r in results],
                 "recovery": _recovery(members),
+                "by_domain": _by_domain(members, domains),
             }
         )
         if lam is None or eps is None:

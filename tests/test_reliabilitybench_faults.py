@@ -203,3 +203,21 @@ async def test_the_same_seed_gives_the_same_fault_ledger(tmp_path):
 
     assert ledger(a) == ledger(b)
     assert any(c.fault is not None for t in a for c in t.tool_calls)
+
+
+async def test_each_episode_starts_from_its_own_copy_of_the_tasks_initial_state():
+    server = ResiliServer(SUITE, parse_fault_spec("none"), seed=0)
+    async with Client(server.mcp) as client:
+        first = await client.call_tool("book_meeting", BOOK, meta=meta("one"))
+        second = await client.call_tool("book_meeting", BOOK, meta=meta("two"))  # a fresh calendar
+        again = await client.call_tool("book_meeting", BOOK, meta=meta("one"))
+        seeded = await client.call_tool("check_calendar", {"date": DATE}, meta=meta("three"))
+    assert not first.is_error and not second.is_error
+    assert again.is_error and "SLOT_TAKEN" in again.content[0].text
+    initial = TASK.metadata["initial_state"]["calendar"].get(DATE, {})
+    assert seeded.structured_content["meetings"] == [
+        {"time": t, "topic": initial[t]} for t in sorted(initial)
+    ]
+    assert (
+        DATE not in TASK.metadata["initial_state"]["calendar"] or TIME not in initial
+    )  # the task is unchanged

@@ -194,7 +194,13 @@ def _run(args: argparse.Namespace) -> int:
 def _tasks_list(args: argparse.Namespace) -> int:
     suite = get_suite(args.suite)
     if args.json:
-        json.dump([t.model_dump(mode="json") for t in suite.tasks], sys.stdout)
+        listing = []
+        for t in suite.tasks:
+            item = t.model_dump(mode="json")
+            if "domain" in t.metadata:  # suites with domains keep them in metadata; show them up front
+                item = {"domain": t.metadata["domain"], **item}
+            listing.append(item)
+        json.dump(listing, sys.stdout)
         sys.stdout.write("\n")
         return 0
     table = Table(title=f"{suite.name}: {len(suite.tasks)} tasks", title_justify="left")

@@ -52,6 +52,7 @@ def test_tasks_list_json_carries_each_tasks_domain(capsys):
     listed = json.loads(capsys.readouterr().out)
     assert len(listed) == len(TASKS)
     assert {t["metadata"]["domain"] for t in listed} == set(DOMAINS)
+    assert all(t["domain"] == t["metadata"]["domain"] for t in listed)
 
 
 def test_tools_carry_domain_and_read_write_access():

@@ -1,7 +1,11 @@
+import json
 import math
 
 import pytest
+from mcp import Client
 
+from mcp_resili import META_EPISODE
+from mcp_resili.cli import main
 from mcp_resili.faults import ErrorFault, FaultRule, NoFaults, RuleFaults
 from mcp_resili.faults.chaos import HardRateLimit, SchemaDrift, TransientTimeout
 from mcp_resili.report.reliabilitybench import fault_level, passk_table, perturbation_level, summarize
@@ -222,3 +226,15 @@ async def test_declared_tool_errors_change_nothing():
     )
     result = await play(task, gold_calls(task), plan)
     assert result.label == "failure" and result.components["executed_calls"] == 1
+
+
+async def test_a_trace_file_written_by_the_server_scores_from_the_cli(tmp_path, capsys):
+    task = task_of("travel_direct")
+    server = ResiliServer(SUITE, NoFaults(), seed=0, trace_dir=tmp_path, time_scale=0)
+    async with Client(server.mcp) as client:
+        for tool, arguments in gold_calls(task):
+            await client.call_tool(tool, arguments, meta={META_EPISODE: {"id": "person-1", "task": task.id}})
+    (path,) = tmp_path.glob("*.jsonl")
+    assert main(["score", str(path)]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["label"] == "full" and scored["components"]["executed_calls"] == 2

@@ -15,6 +15,7 @@ from mcp_resili.suites import get_suite
 from mcp_resili.tasks.reliabilitybench.generate import generate_task, solve
 from mcp_resili.tasks.reliabilitybench.model import details, expected
 from mcp_resili.tasks.reliabilitybench.perturb import (
+    DISTRACTORS,
     EPS_LEVELS,
     RELATIONS,
     UnknownPerturbationError,
@@ -149,3 +150,11 @@ def test_unknown_perturbations_are_rejected_naming_the_value(variant):
         relations_for(variant)
     with pytest.raises(ValueError, match=re.escape(variant)):
         SUITE.prompt(TASKS[0], variant)
+
+
+def test_distractors_never_mention_anything_a_task_could_ask_for():
+    words = {v.lower() for t in TASKS for v in details(t).request.slots.values()}
+    words |= {"headphones", "keyboard", "mouse", "monitor", "lamp", "meeting", "flight", "ticket", "order"}
+    for sentences in DISTRACTORS.values():
+        for sentence in sentences:
+            assert not set(re.findall(r"[a-z0-9-]+", sentence.lower())) & words, sentence

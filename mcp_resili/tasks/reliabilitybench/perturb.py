@@ -97,7 +97,7 @@ DISTRACTORS = {
         "Last week's outage report is already published, nothing to do there.",
     ),
     "ecommerce": (
-        "I saw a nice lamp on the homepage but I do not want it now.",
+        "I saw a nice sofa on the homepage but I do not want it now.",
         "Our warehouse is closed on Sundays, which is fine.",
         "The newsletter this week had a typo, nothing to do with this.",
     ),

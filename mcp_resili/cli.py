@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 
 from mcp_resili import __version__
+from mcp_resili.client.model import ARCHITECTURES
 from mcp_resili.clients import CLIENTS
 from mcp_resili.errors import UserError
 from mcp_resili.suites import DEFAULT_SUITE, suite_names
@@ -30,13 +31,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--suite", default=DEFAULT_SUITE, help=f"one of: {', '.join(suite_names())}")
     serve.add_argument("--task", help="task bound to episodes that do not name one (e.g. a person's session)")
     serve.add_argument(
-        "--faults", help="none | resilibench[:key=value,...] | PATH.toml|.json (default: suite's)"
+        "--faults",
+        help="none | resilibench[:key=value,...] | lambda=0.0|0.1|0.2|0.3 | PATH.toml|.json "
+        "(default: the suite's)",
     )
     serve.add_argument("--seed", type=int, default=0, help="fault seed for episodes that do not send one")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--trace-dir", type=Path, help="write one JSONL trace per episode here")
+    serve.add_argument("--time-scale", type=float, default=1.0, help="multiply injected delays; 0 = none")
 
     run = sub.add_parser("run", help="play agents against the server and score them (offline by default)")
     run.add_argument("--suite", default=DEFAULT_SUITE)
@@ -49,6 +53,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
     run.add_argument("--variant", default="baseline", help="prompt variant")
+    run.add_argument(
+        "--perturb",
+        action="append",
+        metavar="VARIANT",
+        help="repeatable; prompt variants to sweep, e.g. eps=0 eps=0.1 (reliabilitybench); "
+        "overrides --variant",
+    )
+    run.add_argument(
+        "--architecture",
+        choices=ARCHITECTURES,
+        default="react",
+        help="agent loop: react, or reflexion (a reflection prompt after each failed tool call)",
+    )
+    run.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply injected delays (latency faults) of the in-process server; 0 = no waiting",
+    )
     run.add_argument("--trials", type=int, default=3)
     run.add_argument("--limit", type=int, help="use the first N tasks")
     run.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable; run only these")
@@ -109,7 +132,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     suite = get_suite(args.suite)
     plan = parse_fault_spec(args.faults or suite.default_faults)
-    server = ResiliServer(suite, plan, seed=args.seed, task=args.task, trace_dir=args.trace_dir)
+    server = ResiliServer(
+        suite, plan, seed=args.seed, task=args.task, trace_dir=args.trace_dir, time_scale=args.time_scale
+    )
     try:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)
@@ -179,6 +204,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, execute
     from mcp_resili.report import summarize, summary_table
+    from mcp_resili.suites import get_suite
 
     config = RunConfig(
         suite=args.suite,
@@ -192,6 +218,9 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         server=args.server,
         db=args.db,
+        perturb=tuple(args.perturb or ()),
+        architecture=args.architecture,
+        time_scale=args.time_scale,
     )
     err = Console(stderr=True)
     progress = Progress(
@@ -213,20 +242,27 @@ def _run(args: argparse.Namespace) -> int:
             )
         )
     summaries = summarize(result.rows)
+    suite = get_suite(config.suite)
+    suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
     if args.json:
         payload = {
             "run_id": result.run_id,
             "suite": config.suite,
             "seed": config.seed,
             "db": str(config.db),
+            "architecture": config.architecture,
             "groups": [s.to_dict() for s in summaries],
         }
+        if suite_summary is not None:
+            payload["suite_summary"] = suite_summary
         print(json.dumps(payload, indent=2))
     else:
         out = Console()
         if not out.is_terminal:
             out = Console(width=140)
         out.print(summary_table(result.run_id, summaries))
+        if suite_summary is not None and suite.summary_table is not None:
+            out.print(suite.summary_table(suite_summary))
         sys.stdout.flush()
         err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     return 0
@@ -241,7 +277,13 @@ def _tasks_list(args: argparse.Namespace) -> int:
 
     suite = get_suite(args.suite)
     if args.json:
-        json.dump([t.model_dump(mode="json") for t in suite.tasks], sys.stdout)
+        listing = []
+        for t in suite.tasks:
+            item = t.model_dump(mode="json")
+            if "domain" in t.metadata:  # suites with domains keep them in metadata; show them up front
+                item = {"domain": t.metadata["domain"], **item}
+            listing.append(item)
+        json.dump(listing, sys.stdout)
         sys.stdout.write("\n")
         return 0
     table = Table(title=f"{suite.name}: {len(suite.tasks)} tasks", title_justify="left")

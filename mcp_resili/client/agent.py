@@ -51,6 +51,9 @@ class EpisodeSpec:
     task: Task | None
     prompt: str
     max_turns: int = 10
+    #: ``react``: the plain loop. ``reflexion``: after a turn with a failed tool call, a user message
+    #: asks the model to reflect on the failure before it acts again (Shinn et al., 2023, per step).
+    architecture: str = "react"
 
     def meta(self) -> dict[str, Any]:
         """The ``_meta`` our server reads to route and seed the call."""
@@ -71,6 +74,17 @@ class EpisodeOutcome:
     events: tuple[TraceEvent, ...]
     termination: str
     turns: int
+
+
+def reflection_prompt(failed: Sequence[ToolResult]) -> str:
+    """The Reflexion step: what failed, and a request to reflect before the next action."""
+    lines = "\n".join(f"- {r.name}: {r.text}" for r in failed)
+    return (
+        f"Reflection: these tool calls failed:\n{lines}\n"
+        "Before acting again, reflect briefly: was the failure transient (retry it), caused by your "
+        "arguments (fix them), or did a write perhaps happen anyway (check the state before repeating "
+        "it)? Then continue with the task."
+    )
 
 
 def tool_definitions(tools: Sequence[types.Tool]) -> tuple[ToolDefinition, ...]:
@@ -184,6 +198,9 @@ async def play_episode(
             termination, detail = "infrastructure_error", str(exc)
             break
         messages.append(ToolResultsMessage(tuple(results)))
+        failed = [r for r in results if r.is_error]
+        if episode.architecture == "reflexion" and failed and finished is None:
+            messages.append(UserMessage(reflection_prompt(failed)))
         if finished is not None:
             termination = finished.status
             break

@@ -6,7 +6,8 @@ from typing import Annotated
 
 from pydantic import Field
 
+from mcp_resili.faults.chaos import ChaosFaults
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rules import NoFaults, RuleFaults
 
-FaultPlan = Annotated[NoFaults | ResiliBenchFaults | RuleFaults, Field(discriminator="kind")]
+FaultPlan = Annotated[NoFaults | ResiliBenchFaults | RuleFaults | ChaosFaults, Field(discriminator="kind")]

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from mcp_resili.errors import UserError
+from mcp_resili.faults.chaos import lambda_profile
 from mcp_resili.faults.plans import FaultPlan
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rules import NoFaults
@@ -68,10 +69,18 @@ def _resilibench(spec: str, args: str) -> FaultPlan:
     return ResiliBenchFaults.model_validate(parse_overrides(spec, args, RESILIBENCH_ALIASES))
 
 
+def _lambda(spec: str, args: str) -> FaultPlan:
+    try:
+        return lambda_profile(args)
+    except ValueError as exc:
+        raise FaultSpecError(f"fault spec {spec!r}: {exc}") from None
+
+
 #: Registered SPEC names → parser of (whole spec, text after the name's ':' or '=').
 NAMED_SPECS: dict[str, Callable[[str, str], FaultPlan]] = {
     "none": _none,
     "resilibench": _resilibench,
+    "lambda": _lambda,
 }
 
 

@@ -74,6 +74,7 @@ class ResiliServer:
             enforce_dependencies=suite.enforce_dependencies,
             recorder=self.recorder,
             time_scale=time_scale,
+            initial_state=suite.initial_state,
         )
         self._episodes = EpisodeTable(default_seed=seed)
         self._tools = [self._tool(spec.name) for spec in suite.library] + [_FINISH_SPEC]

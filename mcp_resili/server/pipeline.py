@@ -47,6 +47,8 @@ class Episode:
     #: Private scratch space of the fault plan (armed groups, cascades...), per episode.
     fault_state: dict[str, Any] = field(default_factory=dict)
     header_written: bool = False
+    #: Whether ``tool_state`` was seeded from the suite's initial state (on the first call).
+    state_ready: bool = False
 
     def next_seq(self) -> int:
         """The sequence number of the next recorded event."""
@@ -94,9 +96,12 @@ class CallPipeline:
         recorder: TraceRecorder,
         time_scale: float = 1.0,
         validate_arguments: bool = True,
+        initial_state: Callable[[Task | None], dict[str, Any]] | None = None,
     ) -> None:
         self.backend = backend
         self.specs = {spec.name: spec for spec in backend.specs}
+        #: The tool state an episode starts from (seeded lazily: the task may be bound after creation).
+        self.initial_state = initial_state
         self.plan = plan
         self.plan_dict = plan_to_dict(plan)
         self.enforce_dependencies = enforce_dependencies
@@ -177,6 +182,10 @@ class CallPipeline:
                 **extra,
             ), None
 
+        if not episode.state_ready:
+            episode.state_ready = True
+            if self.initial_state is not None:
+                episode.tool_state.update(self.initial_state(episode.task))
         # 1. validate
         spec = self.specs.get(tool)
         if spec is None:

@@ -7,13 +7,15 @@ module here and an entry in ``_FACTORIES``.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from typing import Any
 
 from mcp_resili.errors import UserError
 from mcp_resili.registry import ToolLibrary
 from mcp_resili.scoring.model import Score
+from mcp_resili.store import EpisodeRow
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace.model import Trace
 
@@ -45,6 +47,14 @@ class Suite:
     default_faults: str = "none"
     variants: tuple[str, ...] = ("baseline",)
     enforce_dependencies: bool = False
+    #: The tool state an episode of ``task`` starts from (None: an empty state).
+    initial_state: Callable[[Task | None], dict[str, Any]] | None = field(default=None, repr=False)
+    #: Suite-specific summary of stored episodes for ``run --json`` (None: the generic one only).
+    summarize: Callable[[Sequence[EpisodeRow]], dict[str, Any] | None] | None = field(
+        default=None, repr=False
+    )
+    #: Terminal rendering (a rich renderable) of ``summarize``'s result, for runs without ``--json``.
+    summary_table: Callable[[dict[str, Any]], Any] | None = field(default=None, repr=False)
 
     @cached_property
     def tasks(self) -> tuple[Task, ...]:
@@ -83,7 +93,16 @@ def _resilibench() -> Suite:
     return resilibench_suite()
 
 
-_FACTORIES: dict[str, Callable[[], Suite]] = {"resilibench": _resilibench}
+def _reliabilitybench() -> Suite:
+    from mcp_resili.suites.reliabilitybench import reliabilitybench_suite
+
+    return reliabilitybench_suite()
+
+
+_FACTORIES: dict[str, Callable[[], Suite]] = {
+    "resilibench": _resilibench,
+    "reliabilitybench": _reliabilitybench,
+}
 
 #: The suite used when none is named.
 DEFAULT_SUITE = "resilibench"

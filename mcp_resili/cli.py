@@ -14,19 +14,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pydantic import TypeAdapter
+
 from mcp_resili import __version__
-from mcp_resili.client.providers import UnknownModelError
-from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, RunConfigError, execute
+from mcp_resili.client.providers import DEFAULT_MODELS, UnknownModelError
 from mcp_resili.faults import FaultSpecError, parse_fault_spec
 from mcp_resili.report import summarize, summary_table
 from mcp_resili.store import DEFAULT_DB
+from mcp_resili.tasks.model import Task
 from mcp_resili.suites import DEFAULT_SUITE, UnknownSuiteError, UnknownTaskError, get_suite, suite_names
 from mcp_resili.trace import Trace, TraceError
 
 #: Errors that mean "the user asked for something that cannot work": exit 2 with the message.
 USER_ERRORS = (
     FaultSpecError,
-    RunConfigError,
     UnknownTaskError,
     UnknownSuiteError,
     UnknownModelError,
@@ -66,7 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
     run.add_argument("--variant", default="baseline", help="prompt variant")
     run.add_argument("--trials", type=int, default=3)
-    run.add_argument("--limit", type=int, help="use the first N tasks")
+    run.add_argument(
+        "--limit", type=int, help="use the first N tasks of the suite's full list (default: its default set)"
+    )
+    run.add_argument("--all-tasks", action="store_true", help="use every task of the suite's full list")
     run.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable; run only these")
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--seed", type=int, default=0)
@@ -105,6 +109,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here: the runner pulls in the MCP SDK, which `tasks list` does not need.
+    from mcp_resili.client.runner import RunConfig, execute
+
     config = RunConfig(
         suite=args.suite,
         models=tuple(args.models or DEFAULT_MODELS),
@@ -113,6 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         trials=args.trials,
         limit=args.limit,
         tasks=tuple(args.tasks or ()),
+        all_tasks=args.all_tasks,
         concurrency=args.concurrency,
         seed=args.seed,
         server=args.server,
@@ -157,11 +165,16 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+_TASK_LIST: TypeAdapter[list[Task]] = TypeAdapter(list[Task])
+
+
 def _tasks_list(args: argparse.Namespace) -> int:
     suite = get_suite(args.suite)
     if args.json:
-        json.dump([t.model_dump(mode="json") for t in suite.tasks], sys.stdout)
-        sys.stdout.write("\n")
+        # One pydantic serialisation of the whole list: the full ResiliBench suite has 5,040 tasks.
+        sys.stdout.flush()
+        sys.stdout.buffer.write(_TASK_LIST.dump_json(list(suite.tasks)) + b"\n")
+        sys.stdout.buffer.flush()
         return 0
     table = Table(title=f"{suite.name}: {len(suite.tasks)} tasks", title_justify="left")
     for column in ("id", "type", "complexity", "tools", "description"):
@@ -183,6 +196,14 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_config_error() -> type[Exception]:
+    if "mcp_resili.client.runner" in sys.modules:
+        from mcp_resili.client.runner import RunConfigError
+
+        return RunConfigError
+    return FaultSpecError  # already caught; the runner (and its error type) was never loaded
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -194,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "tasks":
             return _tasks_list(args)
         return handlers[args.command](args)
-    except USER_ERRORS as exc:
+    except (*USER_ERRORS, _run_config_error()) as exc:
         print(f"mcp-resili: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

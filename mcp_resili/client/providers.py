@@ -6,6 +6,10 @@ from mcp_resili.client.model import Model
 from mcp_resili.client.scripted import SCRIPTED_AGENTS
 
 
+#: The models a run plays when none are named.
+DEFAULT_MODELS = ("scripted:oracle", "scripted:naive")
+
+
 class UnknownModelError(ValueError):
     """A model spec no provider understands."""
 

@@ -15,14 +15,13 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from mcp_resili.client.agent import EpisodeSpec, play_episode
-from mcp_resili.client.providers import create_model
+from mcp_resili.client.providers import DEFAULT_MODELS, create_model
 from mcp_resili.faults import parse_fault_spec, plan_to_dict
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.store import DEFAULT_DB, EpisodeRow, Store
 from mcp_resili.suites import DEFAULT_SUITE, Suite, get_suite
 from mcp_resili.trace import Trace, TraceHeader
 
-DEFAULT_MODELS = ("scripted:oracle", "scripted:naive")
 #: How a run against someone else's server labels its fault configuration.
 EXTERNAL_FAULTS = "server"
 
@@ -42,6 +41,8 @@ class RunConfig:
     trials: int = 3
     limit: int | None = None
     tasks: tuple[str, ...] = ()
+    #: Use the suite's full task list rather than its default run set (``--limit`` implies it).
+    all_tasks: bool = False
     concurrency: int = 8
     seed: int = 0
     server: str | None = None
@@ -90,8 +91,13 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
     if config.server is None:
         for spec in faults:
             parse_fault_spec(spec)
-    suite.prompt(suite.tasks[0], config.variant)  # validates the variant
-    tasks = [suite.task(t) for t in config.tasks] if config.tasks else list(suite.tasks)
+    suite.prompt(suite.default_tasks[0], config.variant)  # validates the variant
+    if config.tasks:
+        tasks = [suite.task(t) for t in config.tasks]
+    elif config.all_tasks or config.limit is not None:
+        tasks = list(suite.tasks)
+    else:
+        tasks = list(suite.default_tasks)
     if config.limit is not None:
         if config.limit < 1:
             raise RunConfigError(f"--limit must be at least 1, got {config.limit}")

@@ -10,19 +10,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+from pydantic import TypeAdapter
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-
-from pydantic import TypeAdapter
 
 from mcp_resili import __version__
 from mcp_resili.client.providers import DEFAULT_MODELS, UnknownModelError
 from mcp_resili.faults import FaultSpecError, parse_fault_spec
 from mcp_resili.report import summarize, summary_table
 from mcp_resili.store import DEFAULT_DB
-from mcp_resili.tasks.model import Task
 from mcp_resili.suites import DEFAULT_SUITE, UnknownSuiteError, UnknownTaskError, get_suite, suite_names
+from mcp_resili.tasks.model import Task
 from mcp_resili.trace import Trace, TraceError
 
 #: Errors that mean "the user asked for something that cannot work": exit 2 with the message.

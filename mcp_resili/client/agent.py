@@ -13,7 +13,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from mcp_resili import META_EPISODE, META_EVENT
+from mcp_resili import DISCOVERY_TOOLS, META_EPISODE, META_EVENT
 from mcp_resili.client.model import (
     AssistantMessage,
     InfrastructureError,
@@ -173,7 +173,7 @@ async def play_episode(
                 result, event = await call_tool(client, episode, call, seq=len(events) + 1)
                 results.append(result)
                 events.append(event)
-                if isinstance(event, ToolCallEvent):
+                if isinstance(event, ToolCallEvent) and event.tool not in DISCOVERY_TOOLS:
                     calls.append(event)
                 elif isinstance(event, FinishEvent) and finished is None:
                     finished = event

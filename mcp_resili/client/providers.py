@@ -5,7 +5,6 @@ from __future__ import annotations
 from mcp_resili.client.model import Model
 from mcp_resili.client.scripted import SCRIPTED_AGENTS
 
-
 #: The models a run plays when none are named.
 DEFAULT_MODELS = ("scripted:oracle", "scripted:naive")
 

@@ -17,7 +17,32 @@ from mcp_resili.registry.spec import ToolSpec
 _TOKEN = re.compile(r"[a-z0-9]+")
 #: Words too common in tool texts to tell tools apart.
 _STOP = frozenset(
-    "a an and or the of to for from in on by with as is it its at be this that data tool tools".split()
+    [
+        "a",
+        "an",
+        "and",
+        "or",
+        "the",
+        "of",
+        "to",
+        "for",
+        "from",
+        "in",
+        "on",
+        "by",
+        "with",
+        "as",
+        "is",
+        "it",
+        "its",
+        "at",
+        "be",
+        "this",
+        "that",
+        "data",
+        "tool",
+        "tools",
+    ]
 )
 
 

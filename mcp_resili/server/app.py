@@ -14,8 +14,9 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 import mcp_resili
-from mcp_resili import META_EPISODE, META_EVENT
+from mcp_resili import DISCOVERY_TOOLS, META_EPISODE, META_EVENT
 from mcp_resili.faults import FaultPlan
+from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery
 from mcp_resili.server.pipeline import CallPipeline, Episode, TraceRecorder, result_text
 from mcp_resili.suites import Suite, UnknownTaskError
 from mcp_resili.trace import TraceHeader, event_to_dict
@@ -84,6 +85,9 @@ class ResiliServer:
         )
         self._episodes: OrderedDict[str, Episode] = OrderedDict()
         self._tools = [self._tool(spec.name) for spec in suite.library] + [_FINISH_SPEC]
+        self.discovery = Discovery(suite.library) if suite.discovery else None
+        if self.discovery is not None:
+            self._tools += [SEARCH_SPEC, INFO_SPEC]
         self.mcp: Server[Any] = Server(
             "mcp-resili",
             version=mcp_resili.__version__,
@@ -183,6 +187,8 @@ class ResiliServer:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         if params.name == FINISH_TOOL:
             return await self._finish(episode, params.arguments or {})
+        if self.discovery is not None and params.name in DISCOVERY_TOOLS:
+            return self.discovery.call(params.name, dict(params.arguments or {}))
         event = await self.pipeline.call(episode, params.name, params.arguments)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result_text(event))],
@@ -230,7 +236,8 @@ class ResiliServer:
                 arguments=[
                     types.PromptArgument(
                         name="variant",
-                        description=f"One of: {', '.join(self.suite.variants)}",
+                        description=f"One of: {', '.join(self.suite.variants)}"
+                        + (" (flawed:TYPE[:SEVERITY[:METHOD]])" if "flawed" in self.suite.variants else ""),
                         required=False,
                     )
                 ],

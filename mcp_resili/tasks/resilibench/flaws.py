@@ -140,7 +140,7 @@ def parse_flaw(text: str) -> tuple[str, Severity, str]:
     method = parts[2] if len(parts) > 2 else FLAW_METHODS[flaw][0]
     if method not in FLAW_METHODS[flaw]:
         raise FlawError(f"unknown method {method!r} for {flaw}; choose from {', '.join(FLAW_METHODS[flaw])}")
-    return flaw, severity, method  # type: ignore[return-value]
+    return flaw, severity, method
 
 
 class _Context:

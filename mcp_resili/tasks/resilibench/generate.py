@@ -35,7 +35,7 @@ from mcp_resili.tasks.model import (
 from mcp_resili.tasks.resilibench.optimal import solve_optimal_workflow
 
 #: The fault model the stored optimal workflows are solved for (the suite's default).
-DEFAULT_FAULTS = ResiliBenchFaults()
+DEFAULT_FAULTS = ResiliBenchFaults.model_validate({})
 
 DataKind = Literal["text", "records", "any"]
 

@@ -44,7 +44,7 @@ from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rng import derive_rng
 from mcp_resili.registry import ToolLibrary
 from mcp_resili.scoring.termination import CONSECUTIVE_FAILURES
-from mcp_resili.tasks.model import Workflow
+from mcp_resili.tasks.model import Task, Workflow
 
 #: A history summary: the last ``window`` outcomes (True = success), or the total failure count.
 History = tuple[bool, ...] | int
@@ -255,7 +255,7 @@ def random_policy(workflow: Workflow, seed: int) -> Policy:
 def clairvoyant_full_success(
     workflow: Workflow, faults: ResiliBenchFaults, max_turns: int, seed: int, fault_key: str
 ) -> bool | None:
-    """Bound (ii) for one episode: could an agent that knows every fault draw reach full success?
+    """Bound (ii) for one episode: whether an agent that knows every fault draw could reach full success.
 
     None when the search exceeds `CLAIRVOYANT_NODE_BUDGET` nodes (never seen on the suite's tasks).
     """
@@ -291,7 +291,7 @@ def clairvoyant_full_success(
                 if search(done | 1 << i, ordinals, _push(faults, history, True), 0, turns - 1):
                     return True
             elif consecutive + 1 < CONSECUTIVE_FAILURES:
-                bumped = ordinals[:i] + (ordinals[i] + 1,) + ordinals[i + 1 :]
+                bumped = (*ordinals[:i], ordinals[i] + 1, *ordinals[i + 1 :])
                 if search(done, bumped, _push(faults, history, False), consecutive + 1, turns - 1):
                     return True
         dead.add(key)
@@ -321,3 +321,24 @@ def plan_tools(metadata: dict[str, Any], fallback: Sequence[str]) -> list[str]:
     if isinstance(optimum, dict) and isinstance(optimum.get("tools"), list):
         return [str(t) for t in optimum["tools"]]
     return list(fallback)
+
+
+def episode_bound_ii(task: Task, fault_plan: dict[str, Any], seed: int, fault_key: str) -> bool | None:
+    """Bound (ii) for a recorded episode, from its trace header's fault plan, seed and fault key.
+
+    True/False under the ResiliBench plan, True under no faults (if the budget allows the steps),
+    None for any other plan (the search only knows the ResiliBench rule).
+    """
+    from mcp_resili.faults.rules import NoFaults
+    from mcp_resili.faults.spec import FaultSpecError, load_plan_dict
+
+    try:
+        plan = load_plan_dict(fault_plan)
+    except FaultSpecError:
+        return None
+    turns = task.constraints.max_turns
+    if isinstance(plan, NoFaults):
+        return len(task.workflow.steps) + 1 <= turns
+    if not isinstance(plan, ResiliBenchFaults):
+        return None
+    return clairvoyant_full_success(task.workflow, plan, turns, seed, fault_key)

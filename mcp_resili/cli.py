@@ -6,7 +6,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -18,19 +18,27 @@ from rich.table import Table
 from mcp_resili import __version__
 from mcp_resili.client.providers import DEFAULT_MODELS, UnknownModelError
 from mcp_resili.faults import FaultSpecError, parse_fault_spec
-from mcp_resili.report import summarize, summary_table
-from mcp_resili.store import DEFAULT_DB
+from mcp_resili.report import BREAKDOWN_KEYS, summarize, summary_table
+from mcp_resili.store import DEFAULT_DB, Store
 from mcp_resili.suites import DEFAULT_SUITE, UnknownSuiteError, UnknownTaskError, get_suite, suite_names
 from mcp_resili.tasks.model import Task
+from mcp_resili.tasks.resilibench.flaws import FlawError
 from mcp_resili.trace import Trace, TraceError
 
+
 #: Errors that mean "the user asked for something that cannot work": exit 2 with the message.
+class UnknownRunError(LookupError):
+    """A run id (or results database) that does not exist."""
+
+
 USER_ERRORS = (
     FaultSpecError,
     UnknownTaskError,
     UnknownSuiteError,
     UnknownModelError,
     TraceError,
+    FlawError,
+    UnknownRunError,
 )
 
 
@@ -64,7 +72,21 @@ def _parser() -> argparse.ArgumentParser:
         help=f"repeatable; default: {' '.join(DEFAULT_MODELS)}",
     )
     run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
-    run.add_argument("--variant", default="baseline", help="prompt variant")
+    run.add_argument(
+        "--variant",
+        action="append",
+        dest="variants",
+        metavar="VARIANT",
+        help="repeatable prompt variant: baseline | cot | optimal | flawed:TYPE[:SEVERITY[:METHOD]] "
+        "(default: baseline)",
+    )
+    run.add_argument(
+        "--by",
+        action="append",
+        choices=BREAKDOWN_KEYS,
+        default=[],
+        help="repeatable: also break the summary down by this key",
+    )
     run.add_argument("--trials", type=int, default=3)
     run.add_argument(
         "--limit", type=int, help="use the first N tasks of the suite's full list (default: its default set)"
@@ -82,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     listing = tasks_sub.add_parser("list", help="list a suite's tasks")
     listing.add_argument("--suite", default=DEFAULT_SUITE)
     listing.add_argument("--json", action="store_true", help="a JSON list of task objects")
+
+    report = sub.add_parser("report", help="summarise a stored run (default: the latest)")
+    report.add_argument("--run", help="run id (default: the latest run in the database)")
+    report.add_argument("--db", type=Path, default=DEFAULT_DB)
+    report.add_argument("--by", action="append", choices=BREAKDOWN_KEYS, default=[], help="repeatable")
+    report.add_argument("--json", action="store_true")
 
     score = sub.add_parser("score", help="score a trace file written by `serve --trace-dir` or the runner")
     score.add_argument("trace", type=Path)
@@ -115,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
         suite=args.suite,
         models=tuple(args.models or DEFAULT_MODELS),
         faults=tuple(args.faults or ()),
-        variant=args.variant,
+        variants=tuple(args.variants or ()),
         trials=args.trials,
         limit=args.limit,
         tasks=tuple(args.tasks or ()),
@@ -144,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
                 on_episode=lambda _row: progress.advance(bar),
             )
         )
-    summaries = summarize(result.rows)
+    summaries = summarize(result.rows, args.by, _task_info(config.suite) if args.by else None)
     if args.json:
         payload = {
             "run_id": result.run_id,
@@ -184,6 +212,41 @@ def _tasks_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _task_info(suite_name: str) -> Callable[[str], dict[str, str]]:
+    suite = get_suite(suite_name)
+
+    def info(task_id: str) -> dict[str, str]:
+        try:
+            task = suite.task(task_id)
+        except UnknownTaskError:
+            return {}
+        return {"task_type": task.task_type, "complexity": task.complexity}
+
+    return info
+
+
+def _report(args: argparse.Namespace) -> int:
+    if not args.db.exists():
+        raise UnknownRunError(f"no results database at {args.db}; run `mcp-resili run` first")
+    store = Store(args.db)
+    try:
+        run_id = args.run or store.latest_run()
+        if run_id is None:
+            raise UnknownRunError(f"{args.db} holds no runs")
+        rows = store.episodes(run_id)
+        if not rows:
+            raise UnknownRunError(f"run {run_id!r} has no episodes in {args.db}")
+        suite_name = store.run_suite(run_id)
+    finally:
+        store.close()
+    summaries = summarize(rows, args.by, _task_info(suite_name) if args.by else None)
+    if args.json:
+        print(json.dumps({"run_id": run_id, "groups": [s.to_dict() for s in summaries]}, indent=2))
+    else:
+        Console(width=160).print(summary_table(run_id, summaries))
+    return 0
+
+
 def _score(args: argparse.Namespace) -> int:
     trace = Trace.read(args.trace)
     suite = get_suite(trace.header.suite)
@@ -209,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
-    handlers = {"serve": _serve, "run": _run, "score": _score}
+    handlers = {"serve": _serve, "run": _run, "score": _score, "report": _report}
     try:
         if args.command == "tasks":
             return _tasks_list(args)

@@ -38,6 +38,8 @@ class RunConfig:
     models: tuple[str, ...] = DEFAULT_MODELS
     faults: tuple[str, ...] = ()
     variant: str = "baseline"
+    #: Several prompt variants in one run (overrides ``variant``); every variant meets the same faults.
+    variants: tuple[str, ...] = ()
     trials: int = 3
     limit: int | None = None
     tasks: tuple[str, ...] = ()
@@ -63,6 +65,7 @@ class PlannedEpisode:
     faults: str
     task_id: str
     trial: int
+    variant: str = "baseline"
 
 
 @dataclass
@@ -91,7 +94,12 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
     if config.server is None:
         for spec in faults:
             parse_fault_spec(spec)
-    suite.prompt(suite.default_tasks[0], config.variant)  # validates the variant
+    variants = config.variants or (config.variant,)
+    for variant in variants:
+        try:
+            suite.prompt(suite.default_tasks[0], variant)  # validates the variant
+        except ValueError as exc:
+            raise RunConfigError(str(exc)) from None
     if config.tasks:
         tasks = [suite.task(t) for t in config.tasks]
     elif config.all_tasks or config.limit is not None:
@@ -103,9 +111,10 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
             raise RunConfigError(f"--limit must be at least 1, got {config.limit}")
         tasks = tasks[: config.limit]
     return [
-        PlannedEpisode(model, spec, task.id, trial)
+        PlannedEpisode(model, spec, task.id, trial, variant)
         for spec in faults
         for model in config.models
+        for variant in variants
         for task in tasks
         for trial in range(config.trials)
     ]
@@ -131,7 +140,7 @@ async def connect(config: RunConfig, suite: Suite, fault_spec: str) -> AsyncIter
 
 
 def _episode_id(run_id: str, planned: PlannedEpisode) -> str:
-    return f"{run_id}/{planned.faults}/{planned.model}/{planned.task_id}/{planned.trial}"
+    return f"{run_id}/{planned.faults}/{planned.model}/{planned.variant}/{planned.task_id}/{planned.trial}"
 
 
 async def execute(
@@ -183,7 +192,7 @@ async def execute(
                     tg.start_soon(one, p)
     finally:
         store.close()
-    result.rows.sort(key=lambda r: (r.model, r.faults, r.task_id, r.trial))
+    result.rows.sort(key=lambda r: (r.model, r.faults, r.variant, r.task_id, r.trial))
     return result
 
 
@@ -204,7 +213,7 @@ async def _play(
         fault_key=fault_key,
         seed=config.seed,
         task=task,
-        prompt=suite.prompt(task, config.variant),
+        prompt=suite.prompt(task, planned.variant),
         max_turns=task.constraints.max_turns,
     )
     outcome = await play_episode(client, model, spec, tools)
@@ -216,7 +225,7 @@ async def _play(
         fault_plan=fault_plan,
         fault_key=fault_key,
         model=planned.model,
-        variant=config.variant,
+        variant=planned.variant,
         trial=planned.trial,
     )
     trace = Trace(header=header, events=outcome.events)
@@ -228,7 +237,7 @@ async def _play(
         episode_id=spec.id,
         model=planned.model,
         faults=planned.faults,
-        variant=config.variant,
+        variant=planned.variant,
         task_id=task.id,
         trial=planned.trial,
         termination=outcome.termination,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mcp_resili.store import EpisodeRow
@@ -66,6 +66,8 @@ class GroupSummary:
     infrastructure_errors: int
     levels: dict[str, Rate]
     mean_value: float
+    #: Values of the extra grouping keys (`BREAKDOWN_KEYS`) that define this group, if any.
+    breakdown: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -78,13 +80,48 @@ class GroupSummary:
 LEVELS = ("full", "partial", "failure")
 
 
-def summarize(rows: Iterable[EpisodeRow]) -> list[GroupSummary]:
-    """Group rows by (model, faults, variant) and compute level rates."""
-    groups: dict[tuple[str, str, str], list[EpisodeRow]] = {}
+#: Optional grouping keys beyond (model, faults, variant). ``task_type`` and ``complexity`` come
+#: from the task (via ``task_info``); ``flaw`` and ``severity`` from a ``flawed:TYPE[:SEVERITY]``
+#: variant ("none" for other variants; the severity defaults to severe, as in the prompts).
+BREAKDOWN_KEYS = ("task_type", "complexity", "flaw", "severity")
+
+
+def variant_flaw(variant: str) -> tuple[str, str]:
+    """(flaw type, severity) of a variant string; ("none", "none") for unflawed variants."""
+    parts = variant.split(":")
+    if parts[0] != "flawed" or len(parts) < 2:
+        return ("none", "none")
+    return (parts[1], parts[2] if len(parts) > 2 and parts[2] else "severe")
+
+
+def _breakdown(
+    row: EpisodeRow, by: Sequence[str], task_info: Callable[[str], Mapping[str, str]] | None
+) -> tuple[str, ...]:
+    flaw, severity = variant_flaw(row.variant)
+    info = dict(task_info(row.task_id)) if task_info is not None else {}
+    values = {"flaw": flaw, "severity": severity, **info}
+    return tuple(str(values.get(key, "?")) for key in by)
+
+
+def summarize(
+    rows: Iterable[EpisodeRow],
+    by: Sequence[str] = (),
+    task_info: Callable[[str], Mapping[str, str]] | None = None,
+) -> list[GroupSummary]:
+    """Group rows by (model, faults, variant, *by) and compute level rates.
+
+    ``by`` takes names from `BREAKDOWN_KEYS`; ``task_info(task_id)`` supplies ``task_type`` and
+    ``complexity`` (a task it does not know gives "?").
+    """
+    unknown = [key for key in by if key not in BREAKDOWN_KEYS]
+    if unknown:
+        raise ValueError(f"unknown breakdown key(s) {unknown}; choose from {', '.join(BREAKDOWN_KEYS)}")
+    groups: dict[tuple[str, ...], list[EpisodeRow]] = {}
     for row in rows:
-        groups.setdefault((row.model, row.faults, row.variant), []).append(row)
+        key = (row.model, row.faults, row.variant, *_breakdown(row, by, task_info))
+        groups.setdefault(key, []).append(row)
     summaries = []
-    for (model, faults, variant), members in sorted(groups.items()):
+    for (model, faults, variant, *extra), members in sorted(groups.items()):
         scored = [r for r in members if r.label is not None]
         n = len(scored)
         summaries.append(
@@ -97,6 +134,7 @@ def summarize(rows: Iterable[EpisodeRow]) -> list[GroupSummary]:
                 infrastructure_errors=len(members) - n,
                 levels={level: rate(sum(1 for r in scored if r.label == level), n) for level in LEVELS},
                 mean_value=sum(r.value or 0.0 for r in scored) / n if n else 0.0,
+                breakdown=dict(zip(by, extra, strict=True)),
             )
         )
     return summaries

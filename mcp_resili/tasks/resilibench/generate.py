@@ -341,7 +341,58 @@ DEFAULT_PER_TYPE = 8
 
 def _content_key(task_type: str, tools: Sequence[str], inputs: dict[str, Any], constants: Any) -> str:
     """What makes two tasks the same task: type, tools, inputs and constants (not the wording)."""
-    return json.dumps([task_type, list(tools), inputs, constants], sort_keys=True)
+    text = json.dumps([task_type, list(tools), inputs, constants], sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def draft_task(library: ToolLibrary, seed: int, task_type: str, index: int, attempt: int) -> Task | None:
+    """The task drawn for (seed, type, index, attempt), or None when that draw is not solvable."""
+    complexity, operations = TASK_TYPES[task_type]
+    key = f"{seed}:{task_type}:{index}:{attempt}"
+    rng = random.Random(hashlib.blake2b(key.encode(), digest_size=8).digest())
+    chosen = [rng.choice(OPERATION_TOOLS[op]) for op in operations]
+    if complexity == "easy" and rng.random() < EXTRA_OUTPUT_PROBABILITY:
+        chosen.append(rng.choice(OPERATION_TOOLS["output"]))
+    if rng.random() < SIDE_STEP_PROBABILITY:
+        chosen.append(rng.choice(SIDE_TOOLS))
+    source_tool = chosen[0] if chosen[0] in OPERATION_TOOLS["read"] else rng.choice(OPERATION_TOOLS["read"])
+    tools = _close(library, list(dict.fromkeys(chosen)), source_tool)
+    inputs = _inputs(rng)
+    draft = _Draft(tools, inputs, {t: _constants(rng, t) for t in tools})
+    workflow = build_workflow(library, draft)
+    used = {b.key for s in workflow.steps for b in s.arguments.values() if isinstance(b, InputBinding)}
+    inputs = {k: v for k, v in inputs.items() if k in used}
+    if not _solvable(library, workflow, inputs):
+        return None
+    sinks = [s.tool for s in workflow.steps if not any(a == s.id for a, _ in workflow.edges)]
+    max_turns = turn_budget(len(tools))
+    optimum = solve_optimal_workflow(workflow, library, DEFAULT_FAULTS, max_turns)
+    return Task(
+        id=f"task_{hashlib.blake2b(key.encode(), digest_size=4).hexdigest()}",
+        suite="resilibench",
+        task_type=task_type,
+        complexity=complexity,
+        description=_describe(tools, inputs, draft.constants),
+        inputs=inputs,
+        expected_outputs={"success": True, "outputs_from": sinks},
+        required_tools=tools,
+        workflow=workflow,
+        constraints=TaskConstraints(timeout=300, max_retries=3, max_turns=max_turns),
+        metadata={
+            "template": task_type,
+            "operations": list(operations),
+            "generator_seed": seed,
+            "generator_key": key,
+            "content_key": _content_key(task_type, tools, inputs, draft.constants),
+            "optimal_workflow": optimum.to_metadata(),
+        },
+    )
+
+
+def rebuild_task(library: ToolLibrary, generator_key: str) -> Task | None:
+    """Rebuild a stored task from its ``metadata["generator_key"]`` (``seed:type:index:attempt``)."""
+    seed, task_type, index, attempt = generator_key.split(":")
+    return draft_task(library, int(seed), task_type, int(index), int(attempt))
 
 
 def generate_task(
@@ -349,55 +400,16 @@ def generate_task(
 ) -> Task:
     """Generate task ``index`` of ``task_type``; deterministic in (seed, task_type, index, ``taken``).
 
-    ``taken`` holds the content keys and ids of tasks already generated; a draft that repeats one
-    is skipped, so a task set never holds the same task twice. The new task's keys are added.
+    ``taken`` holds the content keys and ids of tasks already generated; a draw that repeats one is
+    skipped, so a task set never holds the same task twice. The new task's keys are added.
     """
-    complexity, operations = TASK_TYPES[task_type]
     taken = set() if taken is None else taken
     for attempt in range(200):
-        key = f"{seed}:{task_type}:{index}:{attempt}"
-        rng = random.Random(hashlib.blake2b(key.encode(), digest_size=8).digest())
-        chosen = [rng.choice(OPERATION_TOOLS[op]) for op in operations]
-        if complexity == "easy" and rng.random() < EXTRA_OUTPUT_PROBABILITY:
-            chosen.append(rng.choice(OPERATION_TOOLS["output"]))
-        if rng.random() < SIDE_STEP_PROBABILITY:
-            chosen.append(rng.choice(SIDE_TOOLS))
-        source_tool = (
-            chosen[0] if chosen[0] in OPERATION_TOOLS["read"] else rng.choice(OPERATION_TOOLS["read"])
-        )
-        tools = _close(library, list(dict.fromkeys(chosen)), source_tool)
-        inputs = _inputs(rng)
-        draft = _Draft(tools, inputs, {t: _constants(rng, t) for t in tools})
-        workflow = build_workflow(library, draft)
-        used = {b.key for s in workflow.steps for b in s.arguments.values() if isinstance(b, InputBinding)}
-        inputs = {k: v for k, v in inputs.items() if k in used}
-        content = _content_key(task_type, tools, inputs, draft.constants)
-        task_id = f"task_{hashlib.blake2b(key.encode(), digest_size=4).hexdigest()}"
-        if content in taken or task_id in taken or not _solvable(library, workflow, inputs):
+        task = draft_task(library, seed, task_type, index, attempt)
+        if task is None or task.metadata["content_key"] in taken or task.id in taken:
             continue
-        taken.update((content, task_id))
-        sinks = [s.tool for s in workflow.steps if not any(a == s.id for a, _ in workflow.edges)]
-        max_turns = turn_budget(len(tools))
-        optimum = solve_optimal_workflow(workflow, library, DEFAULT_FAULTS, max_turns)
-        return Task(
-            id=task_id,
-            suite="resilibench",
-            task_type=task_type,
-            complexity=complexity,
-            description=_describe(tools, inputs, draft.constants),
-            inputs=inputs,
-            expected_outputs={"success": True, "outputs_from": sinks},
-            required_tools=tools,
-            workflow=workflow,
-            constraints=TaskConstraints(timeout=300, max_retries=3, max_turns=max_turns),
-            metadata={
-                "template": task_type,
-                "operations": list(operations),
-                "generator_seed": seed,
-                "generator_key": key,
-                "optimal_workflow": optimum.to_metadata(),
-            },
-        )
+        taken.update((task.metadata["content_key"], task.id))
+        return task
     raise RuntimeError(f"no new solvable {task_type} task after 200 attempts (seed {seed}, index {index})")
 
 

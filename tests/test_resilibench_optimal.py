@@ -50,9 +50,15 @@ def test_dp_knows_the_consecutive_failure_rule():
 
 def test_ready_probability_is_the_fault_plans_own_rule_once_dependencies_succeeded():
     spec = resilibench_library().spec("data_processing_transformer")
-    for plan in (DEFAULT, ResiliBenchFaults(history_window=None, min_success=0.0), ResiliBenchFaults(base_success=0.6)):
+    for plan in (
+        DEFAULT,
+        ResiliBenchFaults(history_window=None, min_success=0.0),
+        ResiliBenchFaults(base_success=0.6),
+    ):
         for outcomes in ((), (False,), (True, False, False), (False, False, False, True)):
-            history = [CallOutcome("data_processing_parser", True)] + [CallOutcome("x", ok) for ok in outcomes]
+            history = [CallOutcome("data_processing_parser", True)] + [
+                CallOutcome("x", ok) for ok in outcomes
+            ]
             failures = sum(1 for h in (history if plan.history_window is None else history[-3:]) if not h.ok)
             assert ready_probability(plan, failures) == pytest.approx(plan.success_probability(spec, history))
 

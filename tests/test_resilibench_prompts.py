@@ -109,7 +109,9 @@ async def test_flawed_runs_are_scored_against_ground_truth_not_the_flawed_plan(t
     )
     labels = {}
     for row in result.rows:
-        labels.setdefault(row.variant, []).append((row.task_id, row.label, row.score["components"]["coverage"]))
+        labels.setdefault(row.variant, []).append(
+            (row.task_id, row.label, row.score["components"]["coverage"])
+        )
     # The oracle follows the ground truth whatever the prompt says; every variant meets the same
     # faults, so the scores agree exactly. (Scored against a flawed plan they would differ.)
     assert len(labels) == 4

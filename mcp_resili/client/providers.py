@@ -14,8 +14,15 @@ class UnknownModelError(ValueError):
 
 
 def create_model(spec: str) -> Model:
-    """Instantiate the model named by ``spec`` (``scripted:oracle``, ``scripted:naive``)."""
+    """Instantiate the model named by ``spec`` (``scripted:oracle``, ``text:scripted:text-oracle``, ...).
+
+    ``text:INNER`` runs model ``INNER`` through the paper's text protocol (`TextProtocolModel`).
+    """
     provider, _, name = spec.partition(":")
+    if provider == "text":
+        from mcp_resili.client.text_protocol import TextProtocolModel
+
+        return TextProtocolModel(create_model(name))
     if provider == "scripted":
         factory = SCRIPTED_AGENTS.get(name)
         if factory is None:

@@ -68,12 +68,19 @@ class GroupSummary:
     mean_value: float
     #: Values of the extra grouping keys (`BREAKDOWN_KEYS`) that define this group, if any.
     breakdown: dict[str, str] = field(default_factory=dict)
+    #: Share of episodes an agent knowing the fault draws could have fully solved (ResiliBench
+    #: bound (ii)), over the episodes where the scorer could decide it; None when it never could.
+    bound_ii: Rate | None = None
+    #: Mean DP-optimal probability of full success of the group's tasks (bound (iii)), if known.
+    bound_iii_mean: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         data = asdict(self)
         data["levels"] = {k: v.to_dict() for k, v in self.levels.items()}
         data["mean_value"] = round(self.mean_value, 4)
+        data["bound_ii"] = None if self.bound_ii is None else self.bound_ii.to_dict()
+        data["bound_iii_mean"] = None if self.bound_iii_mean is None else round(self.bound_iii_mean, 4)
         return data
 
 
@@ -101,6 +108,22 @@ def _breakdown(
     info = dict(task_info(row.task_id)) if task_info is not None else {}
     values = {"flaw": flaw, "severity": severity, **info}
     return tuple(str(values.get(key, "?")) for key in by)
+
+
+def _bounds(scored: list[EpisodeRow]) -> dict[str, Any]:
+    components = [(r.score or {}).get("components", {}) for r in scored]
+    known_ii = [
+        c["bound_ii_full_possible"] for c in components if c.get("bound_ii_full_possible") is not None
+    ]
+    iii = [
+        float(c["bound_iii_full_probability"])
+        for c in components
+        if c.get("bound_iii_full_probability") is not None
+    ]
+    return {
+        "bound_ii": rate(sum(1 for b in known_ii if b), len(known_ii)) if known_ii else None,
+        "bound_iii_mean": sum(iii) / len(iii) if iii else None,
+    }
 
 
 def summarize(
@@ -135,6 +158,7 @@ def summarize(
                 levels={level: rate(sum(1 for r in scored if r.label == level), n) for level in LEVELS},
                 mean_value=sum(r.value or 0.0 for r in scored) / n if n else 0.0,
                 breakdown=dict(zip(by, extra, strict=True)),
+                **_bounds(scored),
             )
         )
     return summaries

@@ -17,6 +17,10 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
         table.add_column(name, justify="right" if name == "episodes" else "left")
     for level in LEVELS:
         table.add_column(f"{level} % (95% CI)", justify="right")
+    bounds = any(s.bound_ii is not None or s.bound_iii_mean is not None for s in summaries)
+    if bounds:
+        table.add_column("bound ii %", justify="right")
+        table.add_column("bound iii %", justify="right")
     table.add_column("infra errors", justify="right")
     for s in summaries:
         cells = [
@@ -30,6 +34,11 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
             *(s.breakdown[k] for k in extra),
             str(s.episodes),
             *cells,
+            *((_pct(s.bound_ii.value if s.bound_ii else None), _pct(s.bound_iii_mean)) if bounds else ()),
             str(s.infrastructure_errors),
         )
     return table
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:5.1f}"

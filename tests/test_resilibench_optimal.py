@@ -136,3 +136,26 @@ async def test_oracle_full_rate_agrees_with_the_dp_prediction_within_monte_carlo
         assert possible is not None
         if row.label == "full":
             assert possible is True
+
+
+@pytest.mark.anyio
+async def test_no_scripted_agent_beats_the_dp_prediction(tmp_path):
+    spec = "resilibench:base=0.6"
+    plan = parse_fault_spec(spec)
+    models = ("scripted:naive", "scripted:plan-follower", "text:scripted:text-oracle")
+    result = await execute(
+        RunConfig(
+            db=tmp_path / "r.db", models=models, faults=(spec,), trials=2, seed=5, variants=("optimal",)
+        )
+    )
+    lib = resilibench_library()
+    predicted = [
+        solve_optimal_workflow(t.workflow, lib, plan, t.constraints.max_turns).success_probability
+        for t in default_tasks()
+    ]
+    expected = sum(predicted) / len(predicted)
+    for model in models:
+        rows = [r for r in result.rows if r.model == model]
+        se = math.sqrt(sum(p * (1 - p) for p in predicted)) / len(rows)
+        measured = sum(r.label == "full" for r in rows) / len(rows)
+        assert measured <= expected + 3 * se, (model, measured, expected)

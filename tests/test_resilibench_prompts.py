@@ -124,3 +124,23 @@ def test_prompt_variants_are_distinct_for_many_tasks():
     for task in itertools.islice(suite.tasks, 0, 5040, 400):
         texts = {suite.prompt(task, v) for v in ("baseline", "cot", "optimal", "flawed:semantic_drift")}
         assert len(texts) == 4
+
+
+@pytest.mark.anyio
+async def test_variants_are_served_as_mcp_prompts():
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    from mcp_resili.faults import NoFaults
+    from mcp_resili.server.app import ResiliServer
+
+    suite = get_suite("resilibench")
+    task = suite.default_tasks[2]
+    async with Client(ResiliServer(suite, NoFaults()).mcp) as client:
+        listed = await client.list_prompts()
+        flawed = await client.get_prompt(task.id, {"variant": "flawed:parameter_error:medium"})
+        with pytest.raises(MCPError):
+            await client.get_prompt(task.id, {"variant": "flawed:nope"})
+    assert "flawed:TYPE" in listed.prompts[0].arguments[0].description
+    text = flawed.messages[0].content.text
+    assert text == suite.prompt(task, "flawed:parameter_error:medium") != suite.prompt(task, "optimal")

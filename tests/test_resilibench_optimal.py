@@ -145,7 +145,7 @@ async def test_no_scripted_agent_beats_the_dp_prediction(tmp_path):
     models = ("scripted:naive", "scripted:plan-follower", "text:scripted:text-oracle")
     result = await execute(
         RunConfig(
-            db=tmp_path / "r.db", models=models, faults=(spec,), trials=2, seed=5, variants=("optimal",)
+            db=tmp_path / "r.db", models=models, faults=(spec,), trials=1, seed=5, variants=("optimal",)
         )
     )
     lib = resilibench_library()

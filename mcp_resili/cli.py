@@ -185,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         out = Console()
         if not out.is_terminal:
-            out = Console(width=140)
+            out = Console(width=200)
         out.print(summary_table(result.run_id, summaries))
         sys.stdout.flush()
         err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
@@ -243,7 +243,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"run_id": run_id, "groups": [s.to_dict() for s in summaries]}, indent=2))
     else:
-        Console(width=160).print(summary_table(run_id, summaries))
+        Console(width=200).print(summary_table(run_id, summaries))
     return 0
 
 

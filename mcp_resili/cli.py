@@ -91,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--limit", type=int, help="use the first N tasks of the suite's full list (default: its default set)"
     )
+    run.add_argument(
+        "--max-turns", type=int, help="turn budget of every episode (default: each task's; the paper used 10)"
+    )
     run.add_argument("--all-tasks", action="store_true", help="use every task of the suite's full list")
     run.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable; run only these")
     run.add_argument("--concurrency", type=int, default=8)
@@ -148,6 +151,7 @@ def _run(args: argparse.Namespace) -> int:
         limit=args.limit,
         tasks=tuple(args.tasks or ()),
         all_tasks=args.all_tasks,
+        max_turns=args.max_turns,
         concurrency=args.concurrency,
         seed=args.seed,
         server=args.server,

@@ -17,6 +17,7 @@ from mcp_resili.tasks.resilibench.optimal import (
     ready_probability,
     solve_optimal_workflow,
 )
+from mcp_resili.trace import Trace
 
 DEFAULT = ResiliBenchFaults.model_validate({})
 
@@ -130,8 +131,13 @@ async def test_oracle_full_rate_agrees_with_the_dp_prediction_within_monte_carlo
         for t in default_tasks()
     ]
     assert abs(measured - sum(wrong) / len(wrong)) > 3 * se
-    # Bound (ii) is recorded per episode and is never below what the oracle achieved.
+    # Both bounds are recorded per episode, for the episode's own fault plan; (ii) never falls
+    # below what the oracle achieved.
+    by_task = dict(zip([t.id for t in default_tasks()], predicted, strict=True))
     for row in result.rows:
+        assert row.score["components"]["bound_iii_full_probability"] == pytest.approx(
+            by_task[row.task_id], abs=1e-6
+        )
         possible = row.score["components"]["bound_ii_full_possible"]
         assert possible is not None
         if row.label == "full":
@@ -159,3 +165,32 @@ async def test_no_scripted_agent_beats_the_dp_prediction(tmp_path):
         se = math.sqrt(sum(p * (1 - p) for p in predicted)) / len(rows)
         measured = sum(r.label == "full" for r in rows) / len(rows)
         assert measured <= expected + 3 * se, (model, measured, expected)
+
+
+@pytest.mark.anyio
+async def test_the_papers_10_turn_budget_lowers_bound_iii_and_is_recorded(tmp_path):
+    long = [t.id for t in default_tasks() if len(t.workflow.steps) >= 8][:4]
+    assert long
+    result = await execute(
+        RunConfig(
+            db=tmp_path / "r.db", models=("scripted:oracle",), tasks=tuple(long), trials=2, max_turns=10
+        )
+    )
+    lib = resilibench_library()
+    for row in result.rows:
+        task = next(t for t in default_tasks() if t.id == row.task_id)
+        trace = Trace.from_lines(row.trace.splitlines())
+        assert trace.header.max_turns == 10 and trace.end.turns <= 10
+        bound = row.score["components"]["bound_iii_full_probability"]
+        assert bound == pytest.approx(
+            solve_optimal_workflow(task.workflow, lib, DEFAULT, 10).success_probability, abs=1e-6
+        )
+        assert bound < task.metadata["optimal_workflow"]["success_probability"]
+
+
+@pytest.mark.anyio
+async def test_bad_turn_budgets_are_refused(tmp_path):
+    from mcp_resili.client.runner import RunConfigError
+
+    with pytest.raises(RunConfigError, match=r"max-turns must be at least 2 .*got 1"):
+        await execute(RunConfig(db=tmp_path / "r.db", max_turns=1))

@@ -45,6 +45,8 @@ class RunConfig:
     tasks: tuple[str, ...] = ()
     #: Use the suite's full task list rather than its default run set (``--limit`` implies it).
     all_tasks: bool = False
+    #: Turn budget for every episode (None: each task's own ``constraints.max_turns``).
+    max_turns: int | None = None
     concurrency: int = 8
     seed: int = 0
     server: str | None = None
@@ -81,6 +83,10 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
     """The run matrix, validated: every model, fault spec, task and trial."""
     if config.trials < 1:
         raise RunConfigError(f"--trials must be at least 1, got {config.trials}")
+    if config.max_turns is not None and config.max_turns < 2:
+        raise RunConfigError(
+            f"--max-turns must be at least 2 (a call and the finish), got {config.max_turns}"
+        )
     if config.concurrency < 1:
         raise RunConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
     if config.server is not None and config.faults:
@@ -214,7 +220,7 @@ async def _play(
         seed=config.seed,
         task=task,
         prompt=suite.prompt(task, planned.variant),
-        max_turns=task.constraints.max_turns,
+        max_turns=config.max_turns or task.constraints.max_turns,
     )
     outcome = await play_episode(client, model, spec, tools)
     header = TraceHeader(
@@ -227,6 +233,7 @@ async def _play(
         model=planned.model,
         variant=planned.variant,
         trial=planned.trial,
+        max_turns=config.max_turns,
     )
     trace = Trace(header=header, events=outcome.events)
     score = None if outcome.termination == "infrastructure_error" else suite.score(task, trace)

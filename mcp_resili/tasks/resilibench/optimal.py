@@ -34,11 +34,12 @@ Re-calling a step that already succeeded, or calling tools outside the workflow,
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rng import derive_rng
@@ -307,28 +308,7 @@ class _BudgetExceeded(Exception):
     pass
 
 
-def stored_optimum(metadata: dict[str, Any]) -> float | None:
-    """The DP probability stored with a task, if any."""
-    optimum = metadata.get("optimal_workflow")
-    if isinstance(optimum, dict) and isinstance(optimum.get("success_probability"), int | float):
-        return float(optimum["success_probability"])
-    return None
-
-
-def plan_tools(metadata: dict[str, Any], fallback: Sequence[str]) -> list[str]:
-    """The stored optimal plan's tools, or ``fallback`` (the required tools) for tasks without one."""
-    optimum = metadata.get("optimal_workflow")
-    if isinstance(optimum, dict) and isinstance(optimum.get("tools"), list):
-        return [str(t) for t in optimum["tools"]]
-    return list(fallback)
-
-
-def episode_bound_ii(task: Task, fault_plan: dict[str, Any], seed: int, fault_key: str) -> bool | None:
-    """Bound (ii) for a recorded episode, from its trace header's fault plan, seed and fault key.
-
-    True/False under the ResiliBench plan, True under no faults (if the budget allows the steps),
-    None for any other plan (the search only knows the ResiliBench rule).
-    """
+def _episode_plan(fault_plan: dict[str, Any]) -> ResiliBenchFaults | Literal["none"] | None:
     from mcp_resili.faults.rules import NoFaults
     from mcp_resili.faults.spec import FaultSpecError, load_plan_dict
 
@@ -336,9 +316,57 @@ def episode_bound_ii(task: Task, fault_plan: dict[str, Any], seed: int, fault_ke
         plan = load_plan_dict(fault_plan)
     except FaultSpecError:
         return None
-    turns = task.constraints.max_turns
     if isinstance(plan, NoFaults):
+        return "none"
+    return plan if isinstance(plan, ResiliBenchFaults) else None
+
+
+def episode_bound_ii(
+    task: Task, fault_plan: dict[str, Any], seed: int, fault_key: str, max_turns: int | None = None
+) -> bool | None:
+    """Bound (ii) for a recorded episode, from its trace header's fault plan, seed, fault key and budget.
+
+    True/False under the ResiliBench plan, True under no faults (if the budget allows the steps),
+    None for any other plan (the search only knows the ResiliBench rule).
+    """
+    plan = _episode_plan(fault_plan)
+    turns = max_turns or task.constraints.max_turns
+    if plan == "none":
         return len(task.workflow.steps) + 1 <= turns
-    if not isinstance(plan, ResiliBenchFaults):
+    if plan is None:
         return None
     return clairvoyant_full_success(task.workflow, plan, turns, seed, fault_key)
+
+
+_BOUND_III: dict[tuple[str, int, str], float] = {}
+
+
+def episode_bound_iii(task: Task, fault_plan: dict[str, Any], max_turns: int | None = None) -> float | None:
+    """Bound (iii) for an episode's fault plan and turn budget.
+
+    The DP value stored with the task when plan and budget are the suite's defaults, else solved now
+    (and remembered per task, budget and plan).
+    """
+    plan = _episode_plan(fault_plan)
+    turns = max_turns or task.constraints.max_turns
+    if plan == "none":
+        return 1.0 if len(task.workflow.steps) + 1 <= turns else 0.0
+    if plan is None:
+        return None
+    stored = task.metadata.get("optimal_workflow", {})
+    from mcp_resili.faults.spec import plan_to_dict
+
+    plan_json = json.dumps(plan_to_dict(plan), sort_keys=True)
+    if (
+        stored.get("max_turns") == turns
+        and json.dumps(stored.get("faults"), sort_keys=True) == plan_json
+        and isinstance(stored.get("success_probability"), int | float)
+    ):
+        return float(stored["success_probability"])
+    key = (task.id, turns, plan_json)
+    if key not in _BOUND_III:
+        from mcp_resili.registry import resilibench_library
+
+        solved = solve_optimal_workflow(task.workflow, resilibench_library(), plan, turns)
+        _BOUND_III[key] = round(solved.success_probability, 6)
+    return _BOUND_III[key]

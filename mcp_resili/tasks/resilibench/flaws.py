@@ -169,13 +169,8 @@ def _count(severity: Severity, n: int, light: int, medium: int, severe: int) -> 
 
 def _disorder_dependency(plan: Plan, severity: Severity, ctx: _Context) -> Plan:
     steps = list(plan.steps)
-    earlier: set[str] = set()
-    dependent = []
-    for i, step in enumerate(steps):
-        preds = {a for a, b in ctx.task.workflow.edges if ctx.task.workflow.step(b).tool == step.tool}
-        if i > 0 and preds:
-            dependent.append(i)
-        earlier.add(step.tool)
+    has_prerequisites = {ctx.task.workflow.step(b).tool for _, b in ctx.task.workflow.edges}
+    dependent = [i for i, step in enumerate(steps) if i > 0 and step.tool in has_prerequisites]
     if not dependent:
         return _disorder_swap(plan, severity, ctx)
     chosen = [ctx.rng.choice(dependent)] if severity == "light" else dependent
@@ -187,6 +182,8 @@ def _disorder_dependency(plan: Plan, severity: Severity, ctx: _Context) -> Plan:
 def _disorder_swap(plan: Plan, severity: Severity, ctx: _Context) -> Plan:
     steps = list(plan.steps)
     n = len(steps)
+    if len(set(plan.tools)) < 2:
+        raise FlawError("sequence_disorder needs a plan with two different tools")
     if severity == "severe":
         shuffled = steps[:]
         while [s.tool for s in shuffled] == [s.tool for s in steps]:
@@ -296,18 +293,16 @@ def _parameters(plan: Plan, severity: Severity, ctx: _Context, method: str) -> P
         name = ctx.rng.choice(sorted(arguments))
         if method == "missing":
             del arguments[name]
-            note = None
         elif method == "wrong_type":
             arguments[name] = "42" if not arguments[name].startswith("42") else '"forty-two"'
-            note = None
         else:
             wrong = _WRONG_VALUES.get(name)
             if wrong is None or wrong == arguments[name]:
+                # Wire the argument to the wrong output: another step's metadata instead of its data.
                 others = [t for t in plan.tools if t != step.tool] or [step.tool]
                 wrong = f"the `metadata` returned by {ctx.rng.choice(others)}"
             arguments[name] = wrong
-            note = None
-        steps[i] = step.model_copy(update={"arguments": arguments, "note": note})
+        steps[i] = step.model_copy(update={"arguments": arguments})
     return Plan(steps=tuple(steps))
 
 

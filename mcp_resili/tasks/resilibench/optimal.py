@@ -206,17 +206,14 @@ def policy_success_probability(
         kind, i = policy(done, history, consecutive, turns)
         if kind == FINISH:
             return 1.0 if done == graph.full else 0.0
-        if consecutive + 1 >= CONSECUTIVE_FAILURES:
-            fail = 0.0
-        elif kind == REFUSED or i not in graph.ready(done):
-            if done >> i & 1 and kind == CALL:
-                raise ValueError(f"policy re-calls step {graph.ids[i]!r}, which already succeeded")
-            return value(done, history, consecutive + 1, turns - 1)
-        else:
-            fail = value(done, _push(faults, history, False), consecutive + 1, turns - 1)
+        if kind == CALL and done >> i & 1:
+            raise ValueError(f"policy re-calls step {graph.ids[i]!r}, which already succeeded")
+        lost = consecutive + 1 >= CONSECUTIVE_FAILURES
         if kind == REFUSED or i not in graph.ready(done):
-            return 0.0
+            # Refused by the dependency gate: a failed call for the termination rule, unseen by the fault model.
+            return 0.0 if lost else value(done, history, consecutive + 1, turns - 1)
         p = ready_probability(faults, _failures(history))
+        fail = 0.0 if lost else value(done, _push(faults, history, False), consecutive + 1, turns - 1)
         return p * value(done | 1 << i, _push(faults, history, True), 0, turns - 1) + (1 - p) * fail
 
     return value(0, _start(faults), 0, max_turns)

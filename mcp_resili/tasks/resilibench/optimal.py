@@ -210,7 +210,7 @@ def policy_success_probability(
             raise ValueError(f"policy re-calls step {graph.ids[i]!r}, which already succeeded")
         lost = consecutive + 1 >= CONSECUTIVE_FAILURES
         if kind == REFUSED or i not in graph.ready(done):
-            # Refused by the dependency gate: a failed call for the termination rule, unseen by the fault model.
+            # Refused by the dependency gate: a failed call for the termination rule, unseen by faults.
             return 0.0 if lost else value(done, history, consecutive + 1, turns - 1)
         p = ready_probability(faults, _failures(history))
         fail = 0.0 if lost else value(done, _push(faults, history, False), consecutive + 1, turns - 1)

@@ -17,7 +17,7 @@ from mcp_resili.tasks.resilibench.generate import (
 )
 
 TASK_DIR = Path(__file__).resolve().parents[1] / "mcp_resili" / "tasks" / "resilibench"
-EXCLUDE = {"tasks": {"__all__": {"instance_id"}}}
+EXCLUDE = {"tasks": {"__all__": {"instance_id", "original_description"}}}
 
 
 def render() -> str:

@@ -80,3 +80,16 @@ def test_suite_lists_the_full_suite_and_runs_the_default_set():
 def test_complexity_follows_the_task_type(task_type):
     complexities = {t.complexity for t in full_tasks() if t.task_type == task_type}
     assert len(complexities) == 1
+
+
+def test_tasks_carry_the_table8_fields_and_round_trip_through_json():
+    from mcp_resili.tasks import Task
+
+    task = full_tasks()[123]
+    data = task.model_dump(mode="json")
+    assert data["instance_id"] == task.id and data["original_description"] == task.description
+    assert data["constraints"]["timeout"] == 300 and data["constraints"]["max_retries"] == 3
+    assert Task.model_validate(data) == task
+    data["instance_id"] = "task_other"
+    with pytest.raises(ValueError, match="differs from id"):
+        Task.model_validate(data)

@@ -162,6 +162,27 @@ class Task(BaseModel):
         """ResiliBench's name for ``id`` (paper Table 8)."""
         return self.id
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def original_description(self) -> str:
+        """The description before any rewording (paper Table 8); ours are never reworded."""
+        return str(self.metadata.get("original_description", self.description))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_computed_fields(cls, data: Any) -> Any:
+        """Let a dumped task validate again: the computed fields must agree with what they compute."""
+        if not isinstance(data, dict) or not ({"instance_id", "original_description"} & set(data)):
+            return data
+        data = dict(data)
+        instance_id = data.pop("instance_id", data.get("id"))
+        if instance_id != data.get("id"):
+            raise ValueError(f"instance_id {instance_id!r} differs from id {data.get('id')!r}")
+        original = data.pop("original_description", None)
+        if original is not None and original != data.get("description"):
+            data["metadata"] = {**data.get("metadata", {}), "original_description": original}
+        return data
+
     @model_validator(mode="after")
     def _required_tools_match_workflow(self) -> Task:
         workflow_tools = {s.tool for s in self.workflow.steps}

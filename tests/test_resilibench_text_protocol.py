@@ -97,3 +97,32 @@ async def test_plan_follower_pays_for_flawed_plans_and_not_for_the_optimal_one(t
     full = {v: sum(r.label == "full" for r in result.rows if r.variant == v) for v in variants}
     assert full["optimal"] >= 17
     assert full["flawed:missing_step:severe"] == 0 and full["flawed:tool_misuse:severe"] <= 2
+
+
+class Ponderer:
+    """Talks without acting on its first turn, then behaves like the text oracle."""
+
+    name = "scripted:ponderer"
+
+    async def generate(self, request):
+        from mcp_resili.client.text_protocol import TextOracleAgent
+
+        users = [m.text for m in request.messages if isinstance(m, UserMessage)]
+        if len(users) == 1:
+            return ModelResponse(text="Let me think about which tools this needs before doing anything.")
+        assert "NO ACTION DETECTED" in users[1]
+        return await TextOracleAgent().generate(request)
+
+
+@pytest.mark.anyio
+async def test_a_reply_without_a_tag_gets_a_reminder_and_the_episode_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec: TextProtocolModel(Ponderer()))
+    result = await execute(
+        RunConfig(
+            db=tmp_path / "r.db", models=("text:scripted:ponderer",), faults=("none",), trials=1, limit=3
+        )
+    )
+    assert {r.label for r in result.rows} == {"full"}
+    trace = Trace.from_lines(result.rows[0].trace.splitlines())
+    turns = [e for e in trace.events if e.event == "model_turn"]
+    assert turns[0].tool_calls == () and trace.end.termination == "completed"

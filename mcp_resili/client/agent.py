@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from mcp_resili import DISCOVERY_TOOLS, META_EPISODE, META_EVENT
 from mcp_resili.client.model import (
+    CONTINUE_WITH,
     AssistantMessage,
     InfrastructureError,
     Message,
@@ -163,6 +164,11 @@ async def play_episode(
         )
         messages.append(AssistantMessage(response.text, response.tool_calls))
         if not response.tool_calls:
+            reminder = response.extra.get(CONTINUE_WITH)
+            if isinstance(reminder, str) and reminder:
+                # The model's own harness (e.g. the text protocol) answers a turn without an action.
+                messages.append(UserMessage(reminder))
+                continue
             said_done = any(p in response.text.lower() for p in COMPLETION_PHRASES)
             termination = "completed" if said_done else "agent_stopped"
             break

@@ -11,9 +11,9 @@ reply is parsed as the reference executor does (paper §4.1, App. A):
 3. else the **first** ``<tool_call>...</tool_call>`` → one tool call (one tool per turn, which the
    paper states and we enforce). The tag holds a tool name, optionally followed by a JSON object of
    arguments. Names match exactly, then case-insensitively, then by substring either way;
-4. else no call: the agent loop ends the episode (``completed`` when the text has a completion
-   phrase such as "task completed", otherwise ``agent_stopped``). The reference executor sends a
-   "NO ACTION DETECTED" reminder and continues instead; we do not, because every reply is a turn.
+4. else no call: with a completion phrase ("task completed", ...) the episode ends as completed;
+   otherwise the model gets a "NO ACTION DETECTED" reminder of the syntax and the episode goes on
+   (the reply still used a turn), as in the reference executor.
 
 A bare tool name carries no arguments, as in the paper. With ``auto_arguments`` (the default) the
 wrapper fills them from the task's ground-truth bindings and the results so far, which is what the
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from mcp_resili import DISCOVERY_TOOLS
 from mcp_resili.client.model import (
+    CONTINUE_WITH,
     AssistantMessage,
     Message,
     Model,
@@ -38,6 +39,7 @@ from mcp_resili.client.model import (
     ToolResultsMessage,
     UserMessage,
 )
+from mcp_resili.scoring.termination import COMPLETION_PHRASES
 from mcp_resili.tasks.model import StepBinding, Task, resolve_arguments
 
 SEARCH_TOOL, INFO_TOOL = DISCOVERY_TOOLS
@@ -45,6 +47,11 @@ _SEARCH = re.compile(r"<tool_search>(.*?)</tool_search>", re.DOTALL)
 _INFO = re.compile(r"<tool_info>(.*?)</tool_info>", re.DOTALL)
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
+NO_ACTION = (
+    "NO ACTION DETECTED. Act with exactly one tag: <tool_search>keywords</tool_search>, "
+    "<tool_info>tool_name</tool_info> or <tool_call>tool_name</tool_call>. "
+    'If every step has succeeded, say "Task completed".'
+)
 PREAMBLE = """\
 You act only through these tags, one per response:
 - <tool_search>keywords</tool_search> finds tools (e.g. <tool_search>file reader writer</tool_search>)
@@ -168,12 +175,14 @@ class TextProtocolModel:
         response = await self.inner.generate(inner_request)
         turn = sum(1 for m in request.messages if isinstance(m, AssistantMessage)) + 1
         call = self._action(response.text, request, turn)
+        said_done = any(p in response.text.lower() for p in COMPLETION_PHRASES)
         return ModelResponse(
             text=response.text,
             tool_calls=() if call is None else (call,),
             stop_reason="tool_use" if call else response.stop_reason,
             input_tokens=response.input_tokens,
             output_tokens=response.output_tokens,
+            extra={} if call is not None or said_done else {CONTINUE_WITH: NO_ACTION},
         )
 
     def _action(self, text: str, request: ModelRequest, turn: int) -> ToolCall | None:

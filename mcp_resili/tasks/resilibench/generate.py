@@ -6,7 +6,11 @@ under declared dependencies and data needs (a tool that consumes records gets a 
 gets a reader or fetcher), binds every argument to a user input, a constant or an earlier step,
 and derives the DAG from those bindings and the declared dependencies. Every generated workflow is
 executed once on the simulators (no faults) and kept only if it runs cleanly, so every task is
-solvable by construction.
+solvable by construction. Each task stores its DP-optimal workflow (`optimal.py`).
+
+`generate_full_suite` makes the 5,040 distinct tasks of paper Table 7 (``full.json.gz``); the
+default run's 40 tasks are the first 8 of every type (``default.json``). Both are written by
+``scripts/regenerate_default_tasks.py``; see ``docs/resilibench.md``.
 """
 
 from __future__ import annotations

@@ -11,12 +11,15 @@ from dataclasses import dataclass
 
 from mcp_resili.client.model import (
     AssistantMessage,
+    Model,
     ModelRequest,
     ModelResponse,
     ToolCall,
     ToolResult,
     ToolResultsMessage,
 )
+from mcp_resili.client.plan_follower import PlanFollowerAgent
+from mcp_resili.client.text_protocol import TextOracleAgent
 from mcp_resili.tasks.model import StepBinding, Task, WorkflowStep, resolve_arguments
 
 FINISH = "finish"
@@ -126,7 +129,9 @@ class NaiveAgent:
         return _finish(turn, "completed", "ran every step once")
 
 
-SCRIPTED_AGENTS: dict[str, Callable[[], OracleAgent | NaiveAgent]] = {
+SCRIPTED_AGENTS: dict[str, Callable[[], Model]] = {
     "oracle": OracleAgent,
     "naive": NaiveAgent,
+    "plan-follower": PlanFollowerAgent,
+    "text-oracle": TextOracleAgent,
 }

@@ -119,3 +119,11 @@ def plan_to_dict(plan: FaultPlan) -> dict[str, Any]:
     """JSON-ready form of a plan, as recorded in trace headers."""
     data: dict[str, Any] = _PLAN_ADAPTER.dump_python(plan, mode="json")
     return data
+
+
+def load_plan_dict(raw: dict[str, Any]) -> FaultPlan:
+    """A fault plan from its recorded JSON form (`plan_to_dict`), or `FaultSpecError`."""
+    try:
+        return _PLAN_ADAPTER.validate_python(raw)
+    except ValidationError as exc:
+        raise FaultSpecError(f"invalid fault plan {raw!r}: {exc}") from None

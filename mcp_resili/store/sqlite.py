@@ -146,6 +146,13 @@ class Store:
             for r in rows
         ]
 
+    def run_suite(self, run_id: str) -> str:
+        """The suite a stored run played."""
+        row = self._db.execute("SELECT suite FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no run {run_id!r} in {self.path}")
+        return str(row[0])
+
     def latest_run(self) -> str | None:
         """The id of the most recent run, if any."""
         row = self._db.execute("SELECT id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()

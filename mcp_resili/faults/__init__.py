@@ -6,6 +6,7 @@ and files), `injector`.
 """
 
 from mcp_resili.faults.base import BaseFault, BasePlan, CallContext, CallOutcome, ToolOutcome
+from mcp_resili.faults.corrupt import CorruptFault
 from mcp_resili.faults.error import ErrorFault
 from mcp_resili.faults.injector import FaultInjector
 from mcp_resili.faults.model import Fault, FaultDecision
@@ -13,6 +14,7 @@ from mcp_resili.faults.plans import FaultPlan
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rng import derive_rng
 from mcp_resili.faults.rules import FaultRule, NoFaults, RuleFaults
+from mcp_resili.faults.toolmaze import ToolMazeFaults
 from mcp_resili.faults.spec import FaultSpecError, load_fault_file, parse_fault_spec, plan_to_dict
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "BasePlan",
     "CallContext",
     "CallOutcome",
+    "CorruptFault",
     "ErrorFault",
     "Fault",
     "FaultDecision",
@@ -30,6 +33,7 @@ __all__ = [
     "NoFaults",
     "ResiliBenchFaults",
     "RuleFaults",
+    "ToolMazeFaults",
     "ToolOutcome",
     "derive_rng",
     "load_fault_file",

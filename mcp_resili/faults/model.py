@@ -9,9 +9,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mcp_resili.faults.corrupt import CorruptFault
 from mcp_resili.faults.error import ErrorFault
 
-Fault = Annotated[ErrorFault, Field(discriminator="type")]
+Fault = Annotated[ErrorFault | CorruptFault, Field(discriminator="type")]
 
 
 class FaultDecision(BaseModel):

@@ -8,5 +8,6 @@ from pydantic import Field
 
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rules import NoFaults, RuleFaults
+from mcp_resili.faults.toolmaze import ToolMazeFaults
 
-FaultPlan = Annotated[NoFaults | ResiliBenchFaults | RuleFaults, Field(discriminator="kind")]
+FaultPlan = Annotated[NoFaults | ResiliBenchFaults | RuleFaults | ToolMazeFaults, Field(discriminator="kind")]

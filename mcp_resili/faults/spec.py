@@ -18,6 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 from mcp_resili.faults.plans import FaultPlan
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rules import NoFaults
+from mcp_resili.faults.toolmaze import MODES, ToolMazeFaults
 
 _PLAN_ADAPTER: TypeAdapter[FaultPlan] = TypeAdapter(FaultPlan)
 
@@ -67,10 +68,18 @@ def _resilibench(spec: str, args: str) -> FaultPlan:
     return ResiliBenchFaults.model_validate(parse_overrides(spec, args, RESILIBENCH_ALIASES))
 
 
+def _toolmaze(spec: str, args: str) -> FaultPlan:
+    mode = args.strip().upper()
+    if mode not in MODES:
+        raise FaultSpecError(f"fault spec {spec!r}: ToolMaze mode must be one of {', '.join(MODES)}")
+    return ToolMazeFaults(mode=mode)  # type: ignore[arg-type]
+
+
 #: Registered SPEC names → parser of (whole spec, text after the name's ':' or '=').
 NAMED_SPECS: dict[str, Callable[[str, str], FaultPlan]] = {
     "none": _none,
     "resilibench": _resilibench,
+    "toolmaze": _toolmaze,
 }
 
 
@@ -86,7 +95,7 @@ def parse_fault_spec(spec: str) -> FaultPlan:
     if not path.is_file():
         raise FaultSpecError(
             f"unknown fault spec {spec!r}: use one of {', '.join(sorted(NAMED_SPECS))} "
-            f"(e.g. resilibench:base=0.7; keys {', '.join(sorted(RESILIBENCH_ALIASES))}), "
+            f"(e.g. toolmaze:P3, resilibench:base=0.7; keys {', '.join(sorted(RESILIBENCH_ALIASES))}), "
             "or the path of a .toml/.json fault file"
         )
     return load_fault_file(path)

@@ -51,6 +51,8 @@ class EpisodeSpec:
     task: Task | None
     prompt: str
     max_turns: int = 10
+    #: Apply the ResiliBench termination rules (`termination_index`) to stop the episode early.
+    stop_rules: bool = True
 
     def meta(self) -> dict[str, Any]:
         """The ``_meta`` our server reads to route and seed the call."""
@@ -184,7 +186,7 @@ async def play_episode(
         if finished is not None:
             termination = finished.status
             break
-        _, rule = termination_index(calls)
+        _, rule = termination_index(calls) if episode.stop_rules else (0, None)
         if rule in ("too_many_errors", "loop", "too_many_calls"):
             termination = "loop" if rule == "loop" else "too_many_errors"
             detail = f"termination rule {rule}"

@@ -200,6 +200,7 @@ async def _play(
         task=task,
         prompt=suite.prompt(task, config.variant),
         max_turns=task.constraints.max_turns,
+        stop_rules=suite.stop_rules,
     )
     outcome = await play_episode(client, model, spec, tools)
     header = TraceHeader(

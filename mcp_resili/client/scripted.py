@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from mcp_resili.client.model import (
     AssistantMessage,
+    Model,
     ModelRequest,
     ModelResponse,
     ToolCall,
@@ -98,7 +99,21 @@ class NaiveAgent:
         return _finish(turn, "completed", "ran every step once")
 
 
-SCRIPTED_AGENTS: dict[str, Callable[[], OracleAgent | NaiveAgent]] = {
+def _toolmaze(kind: str) -> Callable[[], Model]:
+    def factory() -> Model:
+        from mcp_resili.client import toolmaze_agents
+
+        agent: Model = getattr(toolmaze_agents, f"{kind}_agent")()
+        return agent
+
+    return factory
+
+
+SCRIPTED_AGENTS: dict[str, Callable[[], Model]] = {
     "oracle": OracleAgent,
     "naive": NaiveAgent,
+    "retry": _toolmaze("retry"),
+    "switch": _toolmaze("switch"),
+    "abort": _toolmaze("abort"),
+    "trusting": _toolmaze("trusting"),
 }

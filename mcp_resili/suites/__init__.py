@@ -44,6 +44,8 @@ class Suite:
     default_faults: str = "none"
     variants: tuple[str, ...] = ("baseline",)
     enforce_dependencies: bool = False
+    #: Whether the runner stops episodes by ResiliBench's termination rules (5 failures in a row, ...).
+    stop_rules: bool = True
 
     @cached_property
     def tasks(self) -> tuple[Task, ...]:
@@ -82,7 +84,13 @@ def _resilibench() -> Suite:
     return resilibench_suite()
 
 
-_FACTORIES: dict[str, Callable[[], Suite]] = {"resilibench": _resilibench}
+def _toolmaze() -> Suite:
+    from mcp_resili.suites.toolmaze import toolmaze_suite
+
+    return toolmaze_suite()
+
+
+_FACTORIES: dict[str, Callable[[], Suite]] = {"resilibench": _resilibench, "toolmaze": _toolmaze}
 
 #: The suite used when none is named.
 DEFAULT_SUITE = "resilibench"

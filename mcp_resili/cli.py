@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--suite", default=DEFAULT_SUITE, help=f"one of: {', '.join(suite_names())}")
     serve.add_argument("--task", help="task bound to episodes that do not name one (e.g. a person's session)")
     serve.add_argument(
-        "--faults", help="none | resilibench[:key=value,...] | PATH.toml|.json (default: suite's)"
+        "--faults",
+        help="none | resilibench[:key=value,...] | toolmaze:NP|P1|P2|P3|P4 | PATH.toml|.json (default: suite's)",
     )
     serve.add_argument("--seed", type=int, default=0, help="fault seed for episodes that do not send one")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
@@ -79,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     listing = tasks_sub.add_parser("list", help="list a suite's tasks")
     listing.add_argument("--suite", default=DEFAULT_SUITE)
     listing.add_argument("--json", action="store_true", help="a JSON list of task objects")
+    stats = tasks_sub.add_parser("stats", help="per-level statistics (length, valid paths, groups, domains)")
+    stats.add_argument("--suite", default=DEFAULT_SUITE)
+    stats.add_argument("--json", action="store_true", help="a JSON list, one object per level")
 
     score = sub.add_parser("score", help="score a trace file written by `serve --trace-dir` or the runner")
     score.add_argument("trace", type=Path)
@@ -172,6 +176,31 @@ def _tasks_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tasks_stats(args: argparse.Namespace) -> int:
+    from mcp_resili.tasks.stats import level_statistics
+
+    rows = level_statistics(get_suite(args.suite).tasks)
+    if args.json:
+        json.dump([r.to_dict() for r in rows], sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    table = Table(title=f"{args.suite}: task statistics per level", title_justify="left")
+    for column in ("level", "tasks", "mean length", "min/max", "valid paths", "groups", "domains"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r.level,
+            str(r.tasks),
+            f"{r.mean_length:.2f}",
+            f"{r.min_length}/{r.max_length}",
+            f"{r.mean_valid_paths:g}",
+            " ".join(f"{k}={v}" for k, v in r.group_kinds.items()) or "-",
+            " ".join(f"{k}={v}" for k, v in r.domains.items()),
+        )
+    Console(width=160).print(table)
+    return 0
+
+
 def _score(args: argparse.Namespace) -> int:
     trace = Trace.read(args.trace)
     suite = get_suite(trace.header.suite)
@@ -192,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"serve": _serve, "run": _run, "score": _score}
     try:
         if args.command == "tasks":
-            return _tasks_list(args)
+            return _tasks_stats(args) if args.tasks_command == "stats" else _tasks_list(args)
         return handlers[args.command](args)
     except USER_ERRORS as exc:
         print(f"mcp-resili: error: {exc}", file=sys.stderr)

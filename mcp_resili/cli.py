@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--task", help="task bound to episodes that do not name one (e.g. a person's session)")
     serve.add_argument(
         "--faults",
-        help="none | resilibench[:key=value,...] | toolmaze:NP|P1|P2|P3|P4 | PATH.toml|.json (default: suite's)",
+        help="none | resilibench[:key=value,...] | toolmaze:NP|P1..P4 | PATH.toml|.json (default: suite's)",
     )
     serve.add_argument("--seed", type=int, default=0, help="fault seed for episodes that do not send one")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")

@@ -46,7 +46,14 @@ def _call(turn: int, step: WorkflowStep, task: Task, results: dict[str, object])
     for binding in step.arguments.values():
         if isinstance(binding, StepBinding) and binding.step not in available:
             available[binding.step] = {"data": {}}
-    arguments = resolve_arguments(step, task.inputs, available)
+    arguments: dict[str, object] = {}
+    for name, binding in step.arguments.items():
+        # A field the placeholder lacks (another suite's record shape) is passed as null.
+        single = WorkflowStep(id=step.id, tool=step.tool, arguments={name: binding})
+        try:
+            arguments.update(resolve_arguments(single, task.inputs, available))
+        except (KeyError, TypeError):
+            arguments[name] = None
     return ToolCall(id=f"call_{turn}_{step.id}", name=step.tool, arguments=arguments)
 
 

@@ -14,8 +14,8 @@ from mcp_resili.faults.plans import FaultPlan
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rng import derive_rng
 from mcp_resili.faults.rules import FaultRule, NoFaults, RuleFaults
-from mcp_resili.faults.toolmaze import ToolMazeFaults
 from mcp_resili.faults.spec import FaultSpecError, load_fault_file, parse_fault_spec, plan_to_dict
+from mcp_resili.faults.toolmaze import ToolMazeFaults
 
 __all__ = [
     "BaseFault",

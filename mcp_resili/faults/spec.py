@@ -72,7 +72,7 @@ def _toolmaze(spec: str, args: str) -> FaultPlan:
     mode = args.strip().upper()
     if mode not in MODES:
         raise FaultSpecError(f"fault spec {spec!r}: ToolMaze mode must be one of {', '.join(MODES)}")
-    return ToolMazeFaults(mode=mode)  # type: ignore[arg-type]
+    return ToolMazeFaults(mode=mode)
 
 
 #: Registered SPEC names → parser of (whole spec, text after the name's ':' or '=').

@@ -40,7 +40,7 @@ from mcp_resili.faults.corrupt import CHANGED_FIELDS, CorruptFault
 from mcp_resili.faults.toolmaze import TRANSIENT_MODES
 from mcp_resili.scoring.model import Score
 from mcp_resili.tasks.model import Task
-from mcp_resili.tasks.toolmaze.model import ToolMazeTask, path_tools
+from mcp_resili.tasks.toolmaze.model import ToolMazeTask
 from mcp_resili.trace import ModelTurnEvent, ToolCallEvent, Trace
 
 ABORT_PHRASE = "task aborted"
@@ -182,7 +182,9 @@ def score(task: Task, trace: Trace) -> Score:
     else:
         reasons.append(f"completed valid path {' → '.join(completed[0])}")
 
-    perturbed = [i for i, c in enumerate(calls) if c.fault is not None and c.decision and c.decision.plan == "toolmaze"]
+    perturbed = [
+        i for i, c in enumerate(calls) if c.fault is not None and c.decision and c.decision.plan == "toolmaze"
+    ]
     i_pert = bool(perturbed)
     recovered: list[bool] = []
     first_by_slot: dict[str, int] = {}
@@ -195,7 +197,9 @@ def score(task: Task, trace: Trace) -> Score:
         slot = task.perturbations.slot_of(victim)
         group = task.group(slot.group) if slot is not None and slot.group else None
         alternatives = (
-            {s.tool for m in group.members if victim not in {s.tool for s in m} for s in m} if group else set()
+            {s.tool for m in group.members if victim not in {s.tool for s in m} for s in m}
+            if group
+            else set()
         )
         times = 1 + sum(1 for c in later if c.tool == victim)
         switched_to = next((c.tool for c in later if c.tool in alternatives), None)
@@ -219,16 +223,20 @@ def score(task: Task, trace: Trace) -> Score:
             if switched_to:
                 reasons.append(f"slot {slot_id}: switched from {victim} to {switched_to}")
             else:
-                reasons.append(f"slot {slot_id}: {victim} permanently failed but agent did not switch to alt tool")
+                reasons.append(
+                    f"slot {slot_id}: {victim} permanently failed but agent did not switch to alt tool"
+                )
         else:
             ok = aborted and not others_after
             if others_after:
                 reasons.append(
-                    f"slot {slot_id}: agent should have stopped but called other tools after victim {victim}: "
-                    + ", ".join(others_after)
+                    f"slot {slot_id}: agent should have stopped but called other tools after victim "
+                    f"{victim}: {', '.join(others_after)}"
                 )
             elif not aborted:
-                reasons.append(f"slot {slot_id}: {victim} cannot work and has no alternative, but agent did not abort")
+                reasons.append(
+                    f"slot {slot_id}: {victim} cannot work and has no alternative, but agent did not abort"
+                )
             else:
                 reasons.append(f"slot {slot_id}: aborted gracefully after {victim} failed permanently")
         recovered.append(ok)

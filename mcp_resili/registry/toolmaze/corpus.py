@@ -289,7 +289,8 @@ def _tool(name: str, domain: str, ops: tuple[Op, ...], provider: str | None = No
     steps = ", then ".join(op.phrase.replace("{subject}", "the subject") for op in ops)
     via = f" (via {provider})" if provider else ""
     description = (
-        f"{domain.capitalize()} {role}{via}: {steps}. Returns a record whose `ref` and `value` feed the next step."
+        f"{domain.capitalize()} {role}{via}: {steps}. "
+        "Returns a record whose `ref` and `value` feed the next step."
     )
     spec = ToolSpec(
         name=name,

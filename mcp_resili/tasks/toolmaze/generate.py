@@ -20,6 +20,7 @@ templates, so the output is reproducible and checkable:
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Sequence
 
@@ -72,16 +73,24 @@ class _Ctx:
         self.ops = {op.name: op for op in corpus.ops}
         self.tools = {t.spec.name: t for t in corpus.tools}
         self.groups = {g.id: g for g in corpus.groups}
-        self.single = {t.ops[0]: t.spec.name for t in corpus.tools if len(t.ops) == 1 and t.spec.name == t.ops[0]}
+        self.single = {
+            t.ops[0]: t.spec.name for t in corpus.tools if len(t.ops) == 1 and t.spec.name == t.ops[0]
+        }
         one_to_one_ops = {op for g in corpus.groups if g.kind == "one_to_one" for op in g.ops}
         #: Ops a shared step may use: they have a single-op tool and no one-to-one alternative.
         self.shared_ops = {
-            d: [op.name for op in corpus.ops if op.domain == d and op.role != "source" and op.name in self.single
-                and op.name not in one_to_one_ops]
+            d: [
+                op.name
+                for op in corpus.ops
+                if op.domain == d
+                and op.role != "source"
+                and op.name in self.single
+                and op.name not in one_to_one_ops
+            ]
             for d in corpus.domains
-        }  # fmt: skip
+        }
         #: Consecutive op pairs a combined tool computes (two shared steps must not form one).
-        self.combined_pairs = {t.ops for t in corpus.tools if len(t.ops) == 2}
+        self.combined_pairs: set[tuple[str, ...]] = {t.ops for t in corpus.tools if len(t.ops) == 2}
 
 
 def _bindings(role: str, prev_ok: bool, earlier: Sequence[int], rng: random.Random) -> dict[str, ArgBinding]:
@@ -124,7 +133,9 @@ def _fits(ctx: _Ctx, domain: str, partner: str, group_ids: Sequence[str], length
 def _groups_for(
     ctx: _Ctx, level: Level, domain: str, partner: str, length: int, rng: random.Random
 ) -> list[str]:
-    g = lambda n: f"{domain}.g{n}"  # noqa: E731
+    def g(n: int) -> str:
+        return f"{domain}.g{n}"
+
     if level == "C1":
         return []
     if level == "C2":
@@ -136,11 +147,13 @@ def _groups_for(
     return rng.choice(options)
 
 
-def _order(items: list[str | tuple[str]], combined: set[tuple[str, ...]], rng: random.Random) -> list[str | tuple[str]]:
+def _order(
+    items: list[str | tuple[str]], combined: set[tuple[str, ...]], rng: random.Random
+) -> list[str | tuple[str]]:
     """Shuffle the middle elements so no two adjacent shared ops form a combined tool's pair."""
     for _ in range(1000):
         rng.shuffle(items)
-        pairs = zip(items, items[1:], strict=False)
+        pairs = itertools.pairwise(items)
         if not any(isinstance(a, str) and isinstance(b, str) and (a, b) in combined for a, b in pairs):
             return items
     raise RuntimeError(f"cannot order {items} without forming a combined pair")
@@ -182,19 +195,25 @@ def _make_task(ctx: _Ctx, level: Level, index: int, length: int, rng: random.Ran
             grp = ctx.groups[item[0]]
             mode = rng.choice(ACTION_MODES)
             members = tuple(
-                tuple(PathStep(tool=t, arg_bindings=_member_bindings(ctx.tools[t].role, mode)) for t in member)
+                tuple(
+                    PathStep(tool=t, arg_bindings=_member_bindings(ctx.tools[t].role, mode)) for t in member
+                )
                 for member in grp.members
             )
             alt_id = f"alt{len(alt_groups) + 1}"
             alt_groups.append(
                 AlternativeGroup(id=alt_id, kind=grp.kind, corpus_group=grp.id, step=number, members=members)
             )
-            chain.append(ChainElement(step=number, tool_name=ALTERNATIVE, is_alternative=True, alternative_id=alt_id))
+            chain.append(
+                ChainElement(step=number, tool_name=ALTERNATIVE, is_alternative=True, alternative_id=alt_id)
+            )
             ops_in_order.extend(grp.ops)
         else:
             role = ctx.ops[item].role
             chain.append(
-                ChainElement(step=number, tool_name=ctx.single[item], arg_bindings=_bindings(role, True, earlier, rng))
+                ChainElement(
+                    step=number, tool_name=ctx.single[item], arg_bindings=_bindings(role, True, earlier, rng)
+                )
             )
             ops_in_order.append(item)
 
@@ -204,7 +223,7 @@ def _make_task(ctx: _Ctx, level: Level, index: int, length: int, rng: random.Ran
 
     if level == "C1":
         victim = chain[rng.randrange(1, len(chain) - 1)]
-        slots = (FaultSlot(id=f"step{victim.step}", tools=(victim.tool_name,)),)
+        slots: tuple[FaultSlot, ...] = (FaultSlot(id=f"step{victim.step}", tools=(victim.tool_name,)),)
     else:
         slots = tuple(FaultSlot(id=g.id, tools=g.tools, group=g.id) for g in alt_groups)
     p1 = rng.choice(TRANSIENT_ERRORS)
@@ -235,7 +254,11 @@ def _make_task(ctx: _Ctx, level: Level, index: int, length: int, rng: random.Ran
         metadata={"ops": ops_in_order},
         level=level,
         domain=domain,
-        user_input_schema={"type": "object", "properties": {"subject": {"type": "string"}}, "required": ["subject"]},
+        user_input_schema={
+            "type": "object",
+            "properties": {"subject": {"type": "string"}},
+            "required": ["subject"],
+        },
         chain=tuple(chain),
         alternative_groups=tuple(alt_groups),
         valid_paths=valid,
@@ -273,9 +296,9 @@ def generate_tasks(corpus: Corpus, seed: int, per_level: int = TASKS_PER_LEVEL) 
     tasks: list[ToolMazeTask] = []
     for level in ("C1", "C2", "C3", "C4"):
         rng = random.Random(f"{seed}/{level}")
-        lengths = [n for n, k in LENGTH_QUOTAS[level].items() for _ in range(k)]  # type: ignore[index]
+        lengths = [n for n, k in LENGTH_QUOTAS[level].items() for _ in range(k)]
         rng.shuffle(lengths)
         lengths = (lengths * (per_level // len(lengths) + 1))[:per_level]
         for index, length in enumerate(lengths, start=1):
-            tasks.append(_make_task(ctx, level, index, length, rng))  # type: ignore[arg-type]
+            tasks.append(_make_task(ctx, level, index, length, rng))
     return ToolMazeTaskSet(seed=seed, generator="mcp_resili.tasks.toolmaze.generate", tasks=tuple(tasks))

@@ -148,7 +148,9 @@ class ToolMazeTask(Task):
                 group = self.group(str(element.alternative_id))
                 options.append([[(element.step, s) for s in member] for member in group.members])
             else:
-                options.append([[(element.step, PathStep(tool=element.tool_name, arg_bindings=element.arg_bindings))]])
+                options.append(
+                    [[(element.step, PathStep(tool=element.tool_name, arg_bindings=element.arg_bindings))]]
+                )
         return [[pair for part in combo for pair in part] for combo in itertools.product(*options)]
 
     def shortest_path_index(self) -> int:
@@ -162,8 +164,11 @@ def resolve_path_arguments(
     prev: Mapping[str, Any] | None,
     by_step: Mapping[int, Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """Concrete arguments of ``step``: ``prev`` is the previous call's record, ``by_step`` the latest
-    record each chain step produced (an alternative slot's record is its member's last record)."""
+    """Concrete arguments of ``step`` along a path.
+
+    ``prev`` is the previous call's record, ``by_step`` the latest record each chain step produced
+    (an alternative slot's record is its member's last record).
+    """
     arguments: dict[str, Any] = {}
     for name, binding in step.arg_bindings.items():
         if binding.source == "constant":

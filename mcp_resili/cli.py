@@ -8,6 +8,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 from rich.console import Console
@@ -19,7 +20,7 @@ from mcp_resili.client.providers import UnknownModelError
 from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, RunConfigError, execute
 from mcp_resili.faults import FaultSpecError, parse_fault_spec
 from mcp_resili.report import summarize, summary_table
-from mcp_resili.store import DEFAULT_DB
+from mcp_resili.store import DEFAULT_DB, EpisodeRow
 from mcp_resili.suites import DEFAULT_SUITE, UnknownSuiteError, UnknownTaskError, get_suite, suite_names
 from mcp_resili.trace import Trace, TraceError
 
@@ -142,6 +143,7 @@ def _run(args: argparse.Namespace) -> int:
             )
         )
     summaries = summarize(result.rows)
+    toolmaze = _toolmaze_metrics(result.rows) if config.suite == "toolmaze" else []
     if args.json:
         payload = {
             "run_id": result.run_id,
@@ -150,15 +152,27 @@ def _run(args: argparse.Namespace) -> int:
             "db": str(config.db),
             "groups": [s.to_dict() for s in summaries],
         }
+        if toolmaze:
+            payload["toolmaze"] = toolmaze
         print(json.dumps(payload, indent=2))
     else:
         out = Console()
         if not out.is_terminal:
             out = Console(width=140)
         out.print(summary_table(result.run_id, summaries))
+        if toolmaze:
+            from mcp_resili.report.toolmaze import toolmaze_table
+
+            out.print(toolmaze_table(toolmaze))
         sys.stdout.flush()
         err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     return 0
+
+
+def _toolmaze_metrics(rows: Sequence[EpisodeRow]) -> list[dict[str, Any]]:
+    from mcp_resili.report.toolmaze import toolmaze_metrics
+
+    return toolmaze_metrics(rows)
 
 
 def _tasks_list(args: argparse.Namespace) -> int:

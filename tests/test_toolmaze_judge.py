@@ -235,3 +235,29 @@ def test_scorer_refuses_a_task_of_another_suite():
     )
     with pytest.raises(TypeError, match="ToolMazeTask"):
         score(default_tasks()[0], trace)
+
+
+def test_run_reports_toolmaze_metrics_per_mode_and_level(tmp_path, capsys):
+    import json
+
+    from mcp_resili.cli import main
+
+    argv = ["run", "--suite", "toolmaze", "--model", "scripted:retry", "--trials", "1", "--json"]
+    argv += ["--faults", "toolmaze:P1", "--faults", "toolmaze:P2", "--db", str(tmp_path / "r.db")]
+    argv += ["--task", "C1_task_001", "--task", "C2_task_001", "--variant", "hint"]
+    assert main(argv) == 0
+    rows = {(m["mode"], m["level"]): m for m in json.loads(capsys.readouterr().out)["toolmaze"]}
+    assert rows["P1", "C1"]["prr"] == 1 and rows["P1", "C2"]["tsr"] == 1 and rows["P1", "all"]["rc"] == 0
+    assert rows["P2", "C1"]["prr"] == 1 and rows["P2", "C2"]["prr"] == 0 and rows["P2", "all"]["rc"] == 1
+    assert rows["P2", "all"]["composite"] == pytest.approx((0 + 0.5 + 0) / 3)
+
+
+def test_hint_prompt_adds_failure_awareness_and_the_abort_format():
+    suite = get_suite("toolmaze")
+    task = SAMPLE[0]
+    plain, hinted = suite.prompt(task, "baseline"), suite.prompt(task, "hint")
+    assert task.description in plain and hinted.startswith(plain)
+    assert "Task aborted:" in hinted and "Task aborted:" not in plain
+    assert "alternative" in hinted and "reasonable" in hinted
+    with pytest.raises(ValueError, match="nope"):
+        suite.prompt(task, "nope")

@@ -47,11 +47,22 @@ ABORT_PHRASE = "task aborted"
 
 
 def trace_mode(trace: Trace) -> str:
-    """The ToolMaze mode a trace ran under: ``NP``, ``P1``…``P4``, or ``other`` for foreign plans."""
+    """The ToolMaze mode a trace ran under: ``NP``, ``P1``…``P4``, or ``other``.
+
+    From the header's fault plan when our server or runner wrote it; for a run against an external
+    server (header plan ``external``) from the first ToolMaze fault in the events' ledger.
+    """
     plan = trace.header.fault_plan
     if plan.get("kind") == "toolmaze":
         return str(plan.get("mode", "other"))
-    return "NP" if plan.get("kind") == "none" else "other"
+    if plan.get("kind") == "none":
+        return "NP"
+    for call in trace.tool_calls:
+        if call.fault is not None and call.decision is not None and call.decision.plan == "toolmaze":
+            return {(True, True): "P1", (True, False): "P2", (False, True): "P3", (False, False): "P4"}[
+                (call.fault.explicit, call.fault.transient)
+            ]
+    return "other"
 
 
 def _key(value: Any) -> tuple[str, Any] | None:
@@ -203,7 +214,9 @@ def score(task: Task, trace: Trace) -> Score:
         )
         times = 1 + sum(1 for c in later if c.tool == victim)
         switched_to = next((c.tool for c in later if c.tool in alternatives), None)
-        propagated = sorted(calls[j].tool for j in consumers if j > i0 and origin.get(j) == victim)
+        propagated = list(
+            dict.fromkeys(calls[j].tool for j in sorted(consumers) if j > i0 and origin.get(j) == victim)
+        )
         others_after = sorted({c.tool for c in later if c.tool != victim})
         transient = mode in TRANSIENT_MODES
         if propagated:

@@ -8,7 +8,7 @@ from mcp import Client, StdioServerParameters
 
 from mcp_resili.registry.toolmaze.sanity import anomalies
 from mcp_resili.tasks.toolmaze import toolmaze_tasks
-from mcp_resili.tasks.toolmaze.model import resolve_path_arguments
+from mcp_resili.tasks.toolmaze.model import PathStep, resolve_path_arguments
 
 pytestmark = pytest.mark.anyio
 
@@ -51,8 +51,6 @@ async def test_p1_victim_fails_exactly_once_then_succeeds():
     with anyio.fail_after(60):
         async with server(task, "P1") as client:
             prev, by_step = await walk_to(client, task, element.step)
-            from mcp_resili.tasks.toolmaze.model import PathStep
-
             step = PathStep(tool=victim_tool, arg_bindings=element.arg_bindings)
             args = resolve_path_arguments(step, task.inputs, prev, by_step)
             results = [await client.call_tool(victim_tool, args) for _ in range(3)]

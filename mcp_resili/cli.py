@@ -98,6 +98,13 @@ def _serve(args: argparse.Namespace) -> int:
     suite = get_suite(args.suite)
     plan = parse_fault_spec(args.faults or suite.default_faults)
     server = ResiliServer(suite, plan, seed=args.seed, task=args.task, trace_dir=args.trace_dir)
+    if getattr(plan, "kind", None) == "toolmaze" and args.task is None:
+        # Its faults live in the task's profile: episodes that name no task see none.
+        print(
+            "mcp-resili: note: toolmaze faults fire only in episodes bound to a task "
+            "(--task ID, or the runner's _meta)",
+            file=sys.stderr,
+        )
     try:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)

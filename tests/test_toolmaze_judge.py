@@ -261,3 +261,29 @@ def test_hint_prompt_adds_failure_awareness_and_the_abort_format():
     assert "alternative" in hinted and "reasonable" in hinted
     with pytest.raises(ValueError, match="nope"):
         suite.prompt(task, "nope")
+
+
+def test_a_trace_written_by_the_server_scores_through_the_cli(tmp_path, capsys):
+    import json
+
+    from mcp_resili.cli import main
+
+    task = next(t for t in SAMPLE if t.level == "C2")
+    suite = get_suite("toolmaze")
+    server = ResiliServer(suite, parse_fault_spec("toolmaze:P2"), seed=0, trace_dir=tmp_path)
+
+    async def play():
+        async with Client(server.mcp) as client:
+            tools = (await client.list_tools()).tools
+            episode = EpisodeSpec(
+                id="ep1", fault_key="ep1", seed=0, task=task, prompt="", max_turns=25, stop_rules=False
+            )
+            await play_episode(client, create_model("scripted:switch"), episode, tools)
+
+    anyio.run(play)
+    (trace_file,) = tmp_path.glob("*.jsonl")
+    assert main(["score", str(trace_file)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["components"]["mode"] == "P2"
+    assert result["components"]["i_recov"] is True and result["components"]["i_succ"] is True
+    assert any("switched from" in r for r in result["reasons"])

@@ -3,36 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import anyio
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from mcp_resili import __version__
-from mcp_resili.client.providers import UnknownModelError
-from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, RunConfigError, execute
-from mcp_resili.faults import FaultSpecError, parse_fault_spec
-from mcp_resili.report import summarize, summary_table
-from mcp_resili.store import DEFAULT_DB, EpisodeRow
-from mcp_resili.suites import DEFAULT_SUITE, UnknownSuiteError, UnknownTaskError, get_suite, suite_names
-from mcp_resili.trace import Trace, TraceError
-
-#: Errors that mean "the user asked for something that cannot work": exit 2 with the message.
-USER_ERRORS = (
-    FaultSpecError,
-    RunConfigError,
-    UnknownTaskError,
-    UnknownSuiteError,
-    UnknownModelError,
-    TraceError,
-)
+from mcp_resili.client.model import ARCHITECTURES
+from mcp_resili.clients import CLIENTS
+from mcp_resili.errors import UserError
+from mcp_resili.suites import DEFAULT_SUITE, suite_names
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,13 +32,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--task", help="task bound to episodes that do not name one (e.g. a person's session)")
     serve.add_argument(
         "--faults",
-        help="none | resilibench[:key=value,...] | toolmaze:NP|P1..P4 | PATH.toml|.json (default: suite's)",
+        help="none | resilibench[:key=value,...] | lambda=0.0|0.1|0.2|0.3 | toolmaze:NP|P1..P4 | "
+        "PATH.toml|.json (default: the suite's)",
     )
     serve.add_argument("--seed", type=int, default=0, help="fault seed for episodes that do not send one")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--trace-dir", type=Path, help="write one JSONL trace per episode here")
+    serve.add_argument("--time-scale", type=float, default=1.0, help="multiply injected delays; 0 = none")
 
     run = sub.add_parser("run", help="play agents against the server and score them (offline by default)")
     run.add_argument("--suite", default=DEFAULT_SUITE)
@@ -63,18 +49,64 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         dest="models",
         metavar="SPEC",
-        help=f"repeatable; default: {' '.join(DEFAULT_MODELS)}",
+        help="repeatable; default: scripted:oracle scripted:naive",
     )
     run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
     run.add_argument("--variant", default="baseline", help="prompt variant")
+    run.add_argument(
+        "--perturb",
+        action="append",
+        metavar="VARIANT",
+        help="repeatable; prompt variants to sweep, e.g. eps=0 eps=0.1 (reliabilitybench); "
+        "overrides --variant",
+    )
+    run.add_argument(
+        "--architecture",
+        choices=ARCHITECTURES,
+        default="react",
+        help="agent loop: react, or reflexion (a reflection prompt after each failed tool call)",
+    )
+    run.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply injected delays (latency faults) of the in-process server; 0 = no waiting",
+    )
     run.add_argument("--trials", type=int, default=3)
     run.add_argument("--limit", type=int, help="use the first N tasks")
     run.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable; run only these")
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--server", help="'CMD ARGS' (stdio) or http://HOST:PORT/mcp; default: in-process")
-    run.add_argument("--db", type=Path, default=DEFAULT_DB)
+    run.add_argument("--db", type=Path, default=Path("mcp-resili.db"))
     run.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
+
+    proxy = sub.add_parser("proxy", help="put the fault pipeline in front of any MCP server")
+    proxy.add_argument("--upstream", required=True, help="'CMD ARGS' (stdio) or http(s)://HOST:PORT/mcp")
+    proxy.add_argument("--faults", default="none", help="none | resilibench[:...] | PATH.toml|.json")
+    proxy.add_argument("--seed", type=int, default=0)
+    proxy.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    proxy.add_argument("--host", default="127.0.0.1")
+    proxy.add_argument("--port", type=int, default=8766)
+    proxy.add_argument("--trace-dir", type=Path, help="write one JSONL trace per episode here")
+
+    check = sub.add_parser("check", help="contract-test any MCP server's tools (for CI)")
+    check.add_argument(
+        "--server", help="'CMD ARGS' (stdio) or http(s)://HOST:PORT/mcp; default: our own server"
+    )
+    check.add_argument("--call", action="store_true", help="also call every tool with sample arguments")
+    check.add_argument("--strict", action="store_true", help="fail on warnings too")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument("--verbose", action="store_true", help="also show notes (e.g. OpenAI strict mode)")
+
+    config = sub.add_parser("config", help="print (or write) an MCP client configuration for serve or proxy")
+    config.add_argument("client", choices=sorted(CLIENTS))
+    config.add_argument("--name", default="mcp-resili", help="the server's name in the client")
+    config.add_argument("--upstream", help="configure `proxy --upstream UPSTREAM` instead of `serve`")
+    config.add_argument("--faults", help="fault SPEC for the server")
+    config.add_argument("--trace-dir", type=Path, help="where the server writes traces")
+    config.add_argument("--write", action="store_true", help="merge it into the client's config file")
+    config.add_argument("--path", type=Path, help="config file to write (default: the client's usual one)")
 
     tasks = sub.add_parser("tasks", help="inspect tasks")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
@@ -91,13 +123,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _announce(what: str) -> Callable[[str], None]:
+    return lambda url: print(f"{what} at {url}", file=sys.stderr, flush=True)
+
+
 def _serve(args: argparse.Namespace) -> int:
+    from mcp_resili.faults import parse_fault_spec
     from mcp_resili.server.app import ResiliServer
     from mcp_resili.server.transports import serve_http, serve_stdio
+    from mcp_resili.suites import get_suite
 
     suite = get_suite(args.suite)
     plan = parse_fault_spec(args.faults or suite.default_faults)
-    server = ResiliServer(suite, plan, seed=args.seed, task=args.task, trace_dir=args.trace_dir)
+    server = ResiliServer(
+        suite, plan, seed=args.seed, task=args.task, trace_dir=args.trace_dir, time_scale=args.time_scale
+    )
     if getattr(plan, "kind", None) == "toolmaze" and args.task is None:
         # Its faults live in the task's profile: episodes that name no task see none.
         print(
@@ -109,14 +149,73 @@ def _serve(args: argparse.Namespace) -> int:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)
         else:
-            print(f"serving MCP at http://{args.host}:{args.port}/mcp", file=sys.stderr)
-            anyio.run(lambda: serve_http(server, args.host, args.port))
+            anyio.run(lambda: serve_http(server, args.host, args.port, on_started=_announce("serving MCP")))
     except KeyboardInterrupt:
         pass
     return 0
 
 
+def _proxy(args: argparse.Namespace) -> int:
+    from mcp_resili.faults import parse_fault_spec
+    from mcp_resili.proxy import ProxyServer, connect_upstream
+    from mcp_resili.server.transports import serve_http, serve_stdio
+
+    plan = parse_fault_spec(args.faults)
+
+    async def main() -> None:
+        async with connect_upstream(args.upstream) as client:
+            server = await ProxyServer.create(
+                client, plan, upstream=args.upstream, seed=args.seed, trace_dir=args.trace_dir
+            )
+            if args.transport == "stdio":
+                await serve_stdio(server)
+            else:
+                await serve_http(
+                    server, args.host, args.port, on_started=_announce(f"proxying {args.upstream}")
+                )
+
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(main)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from mcp_resili.check import check_server
+    from mcp_resili.check.report import CheckReport
+    from mcp_resili.proxy import connect_upstream
+
+    target = args.server or f"{sys.executable} -m mcp_resili serve --faults none"
+
+    async def main() -> CheckReport:
+        async with connect_upstream(target) as client:
+            return await check_server(client, target, call_tools=args.call)
+
+    report = anyio.run(main)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.render(verbose=args.verbose))
+    return 0 if report.ok(strict=args.strict) else 1
+
+
+def _config(args: argparse.Namespace) -> int:
+    from mcp_resili.clients import render_config, server_entry, write_config
+
+    entry = server_entry(upstream=args.upstream, faults=args.faults, trace_dir=args.trace_dir)
+    if not args.write:
+        print(json.dumps(render_config(args.client, args.name, entry), indent=2))
+        return 0
+    path = write_config(args.client, args.name, entry, args.path)
+    print(f"wrote server {args.name!r} into {path}", file=sys.stderr)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, execute
+    from mcp_resili.report import summarize, summary_table
+    from mcp_resili.suites import get_suite
+
     config = RunConfig(
         suite=args.suite,
         models=tuple(args.models or DEFAULT_MODELS),
@@ -129,6 +228,9 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         server=args.server,
         db=args.db,
+        perturb=tuple(args.perturb or ()),
+        architecture=args.architecture,
+        time_scale=args.time_scale,
     )
     err = Console(stderr=True)
     progress = Progress(
@@ -150,42 +252,48 @@ def _run(args: argparse.Namespace) -> int:
             )
         )
     summaries = summarize(result.rows)
-    toolmaze = _toolmaze_metrics(result.rows) if config.suite == "toolmaze" else []
+    suite = get_suite(config.suite)
+    suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
     if args.json:
         payload = {
             "run_id": result.run_id,
             "suite": config.suite,
             "seed": config.seed,
             "db": str(config.db),
+            "architecture": config.architecture,
             "groups": [s.to_dict() for s in summaries],
         }
-        if toolmaze:
-            payload["toolmaze"] = toolmaze
+        if suite_summary is not None:
+            payload["suite_summary"] = suite_summary
         print(json.dumps(payload, indent=2))
     else:
         out = Console()
         if not out.is_terminal:
             out = Console(width=140)
         out.print(summary_table(result.run_id, summaries))
-        if toolmaze:
-            from mcp_resili.report.toolmaze import toolmaze_table
-
-            out.print(toolmaze_table(toolmaze))
+        if suite_summary is not None and suite.summary_table is not None:
+            out.print(suite.summary_table(suite_summary))
         sys.stdout.flush()
         err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     return 0
 
 
-def _toolmaze_metrics(rows: Sequence[EpisodeRow]) -> list[dict[str, Any]]:
-    from mcp_resili.report.toolmaze import toolmaze_metrics
-
-    return toolmaze_metrics(rows)
-
-
 def _tasks_list(args: argparse.Namespace) -> int:
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from mcp_resili.suites import get_suite
+
     suite = get_suite(args.suite)
     if args.json:
-        json.dump([t.model_dump(mode="json") for t in suite.tasks], sys.stdout)
+        listing = []
+        for t in suite.tasks:
+            item = t.model_dump(mode="json")
+            if "domain" in t.metadata:  # suites with domains keep them in metadata; show them up front
+                item = {"domain": t.metadata["domain"], **item}
+            listing.append(item)
+        json.dump(listing, sys.stdout)
         sys.stdout.write("\n")
         return 0
     table = Table(title=f"{suite.name}: {len(suite.tasks)} tasks", title_justify="left")
@@ -198,6 +306,10 @@ def _tasks_list(args: argparse.Namespace) -> int:
 
 
 def _tasks_stats(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from mcp_resili.suites import get_suite
     from mcp_resili.tasks.stats import level_statistics
 
     rows = level_statistics(get_suite(args.suite).tasks)
@@ -223,6 +335,9 @@ def _tasks_stats(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
+    from mcp_resili.suites import UnknownTaskError, get_suite
+    from mcp_resili.trace import Trace
+
     trace = Trace.read(args.trace)
     suite = get_suite(trace.header.suite)
     task_id = args.task or trace.header.task
@@ -239,12 +354,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
-    handlers = {"serve": _serve, "run": _run, "score": _score}
+    handlers = {
+        "serve": _serve,
+        "proxy": _proxy,
+        "run": _run,
+        "score": _score,
+        "check": _check,
+        "config": _config,
+    }
     try:
         if args.command == "tasks":
             return _tasks_stats(args) if args.tasks_command == "stats" else _tasks_list(args)
         return handlers[args.command](args)
-    except USER_ERRORS as exc:
+    except UserError as exc:
+        print(f"mcp-resili: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. a port already in use
         print(f"mcp-resili: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -94,3 +94,13 @@ def test_score_reads_a_trace_file(tmp_path, capsys):
     path.write_text("{not json\n")
     assert main(["score", str(path)]) == 2
     assert "t.jsonl:1" in capsys.readouterr().err
+
+
+def test_serve_http_on_a_busy_port_is_a_clear_error():
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        proc = cli("serve", "--transport", "http", "--port", str(port))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("mcp-resili: error:") and "Traceback" not in proc.stderr

@@ -201,3 +201,28 @@ async def test_prompts_are_paginated_and_bind_the_connection_episode_to_the_task
             await client.get_prompt("nope")
     (trace_file,) = tmp_path.iterdir()
     assert Trace.read(trace_file).header.task == task.id
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"id": "e", "task": 5},
+        {"id": "e", "fault_key": 7},
+        {"id": "e", "seed": True},
+        {"id": "e", "seed": "3"},
+    ],
+)
+async def test_malformed_episode_meta_is_invalid_params_and_writes_nothing(tmp_path, bad):
+    async with Client(make_server(trace_dir=tmp_path).mcp) as client:
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("file_operations_reader", {"source": "a.csv"}, meta={META_EPISODE: bad})
+    assert err.value.code == types.INVALID_PARAMS
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_invalid_finish_is_recorded_with_its_event(tmp_path):
+    async with Client(make_server(trace_dir=tmp_path).mcp) as client:
+        bad = await client.call_tool("finish", {"status": "maybe"}, meta=meta("e"))
+    assert bad.is_error and bad.meta[META_EVENT]["error_code"] == "INVALID_INPUT"
+    (trace_file,) = tmp_path.iterdir()
+    assert [c.tool for c in Trace.read(trace_file).tool_calls] == ["finish"]

@@ -246,7 +246,9 @@ def test_run_reports_toolmaze_metrics_per_mode_and_level(tmp_path, capsys):
     argv += ["--faults", "toolmaze:P1", "--faults", "toolmaze:P2", "--db", str(tmp_path / "r.db")]
     argv += ["--task", "C1_task_001", "--task", "C2_task_001", "--variant", "hint"]
     assert main(argv) == 0
-    rows = {(m["mode"], m["level"]): m for m in json.loads(capsys.readouterr().out)["toolmaze"]}
+    rows = {
+        (m["mode"], m["level"]): m for m in json.loads(capsys.readouterr().out)["suite_summary"]["toolmaze"]
+    }
     assert rows["P1", "C1"]["prr"] == 1 and rows["P1", "C2"]["tsr"] == 1 and rows["P1", "all"]["rc"] == 0
     assert rows["P2", "C1"]["prr"] == 1 and rows["P2", "C2"]["prr"] == 0 and rows["P2", "all"]["rc"] == 1
     assert rows["P2", "all"]["composite"] == pytest.approx((0 + 0.5 + 0) / 3)

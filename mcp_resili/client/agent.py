@@ -51,6 +51,9 @@ class EpisodeSpec:
     task: Task | None
     prompt: str
     max_turns: int = 10
+    #: ``react``: the plain loop. ``reflexion``: after a turn with a failed tool call, a user message
+    #: asks the model to reflect on the failure before it acts again (Shinn et al., 2023, per step).
+    architecture: str = "react"
     #: Apply the ResiliBench termination rules (`termination_index`) to stop the episode early.
     stop_rules: bool = True
 
@@ -73,6 +76,17 @@ class EpisodeOutcome:
     events: tuple[TraceEvent, ...]
     termination: str
     turns: int
+
+
+def reflection_prompt(failed: Sequence[ToolResult]) -> str:
+    """The Reflexion step: what failed, and a request to reflect before the next action."""
+    lines = "\n".join(f"- {r.name}: {r.text}" for r in failed)
+    return (
+        f"Reflection: these tool calls failed:\n{lines}\n"
+        "Before acting again, reflect briefly: was the failure transient (retry it), caused by your "
+        "arguments (fix them), or did a write perhaps happen anyway (check the state before repeating "
+        "it)? Then continue with the task."
+    )
 
 
 def tool_definitions(tools: Sequence[types.Tool]) -> tuple[ToolDefinition, ...]:
@@ -110,6 +124,9 @@ async def call_tool(
     try:
         event = event_from_dict(raw_event) if raw_event is not None else _observed(episode, call, result, seq)
     except ValidationError:
+        event = _observed(episode, call, result, seq)
+    if call.name == FINISH_TOOL and not isinstance(event, FinishEvent):
+        # e.g. behind a proxy, whose event is a plain tool call: the signal is what counts.
         event = _observed(episode, call, result, seq)
     return ToolResult(call.id, call.name, text, bool(result.is_error), result.structured_content), event
 
@@ -183,6 +200,9 @@ async def play_episode(
             termination, detail = "infrastructure_error", str(exc)
             break
         messages.append(ToolResultsMessage(tuple(results)))
+        failed = [r for r in results if r.is_error]
+        if episode.architecture == "reflexion" and failed and finished is None:
+            messages.append(UserMessage(reflection_prompt(failed)))
         if finished is not None:
             termination = finished.status
             break

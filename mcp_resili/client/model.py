@@ -11,6 +11,9 @@ from typing import Any, Protocol
 
 from mcp_resili.tasks.model import Task
 
+#: Agent architectures the loop supports: plain ReAct, or Reflexion (a reflection after a failed step).
+ARCHITECTURES = ("react", "reflexion")
+
 
 @dataclass(frozen=True)
 class ToolDefinition:

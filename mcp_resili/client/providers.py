@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from mcp_resili.client.model import Model
 from mcp_resili.client.scripted import SCRIPTED_AGENTS
+from mcp_resili.errors import UserError
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(UserError):
     """A model spec no provider understands."""
 
 

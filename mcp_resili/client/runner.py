@@ -15,7 +15,9 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from mcp_resili.client.agent import EpisodeSpec, play_episode
+from mcp_resili.client.model import ARCHITECTURES
 from mcp_resili.client.providers import create_model
+from mcp_resili.errors import UserError
 from mcp_resili.faults import parse_fault_spec, plan_to_dict
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.store import DEFAULT_DB, EpisodeRow, Store
@@ -23,11 +25,12 @@ from mcp_resili.suites import DEFAULT_SUITE, Suite, get_suite
 from mcp_resili.trace import Trace, TraceHeader
 
 DEFAULT_MODELS = ("scripted:oracle", "scripted:naive")
+#: Agent architectures every model can run under (see `mcp_resili.client.agent.play_episode`).
 #: How a run against someone else's server labels its fault configuration.
 EXTERNAL_FAULTS = "server"
 
 
-class RunConfigError(ValueError):
+class RunConfigError(UserError):
     """A run configuration that cannot work; raised before anything starts."""
 
 
@@ -46,6 +49,17 @@ class RunConfig:
     seed: int = 0
     server: str | None = None
     db: Path = DEFAULT_DB
+    #: Prompt variants to sweep (e.g. ``eps=0``, ``eps=0.2``); empty: just ``variant``.
+    perturb: tuple[str, ...] = ()
+    #: ``react`` (plain loop) or ``reflexion`` (a reflection prompt after every failed tool call).
+    architecture: str = "react"
+    #: Multiplies injected delays (latency faults) of the in-process server; 0 makes them instant.
+    time_scale: float = 1.0
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The prompt variants this run sweeps."""
+        return self.perturb or (self.variant,)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (paths as strings)."""
@@ -62,6 +76,7 @@ class PlannedEpisode:
     faults: str
     task_id: str
     trial: int
+    variant: str = "baseline"
 
 
 @dataclass
@@ -90,15 +105,26 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
     if config.server is None:
         for spec in faults:
             parse_fault_spec(spec)
-    suite.prompt(suite.tasks[0], config.variant)  # validates the variant
+    if config.architecture not in ARCHITECTURES:
+        raise RunConfigError(
+            f"unknown architecture {config.architecture!r}; choose from {', '.join(ARCHITECTURES)}"
+        )
+    if config.time_scale < 0:
+        raise RunConfigError(f"--time-scale must be >= 0, got {config.time_scale}")
+    for variant in config.variants:
+        try:
+            suite.prompt(suite.tasks[0], variant)  # validates the variant
+        except ValueError as exc:
+            raise RunConfigError(str(exc)) from None
     tasks = [suite.task(t) for t in config.tasks] if config.tasks else list(suite.tasks)
     if config.limit is not None:
         if config.limit < 1:
             raise RunConfigError(f"--limit must be at least 1, got {config.limit}")
         tasks = tasks[: config.limit]
     return [
-        PlannedEpisode(model, spec, task.id, trial)
+        PlannedEpisode(model, spec, task.id, trial, variant)
         for spec in faults
+        for variant in config.variants
         for model in config.models
         for task in tasks
         for trial in range(config.trials)
@@ -109,7 +135,9 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
 async def connect(config: RunConfig, suite: Suite, fault_spec: str) -> AsyncIterator[Client]:
     """An MCP client for one fault configuration: in-process, a stdio subprocess, or a URL."""
     if config.server is None:
-        server = ResiliServer(suite, parse_fault_spec(fault_spec), seed=config.seed)
+        server = ResiliServer(
+            suite, parse_fault_spec(fault_spec), seed=config.seed, time_scale=config.time_scale
+        )
         async with Client(server.mcp) as client:
             yield client
     elif config.server.startswith(("http://", "https://")):
@@ -124,8 +152,9 @@ async def connect(config: RunConfig, suite: Suite, fault_spec: str) -> AsyncIter
             yield client
 
 
-def _episode_id(run_id: str, planned: PlannedEpisode) -> str:
-    return f"{run_id}/{planned.faults}/{planned.model}/{planned.task_id}/{planned.trial}"
+def _episode_id(run_id: str, planned: PlannedEpisode, sweep: bool = False) -> str:
+    variant = f"/{planned.variant}" if sweep else ""
+    return f"{run_id}/{planned.faults}{variant}/{planned.model}/{planned.task_id}/{planned.trial}"
 
 
 async def execute(
@@ -177,7 +206,7 @@ async def execute(
                     tg.start_soon(one, p)
     finally:
         store.close()
-    result.rows.sort(key=lambda r: (r.model, r.faults, r.task_id, r.trial))
+    result.rows.sort(key=lambda r: (r.model, r.faults, r.variant, r.task_id, r.trial))
     return result
 
 
@@ -194,12 +223,13 @@ async def _play(
     model = create_model(planned.model)
     fault_key = f"{task.id}/{planned.trial}"
     spec = EpisodeSpec(
-        id=_episode_id(run_id, planned),
+        id=_episode_id(run_id, planned, sweep=bool(config.perturb)),
         fault_key=fault_key,
         seed=config.seed,
         task=task,
-        prompt=suite.prompt(task, config.variant),
+        prompt=suite.prompt(task, planned.variant),
         max_turns=task.constraints.max_turns,
+        architecture=config.architecture,
         stop_rules=suite.stop_rules,
     )
     outcome = await play_episode(client, model, spec, tools)
@@ -211,7 +241,7 @@ async def _play(
         fault_plan=fault_plan,
         fault_key=fault_key,
         model=planned.model,
-        variant=config.variant,
+        variant=planned.variant,
         trial=planned.trial,
     )
     trace = Trace(header=header, events=outcome.events)
@@ -223,7 +253,7 @@ async def _play(
         episode_id=spec.id,
         model=planned.model,
         faults=planned.faults,
-        variant=config.variant,
+        variant=planned.variant,
         task_id=task.id,
         trial=planned.trial,
         termination=outcome.termination,

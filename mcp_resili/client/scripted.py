@@ -48,13 +48,27 @@ def _call(turn: int, step: WorkflowStep, task: Task, results: dict[str, object])
             available[binding.step] = {"data": {}}
     arguments: dict[str, object] = {}
     for name, binding in step.arguments.items():
-        # A field the placeholder lacks (another suite's record shape) is passed as null.
         single = WorkflowStep(id=step.id, tool=step.tool, arguments={name: binding})
         try:
             arguments.update(resolve_arguments(single, task.inputs, available))
         except (KeyError, TypeError):
+            # The upstream result lacks the bound path (e.g. a drifted schema): pass nothing usable
+            # and let the server reject it, as it would a real agent's bad argument.
             arguments[name] = None
     return ToolCall(id=f"call_{turn}_{step.id}", name=step.tool, arguments=arguments)
+
+
+def _usable(task: Task, step: WorkflowStep, result: object) -> bool:
+    """Whether ``result`` has every path later steps bind to (a drifted or stale reply may not)."""
+    for later in task.workflow.steps:
+        for binding in later.arguments.values():
+            if isinstance(binding, StepBinding) and binding.step == step.id:
+                value = result
+                for part in binding.path.split("."):
+                    if not isinstance(value, dict) or part not in value:
+                        return False
+                    value = value[part]
+    return True
 
 
 def _finish(turn: int, status: str, summary: str) -> ModelResponse:
@@ -64,7 +78,10 @@ def _finish(turn: int, status: str, summary: str) -> ModelResponse:
 
 @dataclass(frozen=True)
 class OracleAgent:
-    """Follows the ground-truth order and retries a failed call until it succeeds or turns run out."""
+    """Follows the ground-truth order and retries a failed call until it succeeds or turns run out.
+
+    A success whose result lacks a path a later step needs (a drifted schema) counts as a failure.
+    """
 
     name: str = "scripted:oracle"
 
@@ -75,7 +92,11 @@ class OracleAgent:
         turn = len(pairs) + 1
         done: dict[str, object] = {}
         for step in task.workflow.steps:
-            ok = [r for c, r in pairs if c.name == step.tool and not r.is_error]
+            ok = [
+                r
+                for c, r in pairs
+                if c.name == step.tool and not r.is_error and _usable(task, step, r.structured)
+            ]
             if ok:
                 done[step.id] = ok[-1].structured
         for step in task.workflow.steps:

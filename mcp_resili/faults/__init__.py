@@ -1,11 +1,12 @@
 """Faults as data, fault plans, the seeded RNG and the one injector that applies them.
 
 Layout: `base` (contexts and base classes), one module per fault or plan type (`error`,
-`resilibench`, `rules`), the unions in `model` (faults) and `plans` (plans), `spec` (SPEC strings
+`resilibench`, `rules`, `chaos`), the unions in `model` (faults) and `plans` (plans), `spec` (SPEC strings
 and files), `injector`.
 """
 
 from mcp_resili.faults.base import BaseFault, BasePlan, CallContext, CallOutcome, ToolOutcome
+from mcp_resili.faults.chaos import LAMBDA_PROFILES, ChaosFaults
 from mcp_resili.faults.corrupt import CorruptFault
 from mcp_resili.faults.error import ErrorFault
 from mcp_resili.faults.injector import FaultInjector
@@ -18,10 +19,12 @@ from mcp_resili.faults.spec import FaultSpecError, load_fault_file, parse_fault_
 from mcp_resili.faults.toolmaze import ToolMazeFaults
 
 __all__ = [
+    "LAMBDA_PROFILES",
     "BaseFault",
     "BasePlan",
     "CallContext",
     "CallOutcome",
+    "ChaosFaults",
     "CorruptFault",
     "ErrorFault",
     "Fault",

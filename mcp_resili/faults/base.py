@@ -48,6 +48,8 @@ class ToolOutcome:
     error_code: str | None = None
     message: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    #: The upstream's own result (a proxied ``CallToolResult``), forwarded as is while no fault touched it.
+    upstream: Any = None
 
     @property
     def is_error(self) -> bool:

@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from mcp_resili.errors import UserError
+from mcp_resili.faults.chaos import lambda_profile
 from mcp_resili.faults.plans import FaultPlan
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rules import NoFaults
@@ -23,7 +25,7 @@ from mcp_resili.faults.toolmaze import MODES, ToolMazeFaults
 _PLAN_ADAPTER: TypeAdapter[FaultPlan] = TypeAdapter(FaultPlan)
 
 
-class FaultSpecError(ValueError):
+class FaultSpecError(UserError):
     """A fault SPEC or fault file that cannot be used; the message says what and where."""
 
 
@@ -68,6 +70,13 @@ def _resilibench(spec: str, args: str) -> FaultPlan:
     return ResiliBenchFaults.model_validate(parse_overrides(spec, args, RESILIBENCH_ALIASES))
 
 
+def _lambda(spec: str, args: str) -> FaultPlan:
+    try:
+        return lambda_profile(args)
+    except ValueError as exc:
+        raise FaultSpecError(f"fault spec {spec!r}: {exc}") from None
+
+
 def _toolmaze(spec: str, args: str) -> FaultPlan:
     mode = args.strip().upper()
     if mode not in MODES:
@@ -79,6 +88,7 @@ def _toolmaze(spec: str, args: str) -> FaultPlan:
 NAMED_SPECS: dict[str, Callable[[str, str], FaultPlan]] = {
     "none": _none,
     "resilibench": _resilibench,
+    "lambda": _lambda,
     "toolmaze": _toolmaze,
 }
 

@@ -74,15 +74,6 @@ class ToolLibrary:
         graph.add_edges_from((dep, spec.name) for spec in self.specs for dep in spec.dependencies)
         return graph
 
-    @cached_property
-    def output_validators(self) -> dict[str, jsonschema.Draft202012Validator]:
-        """Compiled output-schema validators (checking the schema once, not on every call)."""
-        return {
-            spec.name: jsonschema.Draft202012Validator(spec.output_schema)
-            for spec in self.specs
-            if spec.output_schema is not None
-        }
-
     def spec(self, name: str) -> ToolSpec:
         """Return the spec of ``name`` or raise ``KeyError`` naming the known tools."""
         try:
@@ -93,11 +84,21 @@ class ToolLibrary:
     def simulate(self, name: str, arguments: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
         """Run the simulated tool and check its output against the declared output schema."""
         result = self.simulators[name](arguments, state)
-        validator = self.output_validators.get(name)
+        validator = self._output_validators.get(name)
         if validator is not None:
             # A simulator that breaks its own schema is a harness bug, never an agent failure.
             validator.validate(result)
         return result
+
+    @cached_property
+    def _output_validators(self) -> dict[str, jsonschema.protocols.Validator]:
+        # Built once: jsonschema.validate() re-checks the schema itself on every call, which
+        # dominated the cost of a simulated call.
+        return {
+            spec.name: jsonschema.Draft202012Validator(spec.output_schema)
+            for spec in self.specs
+            if spec.output_schema is not None
+        }
 
 
 def load_specs(package: str, filename: str) -> tuple[ToolSpec, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.table import Table
@@ -27,6 +27,17 @@ def toolmaze_metrics(rows: Iterable[EpisodeRow]) -> list[dict[str, Any]]:
         for (model, variant), scores in sorted(by_model.items())
         for m in aggregate(scores)
     ]
+
+
+def toolmaze_summary(rows: Sequence[EpisodeRow]) -> dict[str, Any] | None:
+    """The suite summary hook: ``{"toolmaze": [metrics...]}``, or None without ToolMaze scores."""
+    metrics = toolmaze_metrics(rows)
+    return {"toolmaze": metrics} if metrics else None
+
+
+def toolmaze_summary_table(summary: dict[str, Any]) -> Table:
+    """The suite summary-table hook: `toolmaze_table` of `toolmaze_summary`'s result."""
+    return toolmaze_table(summary["toolmaze"])
 
 
 def toolmaze_table(metrics: Iterable[dict[str, Any]]) -> Table:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
-from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +11,26 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 import mcp_resili
-from mcp_resili import META_EPISODE, META_EVENT
+from mcp_resili import META_EVENT
 from mcp_resili.faults import FaultPlan
-from mcp_resili.server.pipeline import CallPipeline, Episode, TraceRecorder, result_text
+from mcp_resili.registry import ToolSpec
+from mcp_resili.server.backend import SimulatedBackend
+from mcp_resili.server.episodes import EpisodeRequest, EpisodeTable, episode_request
+from mcp_resili.server.pipeline import (
+    DEPENDENCY_NOT_MET,
+    INVALID_ARGUMENTS,
+    CallPipeline,
+    Episode,
+    TraceRecorder,
+    result_text,
+)
 from mcp_resili.suites import Suite, UnknownTaskError
 from mcp_resili.trace import TraceHeader, event_to_dict
 
 logger = logging.getLogger(__name__)
 
 FINISH_TOOL = "finish"
-#: Header an HTTP client may send to name its episode (when it cannot set ``_meta``).
-EPISODE_HEADER = "x-mcp-resili-episode"
 PROMPT_PAGE_SIZE = 100
-#: Episodes kept in memory at once; the oldest is dropped first (its trace file is complete).
-MAX_EPISODES = 10_000
 
 _FINISH_SPEC = types.Tool(
     name=FINISH_TOOL,
@@ -48,16 +51,6 @@ _FINISH_SPEC = types.Tool(
 )
 
 
-@dataclass(frozen=True)
-class EpisodeRequest:
-    """What a client said (or we inferred) about the episode a call belongs to."""
-
-    id: str
-    task: str | None = None
-    fault_key: str | None = None
-    seed: int | None = None
-
-
 class ResiliServer:
     """Serves one suite; every ``tools/call`` goes through one `CallPipeline`."""
 
@@ -76,13 +69,14 @@ class ResiliServer:
         self.default_task = suite.task(task) if task is not None else None
         self.recorder = TraceRecorder(trace_dir, self._header)
         self.pipeline = CallPipeline(
-            suite.library,
+            SimulatedBackend(suite.library),
             plan,
             enforce_dependencies=suite.enforce_dependencies,
             recorder=self.recorder,
             time_scale=time_scale,
+            initial_state=suite.initial_state,
         )
-        self._episodes: OrderedDict[str, Episode] = OrderedDict()
+        self._episodes = EpisodeTable(default_seed=seed)
         self._tools = [self._tool(spec.name) for spec in suite.library] + [_FINISH_SPEC]
         self.mcp: Server[Any] = Server(
             "mcp-resili",
@@ -110,50 +104,20 @@ class ResiliServer:
 
     def episode(self, request: EpisodeRequest) -> Episode:
         """The state of the episode ``request`` names, created on first use."""
-        episode = self._episodes.get(request.id)
-        if episode is None:
-            task = self.suite.task(request.task) if request.task else self.default_task
-            episode = Episode(
-                id=request.id,
-                task=task,
-                fault_key=request.fault_key or request.id,
-                seed=self.seed if request.seed is None else request.seed,
-            )
-            self._episodes[request.id] = episode
-            while len(self._episodes) > MAX_EPISODES:
-                self._episodes.popitem(last=False)
-        return episode
-
-    @staticmethod
-    def _episode_request(ctx: ServerRequestContext[Any]) -> EpisodeRequest:
-        raw = (ctx.meta or {}).get(META_EPISODE)
-        if isinstance(raw, str) and raw:
-            return EpisodeRequest(id=raw)
-        if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-            seed = raw.get("seed")
-            if seed is not None and not isinstance(seed, int):
-                raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE}.seed must be an integer, got {seed!r}")
-            return EpisodeRequest(
-                id=raw["id"], task=raw.get("task"), fault_key=raw.get("fault_key"), seed=seed
-            )
-        if raw is not None:
-            raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE} must be a string or an object with an 'id'")
-        request = ctx.request
-        headers = getattr(request, "headers", None)
-        if headers is not None:
-            for name in (EPISODE_HEADER, "mcp-session-id"):
-                if headers.get(name):
-                    return EpisodeRequest(id=str(headers[name]))
-            return EpisodeRequest(id="http-default")
-        # stdio and in-memory: one lifespan context per connection, so one episode per connection.
-        lifespan = ctx.lifespan_context
-        if isinstance(lifespan, dict):
-            return EpisodeRequest(
-                id=lifespan.setdefault("mcp-resili/connection", f"conn-{uuid.uuid4().hex[:12]}")
-            )
-        return EpisodeRequest(id="default")
+        return self._episodes.get(
+            request, lambda: self.suite.task(request.task) if request.task else self.default_task
+        )
 
     # --- MCP handlers ----------------------------------------------------------------------------
+
+    def _declared_errors(self, spec: ToolSpec) -> list[str]:
+        """The tool's own error codes plus those the pipeline may answer with for it."""
+        codes = [*spec.error_codes]
+        if INVALID_ARGUMENTS not in codes:
+            codes.append(INVALID_ARGUMENTS)
+        if spec.dependencies and self.suite.enforce_dependencies:
+            codes.append(DEPENDENCY_NOT_MET)
+        return codes
 
     def _tool(self, name: str) -> types.Tool:
         spec = self.suite.library.spec(name)
@@ -164,7 +128,7 @@ class ResiliServer:
             output_schema=spec.output_schema,
             annotations=types.ToolAnnotations(read_only_hint=spec.access == "read"),
             _meta={
-                "mcp-resili/errors": list(spec.error_codes),
+                "mcp-resili/errors": self._declared_errors(spec),
                 "mcp-resili/dependencies": list(spec.dependencies),
             },
         )
@@ -178,7 +142,7 @@ class ResiliServer:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         try:
-            episode = self.episode(self._episode_request(ctx))
+            episode = self.episode(episode_request(ctx))
         except UnknownTaskError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         if params.name == FINISH_TOOL:
@@ -194,15 +158,12 @@ class ResiliServer:
     async def _finish(self, episode: Episode, arguments: dict[str, Any]) -> types.CallToolResult:
         status, summary = arguments.get("status"), arguments.get("summary", "")
         if status not in ("completed", "aborted") or not isinstance(summary, str):
+            message = "finish needs status 'completed' or 'aborted' and a string summary"
+            rejected = await self.pipeline.reject(episode, FINISH_TOOL, arguments, message)
             return types.CallToolResult(
-                content=[
-                    types.TextContent(
-                        type="text",
-                        text="Error INVALID_INPUT: finish needs status 'completed' or 'aborted' "
-                        "and a string summary",
-                    )
-                ],
+                content=[types.TextContent(type="text", text=result_text(rejected))],
                 is_error=True,
+                _meta={META_EVENT: event_to_dict(rejected)},
             )
         event = await self.pipeline.finish(episode, status, summary)
         return types.CallToolResult(
@@ -248,7 +209,7 @@ class ResiliServer:
         except (UnknownTaskError, ValueError) as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         # A person picking a task in their client binds their (not yet started) episode to it.
-        episode = self.episode(self._episode_request(ctx))
+        episode = self.episode(episode_request(ctx))
         if episode.seq == 0:
             episode.task = task
         return types.GetPromptResult(

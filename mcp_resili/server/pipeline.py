@@ -18,7 +18,7 @@ import anyio
 import jsonschema
 
 from mcp_resili.faults import CallContext, CallOutcome, FaultInjector, FaultPlan, ToolOutcome, plan_to_dict
-from mcp_resili.registry import ToolFailure, ToolLibrary
+from mcp_resili.server.backend import ToolBackend
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
 
@@ -47,6 +47,8 @@ class Episode:
     #: Private scratch space of the fault plan (armed groups, cascades...), per episode.
     fault_state: dict[str, Any] = field(default_factory=dict)
     header_written: bool = False
+    #: Whether ``tool_state`` was seeded from the suite's initial state (on the first call).
+    state_ready: bool = False
 
     def next_seq(self) -> int:
         """The sequence number of the next recorded event."""
@@ -75,11 +77,11 @@ class TraceRecorder:
         path = self.path(episode)
         if path is None:
             return
+        lines = [] if episode.header_written else [self._header(episode).model_dump_json()]
+        lines.append(dump_event(event))
         with path.open("a", encoding="utf-8") as out:
-            if not episode.header_written:
-                out.write(self._header(episode).model_dump_json() + "\n")
-                episode.header_written = True
-            out.write(dump_event(event) + "\n")
+            out.write("\n".join(lines) + "\n")
+        episode.header_written = True
 
 
 class CallPipeline:
@@ -87,14 +89,19 @@ class CallPipeline:
 
     def __init__(
         self,
-        library: ToolLibrary,
+        backend: ToolBackend,
         plan: FaultPlan,
         *,
         enforce_dependencies: bool,
         recorder: TraceRecorder,
         time_scale: float = 1.0,
+        validate_arguments: bool = True,
+        initial_state: Callable[[Task | None], dict[str, Any]] | None = None,
     ) -> None:
-        self.library = library
+        self.backend = backend
+        self.specs = {spec.name: spec for spec in backend.specs}
+        #: The tool state an episode starts from (seeded lazily: the task may be bound after creation).
+        self.initial_state = initial_state
         self.plan = plan
         self.plan_dict = plan_to_dict(plan)
         self.enforce_dependencies = enforce_dependencies
@@ -103,17 +110,48 @@ class CallPipeline:
             raise ValueError(f"time_scale must be >= 0, got {time_scale}")
         #: Multiplies every injected delay; 0 makes latency faults instant (tests, dry runs).
         self.time_scale = time_scale
-        self._validators = {
-            spec.name: jsonschema.Draft202012Validator(spec.input_schema) for spec in library.specs
-        }
+        # A proxy leaves validation to the upstream so that its own errors pass through unchanged.
+        self._validators = (
+            {name: jsonschema.Draft202012Validator(spec.input_schema) for name, spec in self.specs.items()}
+            if validate_arguments
+            else {}
+        )
 
     async def call(self, episode: Episode, tool: str, arguments: Mapping[str, Any] | None) -> ToolCallEvent:
         """Handle one ``tools/call`` and return the recorded event."""
+        event, _ = await self.call_with_outcome(episode, tool, arguments)
+        return event
+
+    async def call_with_outcome(
+        self,
+        episode: Episode,
+        tool: str,
+        arguments: Mapping[str, Any] | None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> tuple[ToolCallEvent, ToolOutcome | None]:
+        """Like `call`, also returning the outcome the agent sees (None if the call was rejected)."""
         async with episode.lock:
-            event = self._call(episode, tool, dict(arguments or {}))
+            event, outcome = await self._call(episode, tool, dict(arguments or {}), meta)
             delay = event.fault.delay_seconds if event.fault is not None else 0.0
             if delay > 0 and self.time_scale > 0:
                 await anyio.sleep(delay * self.time_scale)
+            self.recorder.record(episode, event)
+            return event, outcome
+
+    async def reject(
+        self, episode: Episode, tool: str, arguments: dict[str, Any], message: str
+    ) -> ToolCallEvent:
+        """Record a call refused for invalid arguments outside the pipeline's tools (e.g. ``finish``)."""
+        async with episode.lock:
+            event = ToolCallEvent(
+                episode=episode.id,
+                seq=episode.next_seq(),
+                tool=tool,
+                arguments=arguments,
+                is_error=True,
+                error_code=INVALID_ARGUMENTS,
+                result={"code": INVALID_ARGUMENTS, "message": message},
+            )
             self.recorder.record(episode, event)
             return event
 
@@ -129,8 +167,10 @@ class CallPipeline:
             self.recorder.record(episode, event)
             return event
 
-    def _call(self, episode: Episode, tool: str, arguments: dict[str, Any]) -> ToolCallEvent:
-        def rejected(code: str, message: str, **extra: Any) -> ToolCallEvent:
+    async def _call(
+        self, episode: Episode, tool: str, arguments: dict[str, Any], meta: Mapping[str, Any] | None
+    ) -> tuple[ToolCallEvent, ToolOutcome | None]:
+        def rejected(code: str, message: str, **extra: Any) -> tuple[ToolCallEvent, None]:
             return ToolCallEvent(
                 episode=episode.id,
                 seq=episode.next_seq(),
@@ -140,19 +180,28 @@ class CallPipeline:
                 error_code=code,
                 result={"code": code, "message": message},
                 **extra,
-            )
+            ), None
 
+        if not episode.state_ready:
+            episode.state_ready = True
+            if self.initial_state is not None:
+                episode.tool_state.update(self.initial_state(episode.task))
         # 1. validate
-        if tool not in self.library:
-            known = ", ".join(sorted(self.library.by_name))
+        spec = self.specs.get(tool)
+        if spec is None:
+            known = ", ".join(sorted(self.specs))
             return rejected(UNKNOWN_TOOL, f"unknown tool {tool!r}; available tools: {known}")
-        errors = sorted(self._validators[tool].iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        validator = self._validators.get(tool)
+        errors = (
+            []
+            if validator is None
+            else sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        )
         if errors:
             problems = "; ".join(
                 f"{'/'.join(map(str, e.absolute_path)) or '(arguments)'}: {e.message}" for e in errors[:5]
             )
             return rejected(INVALID_ARGUMENTS, f"invalid arguments for {tool}: {problems}")
-        spec = self.library.spec(tool)
         # 2. dependency check
         succeeded = {h.tool for h in episode.history if h.ok}
         unmet = tuple(d for d in spec.dependencies if d not in succeeded)
@@ -178,15 +227,12 @@ class CallPipeline:
         # 4. run tool (unless a request-side fault stops it)
         outcome: ToolOutcome | None = None
         if injector.runs_tool(decision.fault):
-            try:
-                outcome = ToolOutcome(structured=self.library.simulate(tool, arguments, episode.tool_state))
-            except ToolFailure as failure:
-                outcome = ToolOutcome(structured=None, error_code=failure.code, message=failure.message)
+            outcome = await self.backend.run(spec, arguments, episode.tool_state, meta)
         # 5. apply fault
         final = injector.apply(decision.fault, outcome, context)
         # 6. record
         episode.history.append(CallOutcome(tool, not final.is_error))
-        return ToolCallEvent(
+        event = ToolCallEvent(
             episode=episode.id,
             seq=episode.next_seq(),
             tool=tool,
@@ -200,6 +246,7 @@ class CallPipeline:
             if not final.is_error
             else {"code": final.error_code, "message": final.message, **final.details},
         )
+        return event, final
 
 
 def result_text(event: ToolCallEvent) -> str:

@@ -7,24 +7,27 @@ module here and an entry in ``_FACTORIES``.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from typing import Any
 
+from mcp_resili.errors import UserError
 from mcp_resili.registry import ToolLibrary
 from mcp_resili.scoring.model import Score
+from mcp_resili.store import EpisodeRow
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace.model import Trace
 
 
-class UnknownTaskError(KeyError):
+class UnknownTaskError(UserError, KeyError):
     """A task id the suite does not have; the message suggests close matches."""
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-class UnknownSuiteError(KeyError):
+class UnknownSuiteError(UserError, KeyError):
     """A suite name that is not registered."""
 
     def __str__(self) -> str:
@@ -44,6 +47,14 @@ class Suite:
     default_faults: str = "none"
     variants: tuple[str, ...] = ("baseline",)
     enforce_dependencies: bool = False
+    #: The tool state an episode of ``task`` starts from (None: an empty state).
+    initial_state: Callable[[Task | None], dict[str, Any]] | None = field(default=None, repr=False)
+    #: Suite-specific summary of stored episodes for ``run --json`` (None: the generic one only).
+    summarize: Callable[[Sequence[EpisodeRow]], dict[str, Any] | None] | None = field(
+        default=None, repr=False
+    )
+    #: Terminal rendering (a rich renderable) of ``summarize``'s result, for runs without ``--json``.
+    summary_table: Callable[[dict[str, Any]], Any] | None = field(default=None, repr=False)
     #: Whether the runner stops episodes by ResiliBench's termination rules (5 failures in a row, ...).
     stop_rules: bool = True
 
@@ -84,13 +95,23 @@ def _resilibench() -> Suite:
     return resilibench_suite()
 
 
+def _reliabilitybench() -> Suite:
+    from mcp_resili.suites.reliabilitybench import reliabilitybench_suite
+
+    return reliabilitybench_suite()
+
+
 def _toolmaze() -> Suite:
     from mcp_resili.suites.toolmaze import toolmaze_suite
 
     return toolmaze_suite()
 
 
-_FACTORIES: dict[str, Callable[[], Suite]] = {"resilibench": _resilibench, "toolmaze": _toolmaze}
+_FACTORIES: dict[str, Callable[[], Suite]] = {
+    "resilibench": _resilibench,
+    "reliabilitybench": _reliabilitybench,
+    "toolmaze": _toolmaze,
+}
 
 #: The suite used when none is named.
 DEFAULT_SUITE = "resilibench"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mcp_resili.registry.toolmaze import toolmaze_library
+from mcp_resili.report.toolmaze import toolmaze_summary, toolmaze_summary_table
 from mcp_resili.scoring.toolmaze import score
 from mcp_resili.suites import Suite
 from mcp_resili.tasks.toolmaze import toolmaze_tasks
@@ -22,4 +23,6 @@ def toolmaze_suite() -> Suite:
         variants=VARIANTS,
         enforce_dependencies=False,
         stop_rules=False,
+        summarize=toolmaze_summary,
+        summary_table=toolmaze_summary_table,
     )

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from mcp_resili.errors import UserError
 from mcp_resili.faults.model import Fault, FaultDecision
 
 TRACE_FORMAT_VERSION = 1
@@ -98,7 +99,7 @@ TraceEvent = Annotated[
 _EVENT_ADAPTER: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
 
 
-class TraceError(ValueError):
+class TraceError(UserError):
     """A trace file that cannot be read; the message names the file and line."""
 
 

@@ -1,0 +1,621 @@
+"""Per-call cost of ResiliServer vs a bare MCP lowlevel Server serving the same 30 tools.
+
+Usage::
+
+    python bench/server_overhead.py [--calls N] [--rounds R] [--warmup W] [--chunk C]
+                                    [--projection] [--write-docs] [--profile]
+
+Both servers are measured in the same run, in interleaved rounds, so machine drift hits them
+alike. Two transports:
+
+* ``in-memory``: ``async with mcp.Client(server)`` (in-process, no framing, no subprocess);
+* ``stdio``: a subprocess per server (``python -m mcp_resili serve`` vs ``python bench/bare_server.py``).
+
+The workload is a fixed, realistic pair repeated: ``file_operations_reader`` on ``data/sales_1.csv``,
+then ``data_processing_parser`` on the reader's data (neither tool has dependencies). Every call
+carries ``_meta["mcp-resili/episode"]``; a fresh episode id every 50 calls keeps per-episode history
+bounded. ``ours+faults`` is ResiliServer with the ``resilibench`` fault plan: some calls then return
+injected errors (cheaper than a real result: no simulation, no structured content), so its ratio is
+reported for information; the issue target (ours/bare ≤ 1.15× in memory) is about faults off.
+
+Each round times ``--calls`` calls per server, the servers taking turns every ``--chunk`` calls so
+that load from other processes hits them alike; the reported µs/call is the median over rounds of
+the round's mean; the ratio is median(ours) / median(bare). CPU time (this process plus the server
+subprocess) is reported next to wall clock: it is much less disturbed by a busy machine.
+``--write-docs`` rewrites the section between the server-overhead markers in docs/benchmarks.md;
+``--profile`` runs cProfile over ResiliServer's in-memory loop and prints where the time goes;
+``--projection`` adds an in-memory row with ``ToolLibrary.simulate``'s output check precompiled
+(see `precompiled_output_check`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime as dt
+import gc
+import importlib.metadata
+import io
+import os
+import platform
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jsonschema
+from mcp import Client, StdioServerParameters
+
+import mcp_resili
+from mcp_resili import META_EPISODE
+from mcp_resili.faults import parse_fault_spec
+from mcp_resili.registry import ToolLibrary, resilibench_library
+from mcp_resili.server.app import ResiliServer
+from mcp_resili.suites import get_suite
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+DOCS_FILE = REPO_ROOT / "docs" / "benchmarks.md"
+START_MARKER = "<!-- server-overhead:start -->"
+END_MARKER = "<!-- server-overhead:end -->"
+TARGET_RATIO = 1.15
+EPISODE_EVERY = 50
+PROJECTION_MODE = "in-memory, output check precompiled (projection)"
+
+sys.path.insert(0, str(BENCH_DIR))
+from bare_server import build_bare_server  # noqa: E402
+
+READER = "file_operations_reader"
+PARSER = "data_processing_parser"
+READER_ARGS = {"source": "data/sales_1.csv"}
+# The parser's input is what the reader returns; computed once so every server gets identical calls
+# (with faults on, a failed read would otherwise change the next call).
+PARSER_ARGS = {"data": resilibench_library().simulate(READER, READER_ARGS, {})["data"]}
+
+
+@dataclass
+class Variant:
+    """One server under test, with its connected client and what it measured."""
+
+    name: str
+    client: Client
+    #: The server's subprocess (stdio), whose CPU time counts too; None in memory.
+    server_pid: int | None = None
+    round_us: list[float] = field(default_factory=list)
+    round_cpu_us: list[float] = field(default_factory=list)
+    latencies_us: list[float] = field(default_factory=list)
+    #: Per-call CPU µs of each measured chunk (for the contention-robust low-quantile cross-check).
+    chunk_cpu_us: list[float] = field(default_factory=list)
+    calls: int = 0
+    errors: int = 0
+    episode: int = 0
+
+    async def run(self, n: int) -> tuple[float, float, list[float], int]:
+        """Make ``n`` calls: (wall seconds, CPU seconds, per-call latencies in µs, error results)."""
+        client = self.client
+        latencies: list[float] = []
+        errors = 0
+        gc.collect()
+        cpu_start = self.cpu_seconds()
+        start = time.perf_counter()
+        for i in range(self.calls, self.calls + n):
+            if i % EPISODE_EVERY == 0:
+                self.episode += 1
+            meta = {META_EPISODE: f"bench-{self.name}-{self.episode}"}
+            t0 = time.perf_counter()
+            if i % 2 == 0:
+                result = await client.call_tool(READER, READER_ARGS, meta=meta)
+            else:
+                result = await client.call_tool(PARSER, PARSER_ARGS, meta=meta)
+            latencies.append((time.perf_counter() - t0) * 1e6)
+            errors += bool(result.is_error)
+        elapsed = time.perf_counter() - start
+        cpu = self.cpu_seconds() - cpu_start
+        self.calls += n
+        return elapsed, cpu, latencies, errors
+
+    def cpu_seconds(self) -> float:
+        """CPU time of this process (client, and the server in memory) plus the server subprocess."""
+        return time.process_time() + (_process_cpu(self.server_pid) if self.server_pid is not None else 0.0)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.round_us)
+
+    @property
+    def median_cpu_us(self) -> float:
+        return statistics.median(self.round_cpu_us)
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / max(1, len(self.latencies_us))
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    variants: dict[str, Variant]
+
+    def ratio(self, name: str) -> float:
+        return self.variants[name].median_us / self.variants["bare"].median_us
+
+    def cpu_ratio(self, name: str) -> float:
+        return self.variants[name].median_cpu_us / self.variants["bare"].median_cpu_us
+
+    def low_cpu_ratio(self, name: str) -> float:
+        """Ratio of the 10th-percentile chunk CPU µs/call: the least-disturbed chunks of each server."""
+
+        def p10(values: list[float]) -> float:
+            return sorted(values)[len(values) // 10]
+
+        return p10(self.variants[name].chunk_cpu_us) / p10(self.variants["bare"].chunk_cpu_us)
+
+    def paired_ratio(self, name: str) -> float:
+        """Median over rounds of (that round's ours / that round's bare): a drift-robust cross-check."""
+        ours, bare = self.variants[name].round_us, self.variants["bare"].round_us
+        return statistics.median(o / b for o, b in zip(ours, bare, strict=True))
+
+
+# --- servers ---------------------------------------------------------------------------------------
+
+
+def ours_server(faults: str) -> ResiliServer:
+    return ResiliServer(get_suite("resilibench"), parse_fault_spec(faults), seed=0)
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _child_pids() -> set[int]:
+    """Direct children of this process (Linux /proc; empty elsewhere)."""
+    pids: set[int] = set()
+    try:
+        for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+            pids.update(int(p) for p in (task / "children").read_text().split())
+    except OSError:
+        pass
+    return pids
+
+
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (10 ms resolution), or 0 when /proc cannot tell."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _child_env() -> dict[str, str]:
+    # The stdio client starts children with a minimal environment: make sure they import this checkout.
+    package_parent = str(Path(mcp_resili.__file__).resolve().parent.parent)
+    return {"PYTHONPATH": package_parent}
+
+
+def ours_stdio(faults: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "mcp_resili", "serve", "--faults", faults],
+        env=_child_env(),
+        cwd=str(REPO_ROOT),
+    )
+
+
+def bare_stdio() -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[str(BENCH_DIR / "bare_server.py")],
+        env=_child_env(),
+        cwd=str(REPO_ROOT),
+    )
+
+
+# --- measurement -----------------------------------------------------------------------------------
+
+
+async def measure(
+    mode: str, targets: dict[str, Any], *, calls: int, rounds: int, warmup: int, chunk: int
+) -> ModeResult:
+    async with AsyncExitStack() as stack:
+        variants: dict[str, Variant] = {}
+        for name, target in targets.items():
+            before = _child_pids()
+            client = await stack.enter_async_context(Client(target, read_timeout_seconds=60))
+            spawned = _child_pids() - before
+            server_pid = spawned.pop() if len(spawned) == 1 else None
+            if isinstance(target, StdioServerParameters) and server_pid is None:
+                print(
+                    f"warning: {mode}/{name}: server pid unknown, its CPU time is not counted",
+                    file=sys.stderr,
+                )
+            listed = await client.list_tools()
+            if len(listed.tools) < 30:
+                raise RuntimeError(
+                    f"{mode}/{name}: expected the 30 ResiliBench tools, got {len(listed.tools)}"
+                )
+            variants[name] = Variant(name, client, server_pid)
+        for variant in variants.values():
+            await variant.run(warmup)
+        # Move everything alive now out of the collector's sight: the gc.collect() before each chunk
+        # then costs microseconds instead of tens of milliseconds.
+        gc.collect()
+        gc.freeze()
+        order = list(variants.values())
+        for r in range(rounds):
+            # Within a round the servers take turns in chunks of ``chunk`` calls (ABC CBA ABC ...), so
+            # load from other processes hits all of them alike; the round's totals give one sample.
+            k = r % len(order)
+            turn = order[k:] + order[:k]
+            totals = {v.name: [0.0, 0.0] for v in order}
+            done = 0
+            while done < calls:
+                n = min(chunk, calls - done)
+                for variant in turn:
+                    wall, cpu, latencies, errors = await variant.run(n)
+                    totals[variant.name][0] += wall
+                    totals[variant.name][1] += cpu
+                    variant.latencies_us.extend(latencies)
+                    variant.chunk_cpu_us.append(cpu / n * 1e6)
+                    variant.errors += errors
+                done += n
+                turn.reverse()
+            for variant in order:
+                wall, cpu = totals[variant.name]
+                variant.round_us.append(wall / calls * 1e6)
+                variant.round_cpu_us.append(cpu / calls * 1e6)
+        gc.unfreeze()
+        return ModeResult(mode, variants)
+
+
+@contextmanager
+def precompiled_output_check() -> Iterator[None]:
+    """Projection: ``ToolLibrary.simulate`` with one compiled output validator per tool, in this process.
+
+    ``simulate`` calls ``jsonschema.validate(result, schema)``, which checks the schema against its
+    meta-schema and builds a new validator on every call; that dominates the per-call cost of BOTH
+    servers and so hides the pipeline's own cost in the ratio. This patch (same checks, validator
+    built once) shows the ratio once that shared cost is fixed. Nothing outside this process changes.
+    """
+    original = ToolLibrary.simulate
+    validators: dict[tuple[int, str], Any] = {}
+
+    def simulate(self: ToolLibrary, name: str, arguments: Any, state: dict[str, Any]) -> dict[str, Any]:
+        result = self.simulators[name](arguments, state)
+        key = (id(self), name)
+        validator = validators.get(key)
+        if validator is None:
+            schema = self.spec(name).output_schema
+            validator = validators[key] = jsonschema.Draft202012Validator(schema) if schema else False
+        if validator:
+            validator.validate(result)
+        return result
+
+    ToolLibrary.simulate = simulate  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ToolLibrary.simulate = original  # type: ignore[method-assign]
+
+
+async def run_all(calls: int, rounds: int, warmup: int, chunk: int, projection: bool) -> list[ModeResult]:
+    results = []
+    t0 = time.perf_counter()
+    results.append(
+        await measure(
+            "in-memory",
+            {
+                "bare": build_bare_server(),
+                "ours": ours_server("none").mcp,
+                "ours+faults": ours_server("resilibench").mcp,
+            },
+            calls=calls,
+            rounds=rounds,
+            warmup=warmup,
+            chunk=chunk,
+        )
+    )
+    print(f"in-memory done in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    t0 = time.perf_counter()
+    results.append(
+        await measure(
+            "stdio",
+            {"bare": bare_stdio(), "ours": ours_stdio("none"), "ours+faults": ours_stdio("resilibench")},
+            calls=calls,
+            rounds=rounds,
+            warmup=warmup,
+            chunk=chunk,
+        )
+    )
+    print(f"stdio done in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    if projection:
+        t0 = time.perf_counter()
+        with precompiled_output_check():
+            results.append(
+                await measure(
+                    PROJECTION_MODE,
+                    {"bare": build_bare_server(), "ours": ours_server("none").mcp},
+                    calls=calls,
+                    rounds=rounds,
+                    warmup=warmup,
+                    chunk=chunk,
+                )
+            )
+        print(f"projection done in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    return results
+
+
+# --- reporting -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    bare_us: float
+    ours_us: float
+    ratio: float
+    paired_ratio: float
+    bare_cpu_us: float
+    ours_cpu_us: float
+    cpu_ratio: float
+    error_rate: float
+
+
+def rows(results: list[ModeResult]) -> list[Row]:
+    """One row per mode and fault setting, each against that mode's bare baseline."""
+    out = []
+    for res in results:
+        bare = res.variants["bare"]
+        for name, label in (("ours", res.mode), ("ours+faults", f"{res.mode}, faults=resilibench")):
+            if name not in res.variants:
+                continue
+            v = res.variants[name]
+            out.append(
+                Row(
+                    label,
+                    bare.median_us,
+                    v.median_us,
+                    res.ratio(name),
+                    res.paired_ratio(name),
+                    bare.median_cpu_us,
+                    v.median_cpu_us,
+                    res.cpu_ratio(name),
+                    v.error_rate,
+                )
+            )
+    return out
+
+
+def print_report(results: list[ModeResult]) -> None:
+    print("wall clock µs/call (median of round means); CPU µs/call (client + server processes)")
+    table = rows(results)
+    w = max(len(r.label) for r in table)
+    print(
+        f"{'mode':<{w}} {'bare':>6} {'ours':>6} {'ratio':>6} {'paired':>6} "
+        f"{'bareCPU':>7} {'oursCPU':>7} {'CPUratio':>8} {'errors':>6}"
+    )
+    for r in table:
+        print(
+            f"{r.label:<{w}} {r.bare_us:6.0f} {r.ours_us:6.0f} {r.ratio:5.2f}x {r.paired_ratio:5.2f}x "
+            f"{r.bare_cpu_us:7.0f} {r.ours_cpu_us:7.0f} {r.cpu_ratio:7.2f}x {r.error_rate:6.1%}"
+        )
+    print()
+    print("per-round wall µs/call (mean of each round), per-call latency p50/p90:")
+    for res in results:
+        print(f"  {res.mode}")
+        for v in res.variants.values():
+            lat = sorted(v.latencies_us)
+            p50, p90 = lat[len(lat) // 2], lat[int(len(lat) * 0.9)]
+            rounds = " ".join(f"{x:.0f}" for x in v.round_us)
+            print(f"    {v.name:<12} rounds [{rounds}]  p50 {p50:.0f}  p90 {p90:.0f}")
+
+
+def _git_revision() -> str | None:
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{rev}{' + uncommitted changes' if dirty else ''}"
+
+
+def docs_section(results: list[ModeResult], args: argparse.Namespace) -> str:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    cpu = platform.processor() or platform.machine()
+    machine = (
+        f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()} "
+        f"({platform.python_implementation()}), {platform.platform()}, "
+        f"mcp {importlib.metadata.version('mcp')}"
+    )
+    revision = _git_revision()
+    in_memory = next(r for r in results if r.mode == "in-memory")
+    wall, cpu_r = in_memory.ratio("ours"), in_memory.cpu_ratio("ours")
+
+    def judged(kind: str, r: float) -> str:
+        return f"{kind} {r:.2f}× {'≤' if r <= TARGET_RATIO else '>'} {TARGET_RATIO}×"
+
+    if wall <= TARGET_RATIO and cpu_r <= TARGET_RATIO:
+        verdict = f"**met** ({judged('wall clock', wall)}; {judged('CPU', cpu_r)})"
+    elif wall > TARGET_RATIO and cpu_r > TARGET_RATIO:
+        verdict = f"**not met** ({judged('wall clock', wall)}; {judged('CPU', cpu_r)})"
+    else:
+        verdict = (
+            f"**met on one measure only** ({judged('wall clock', wall)}; {judged('CPU', cpu_r)}): "
+            "inside this run's noise, re-run on a quiet machine"
+        )
+    load = ", ".join(f"{x:.2f}" for x in args.load) if args.load else "unknown"
+    lines = [
+        START_MARKER,
+        "## Server overhead",
+        "",
+        "Per-call cost of `ResiliServer` (validation, dependency check, fault decision, recording,",
+        "episode bookkeeping, event metadata on every result) against a bare lowlevel",
+        "`mcp.server.Server` serving the same 30 ResiliBench tools whose `call_tool` only runs the",
+        "simulator (`bench/bare_server.py`). Both sides include the MCP client's own cost, as an agent",
+        "runner would see it.",
+        "",
+        f"- Date: {now}",
+        f"- Machine: {machine}; load average (1/5/15 min) at start: {load}",
+        *([f"- Revision: {revision}"] if revision else []),
+        f"- Command: `python bench/server_overhead.py --calls {args.calls} --rounds {args.rounds} "
+        f"--warmup {args.warmup} --chunk {args.chunk}"
+        f"{' --projection' if args.projection else ''} --write-docs`",
+        f"- Workload: `{READER}` then `{PARSER}` on its data, repeated, after {args.warmup} warm-up",
+        f"  calls per server. {args.rounds} rounds of {args.calls} calls per server; within a round the",
+        f"  servers take turns every {args.chunk} calls.",
+        "- µs/call: wall clock, median over rounds of each round's mean. CPU ratio: the same with",
+        "  user + system CPU time of the client process and the server process (in memory they are one",
+        "  process), which other load on the machine disturbs much less than wall clock.",
+        "",
+        "| mode | bare µs/call | ours µs/call | ratio | CPU ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows(results):
+        note = f" ({r.error_rate:.0%} of calls got an injected error)" if r.error_rate else ""
+        lines.append(
+            f"| {r.label}{note} | {r.bare_us:.0f} | {r.ours_us:.0f} | {r.ratio:.2f}× | {r.cpu_ratio:.2f}× |"
+        )
+    lines += [
+        "",
+        f"Target (issue): ours/bare ≤ {TARGET_RATIO}× in memory with faults off: {verdict}.",
+        "",
+        "With faults on, calls that get an injected error skip the simulator and return no structured",
+        "content, so that row is not a like-for-like overhead figure; it is shown for information.",
+        "The bare server lists 30 tools, ours 31 (plus `finish`). Timings come from one run; on a",
+        "shared machine expect several percent of run-to-run noise in the wall-clock ratios.",
+    ]
+    projection = next((r for r in results if r.mode == PROJECTION_MODE), None)
+    if projection is not None:
+        extra_us = projection.variants["ours"].median_cpu_us - projection.variants["bare"].median_cpu_us
+        lines += [
+            "",
+            "**Projection row.** Most of each call in *both* servers is the output check in",
+            "`ToolLibrary.simulate`: `jsonschema.validate(result, schema)` re-checks the schema against its",
+            "meta-schema and builds a new validator on every call. That shared cost makes the ratio look",
+            "small. The projection row re-runs the in-memory pair with that check done by one compiled",
+            "validator per tool (patched in the benchmark process only, same checks): the pipeline's own",
+            f"cost, about {extra_us:.0f} µs of CPU per call here, is then "
+            f"{projection.cpu_ratio('ours'):.2f}× the bare server (CPU ratio)"
+            f"{' and above the target' if projection.cpu_ratio('ours') > TARGET_RATIO else ''}.",
+        ]
+    lines.append(END_MARKER)
+    return "\n".join(lines)
+
+
+DOCS_HEADER = """# Benchmarks
+
+Numbers on this page are produced by the scripts in `bench/` and written here by their `--write-docs`
+option (do not edit the generated sections by hand). Each script measures mcp-resili against a baseline
+in the same run, interleaving rounds so machine drift affects both sides alike, and reports medians and
+ratios rather than absolute times, which depend on the machine.
+"""
+
+
+def write_docs(section: str) -> None:
+    if DOCS_FILE.exists():
+        text = DOCS_FILE.read_text(encoding="utf-8")
+    else:
+        DOCS_FILE.parent.mkdir(parents=True, exist_ok=True)
+        text = DOCS_HEADER
+    start, end = text.find(START_MARKER), text.find(END_MARKER)
+    if start != -1 and end > start:
+        text = text[:start] + section + text[end + len(END_MARKER) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    DOCS_FILE.write_text(text, encoding="utf-8")
+    print(f"wrote {DOCS_FILE}", file=sys.stderr)
+
+
+# --- profiling -------------------------------------------------------------------------------------
+
+
+async def _profile_loop(calls: int, warmup: int) -> cProfile.Profile:
+    async with Client(ours_server("none").mcp) as client:
+        variant = Variant("ours", client)
+        await variant.run(warmup)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await variant.run(calls)
+        profiler.disable()
+    return profiler
+
+
+def profile(calls: int, warmup: int) -> None:
+    out = io.StringIO()
+    stats = pstats.Stats(anyio.run(_profile_loop, calls, warmup), stream=out)
+    stats.sort_stats("cumulative")
+    print(f"\ncProfile of {calls} in-memory calls to ResiliServer (mcp_resili functions, by cumulative):")
+    stats.print_stats("mcp_resili", 30)
+    print(out.getvalue())
+    out.seek(0)
+    out.truncate()
+    print("all functions, by own time:")
+    stats.sort_stats("tottime").print_stats(30)
+    print(out.getvalue())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=200, help="calls per server per round (default 200)")
+    parser.add_argument("--rounds", type=int, default=8, help="interleaved measurement rounds (default 8)")
+    parser.add_argument("--warmup", type=int, default=100, help="warm-up calls per server (default 100)")
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=20,
+        help="calls per turn when servers alternate within a round (default 20)",
+    )
+    parser.add_argument(
+        "--projection",
+        action="store_true",
+        help="also measure in memory with simulate()'s output check precompiled (see docs)",
+    )
+    parser.add_argument("--write-docs", action="store_true", help=f"rewrite the section in {DOCS_FILE}")
+    parser.add_argument("--profile", action="store_true", help="also cProfile ResiliServer's in-memory loop")
+    args = parser.parse_args(argv)
+    if args.calls < 2 or args.rounds < 1 or args.warmup < 0 or args.chunk < 1:
+        parser.error("need --calls >= 2, --rounds >= 1, --warmup >= 0, --chunk >= 1")
+
+    # Load when the run started: other processes skew wall-clock timings.
+    args.load = os.getloadavg() if hasattr(os, "getloadavg") else ()
+    started = time.perf_counter()
+    results = anyio.run(run_all, args.calls, args.rounds, args.warmup, args.chunk, args.projection)
+    print_report(results)
+    ratio = next(r for r in results if r.mode == "in-memory").ratio("ours")
+    cpu_ratio = next(r for r in results if r.mode == "in-memory").cpu_ratio("ours")
+    low = next(r for r in results if r.mode == "in-memory").low_cpu_ratio("ours")
+    print(
+        f"\nin-memory ours/bare: wall {ratio:.2f}x, CPU {cpu_ratio:.2f}x, "
+        f"CPU of the 10% least-disturbed chunks {low:.2f}x (target <= {TARGET_RATIO}x)"
+    )
+    print(f"total {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    if args.write_docs:
+        write_docs(docs_section(results, args))
+    if args.profile:
+        profile(args.calls * args.rounds, args.warmup)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""A hand-written JSON-RPC MCP server (handshake era) that sends a listing breaking the MCP schema.
+
+No SDK: a real third-party server may put anything on the wire, and `mcp-resili check` must say what.
+"""
+
+import json
+import sys
+
+TOOLS = [{"name": "string_root", "description": "root is not an object", "inputSchema": {"type": "string"}}]
+
+
+def reply(message_id, result):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message_id, "result": result}) + "\n")
+    sys.stdout.flush()
+
+
+for line in sys.stdin:
+    request = json.loads(line)
+    method, message_id = request.get("method"), request.get("id")
+    if message_id is None:
+        continue  # notifications
+    if method == "initialize":
+        reply(
+            message_id,
+            {
+                "protocolVersion": request["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "raw", "version": "0.0.1"},
+            },
+        )
+    elif method == "tools/list":
+        reply(message_id, {"tools": TOOLS})
+    elif method == "tools/call":
+        reply(message_id, {"content": [{"type": "text", "text": "ok"}], "isError": True})
+    else:
+        sys.stdout.write(
+            json.dumps({"jsonrpc": "2.0", "id": message_id, "error": {"code": -32601, "message": method}})
+            + "\n"
+        )
+        sys.stdout.flush()

@@ -1,0 +1,135 @@
+"""The real MCP Inspector CLI (npm ``@modelcontextprotocol/inspector``, pinned in tests/peers) vs our server.
+
+The Inspector speaks the handshake era (``2025-11-25``) with Streamable HTTP session ids: a different client
+stack from `mcp.Client`. Its npm package is installed by ``npm ci --prefix tests/peers`` when missing; a
+missing or failing npm fails these tests loudly rather than skipping them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servers import CLI_TIMEOUT, REPO_ROOT, child_env, http_server, serve_command
+
+from mcp_resili import META_EVENT
+from mcp_resili.registry import resilibench_library
+
+PEERS = REPO_ROOT / "tests" / "peers"
+INSPECTOR = PEERS / "node_modules" / ".bin" / "mcp-inspector"
+NPM_TIMEOUT = 600.0
+
+
+@pytest.fixture(scope="session")
+def inspector() -> Path:
+    """The Inspector's executable, installed from tests/peers/package-lock.json when missing."""
+    if not INSPECTOR.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.fail(
+                "npm is not on PATH: install Node.js and npm, then run `npm ci --prefix tests/peers`",
+                pytrace=False,
+            )
+        proc = subprocess.run(
+            [npm, "ci", "--prefix", str(PEERS), "--no-audit", "--no-fund"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=NPM_TIMEOUT,
+            check=False,
+        )
+        if proc.returncode != 0 or not INSPECTOR.exists():
+            pytest.fail(
+                f"`npm ci --prefix {PEERS}` exited with {proc.returncode}"
+                f" and installed no {INSPECTOR.name}:\n"
+                f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}",
+                pytrace=False,
+            )
+    if shutil.which("node") is None:
+        pytest.fail("node is not on PATH: the Inspector CLI needs Node.js", pytrace=False)
+    return INSPECTOR
+
+
+@pytest.fixture(scope="module")
+def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ``--faults none`` server over Streamable HTTP on 127.0.0.1, for the whole module."""
+    with http_server("--faults", "none", workdir=tmp_path_factory.mktemp("inspector-http")) as server:
+        yield server.url
+
+
+@pytest.fixture(params=["stdio", "http"])
+def target(request: pytest.FixtureRequest) -> list[str]:
+    """The Inspector's target arguments: our server's command line (stdio), or its URL (HTTP)."""
+    if request.param == "stdio":
+        return [
+            "--transport",
+            "stdio",
+            "-e",
+            f"PYTHONPATH={child_env()['PYTHONPATH']}",
+            "--",
+            *serve_command("--faults", "none"),
+        ]
+    url: str = request.getfixturevalue("http_url")
+    return ["--transport", "http", "--server-url", url]
+
+
+def run_inspector(inspector: Path, home: Path, *args: str) -> Any:
+    """Run ``mcp-inspector --cli ARGS``; return its stdout parsed as JSON, or fail with its output.
+
+    The target comes last in ``ARGS``: everything after its ``--`` is the server's command line.
+    ``HOME`` and the catalog point into ``home`` so the Inspector writes nothing outside the test.
+    """
+    env = child_env(HOME=str(home), MCP_CATALOG_PATH=str(home / "mcp.json"))
+    command = [str(inspector), "--cli", *args]
+    proc = subprocess.run(
+        command,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{command} exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"the Inspector printed no JSON:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+
+
+def test_inspector_lists_the_30_resilibench_tools_and_finish(
+    inspector: Path, target: list[str], tmp_path: Path
+) -> None:
+    listing = run_inspector(inspector, tmp_path, "--method", "tools/list", *target)
+
+    names = [tool["name"] for tool in listing["tools"]]
+    expected = {spec.name for spec in resilibench_library()} | {"finish"}
+    assert len(names) == 31
+    assert set(names) == expected
+
+
+def test_inspector_calls_a_reader_and_gets_its_content(
+    inspector: Path, target: list[str], tmp_path: Path
+) -> None:
+    result = run_inspector(
+        inspector,
+        tmp_path,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "file_operations_reader",
+        "--tool-arg",
+        "source=data/x.csv",
+        *target,
+    )
+
+    assert result["isError"] is False
+    assert "content" in result["content"][0]["text"]
+    assert result["structuredContent"]["data"]["source"] == "data/x.csv"
+    event = result["_meta"][META_EVENT]
+    assert (event["tool"], event["is_error"], event["fault"]) == ("file_operations_reader", False, None)

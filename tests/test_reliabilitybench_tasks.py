@@ -1,0 +1,160 @@
+import collections
+import copy
+import datetime as dt
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from mcp_resili.cli import main
+from mcp_resili.registry.reliabilitybench import DOMAINS, reliabilitybench_library
+from mcp_resili.scoring.reliabilitybench import check
+from mcp_resili.suites import get_suite
+from mcp_resili.tasks.reliabilitybench.generate import generate_task, solve
+from mcp_resili.tasks.reliabilitybench.model import details, expected
+from mcp_resili.tasks.reliabilitybench.perturb import (
+    DISTRACTORS,
+    EPS_LEVELS,
+    RELATIONS,
+    UnknownPerturbationError,
+    long_date,
+    relations_for,
+    render,
+    twelve_hour,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = get_suite("reliabilitybench")
+TASKS = SUITE.tasks
+
+
+def test_committed_task_set_is_what_the_generator_produces():
+    path = ROOT / "scripts" / "regenerate_reliabilitybench_tasks.py"
+    spec = importlib.util.spec_from_file_location("regen_rb", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stored = (ROOT / "mcp_resili" / "tasks" / "reliabilitybench" / "default.json").read_text(encoding="utf-8")
+    assert module.render() == stored
+
+
+def test_every_domain_has_at_least_25_tasks_over_two_levels():
+    counts = collections.Counter((details(t).domain, details(t).level) for t in TASKS)
+    for domain in DOMAINS:
+        assert counts[(domain, 1)] + counts[(domain, 2)] >= 25
+        assert counts[(domain, 1)] > 0 and counts[(domain, 2)] > 0
+    patterns = {details(t).pattern for t in TASKS if details(t).level == 2}
+    assert patterns == {"schedule_conflict", "travel_cheapest", "support_escalate", "shop_coupon"}
+
+
+def test_tasks_list_json_carries_each_tasks_domain(capsys):
+    assert main(["tasks", "list", "--suite", "reliabilitybench", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) == len(TASKS)
+    assert {t["metadata"]["domain"] for t in listed} == set(DOMAINS)
+    assert all(t["domain"] == t["metadata"]["domain"] for t in listed)
+
+
+def test_tools_carry_domain_and_read_write_access():
+    library = reliabilitybench_library()
+    by_domain = collections.defaultdict(set)
+    for spec in library:
+        by_domain[spec.category].add(spec.name)
+    assert by_domain["travel"] == {"search_flights", "hold_flight", "confirm_booking", "get_itinerary"}
+    assert len(by_domain["support"]) == len(by_domain["ecommerce"]) == 6
+    assert library.spec("create_order").access == "write"
+    assert library.spec("apply_coupon").access == "read"
+
+
+@pytest.mark.parametrize("task", TASKS, ids=lambda t: t.id)
+def test_gold_workflow_reaches_the_predicate_and_the_initial_state_does_not(task):
+    info = details(task)
+    final = solve(task.workflow, info.initial_state)
+    checks = expected(task).checks
+    assert all(check(final, rule) is None for rule in checks)
+    assert any(check(copy.deepcopy(info.initial_state), rule) is not None for rule in checks)
+
+
+def test_generation_is_deterministic_in_its_seed():
+    assert generate_task(7, "travel", 2, 3) == generate_task(7, "travel", 2, 3)
+    assert generate_task(7, "travel", 2, 3) != generate_task(8, "travel", 2, 3)
+
+
+def _today(text):
+    match = re.search(r"Today is \w+, (\d{4}-\d{2}-\d{2}|\w+ \d+, \d{4})\.", text)
+    assert match, text
+    raw = match.group(1)
+    return dt.date.fromisoformat(raw) if raw[0].isdigit() else dt.datetime.strptime(raw, "%B %d, %Y").date()
+
+
+def _mentions(text, value, today):
+    """Whether ``text`` carries ``value`` in one of the forms the relations render it in."""
+    forms = {value}
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        forms.add(long_date(value))
+        if today is not None:
+            days = (dt.date.fromisoformat(value) - today).days
+            forms.add({1: "tomorrow", 2: "the day after tomorrow"}.get(days, f"in {days} days"))
+    if re.fullmatch(r"\d{2}:\d{2}", value):
+        forms.add(twelve_hour(value))
+    return any(form in text for form in forms)
+
+
+@pytest.mark.parametrize("relation", RELATIONS)
+def test_every_relation_changes_the_words_but_keeps_every_value_the_end_state_needs(relation):
+    changed = 0
+    for task in TASKS:
+        info = details(task)
+        before = task.model_dump(mode="json")
+        text = SUITE.prompt(task, f"mr={relation}")
+        assert task.model_dump(mode="json") == before  # the task (state, workflow, predicate) is untouched
+        baseline = render(info.request, (), task_id=task.id, domain=info.domain)
+        changed += text.split("\n\n")[0] != baseline
+        today = _today(text) if relation == "relative_time" and info.request.dates else None
+        for slot, value in info.request.slots.items():
+            assert _mentions(text, value, today), (task.id, relation, slot, text)
+        if relation == "correction":
+            fix = info.request.correction
+            value = info.request.slots[fix.slot]
+            assert f"Correction: the {fix.label} is {value}, not {fix.decoy}." in text
+        # Rendering is deterministic: the same variant gives the same words every time.
+        assert SUITE.prompt(task, f"mr={relation}") == text
+    applicable = [
+        t for t in TASKS if relation not in ("date_format", "relative_time") or details(t).request.dates
+    ]
+    assert changed == len(applicable)
+
+
+def test_gold_end_state_is_the_same_under_every_eps_level():
+    for task in TASKS:
+        info = details(task)
+        finals = set()
+        for level in EPS_LEVELS:
+            SUITE.prompt(task, f"eps={level}")
+            finals.add(json.dumps(solve(task.workflow, details(task).initial_state), sort_keys=True))
+        assert len(finals) == 1
+        assert info == details(task)
+
+
+def test_eps_levels_are_cumulative_and_documented_sets():
+    assert relations_for("eps=0") == () == relations_for("baseline")
+    assert set(relations_for("eps=0.1")) == {"synonym", "date_format", "reorder"}
+    assert set(relations_for("eps=0.1")) < set(relations_for("eps=0.2")) < set(relations_for("eps=0.3"))
+    assert set(relations_for("eps=0.3")) == set(RELATIONS)
+
+
+@pytest.mark.parametrize("variant", ["eps=0.5", "mr=sarcasm", "loud"])
+def test_unknown_perturbations_are_rejected_naming_the_value(variant):
+    with pytest.raises(UnknownPerturbationError, match=re.escape(variant.split("=")[-1])):
+        relations_for(variant)
+    with pytest.raises(ValueError, match=re.escape(variant)):
+        SUITE.prompt(TASKS[0], variant)
+
+
+def test_distractors_never_mention_anything_a_task_could_ask_for():
+    words = {v.lower() for t in TASKS for v in details(t).request.slots.values()}
+    words |= {"headphones", "keyboard", "mouse", "monitor", "lamp", "meeting", "flight", "ticket", "order"}
+    for sentences in DISTRACTORS.values():
+        for sentence in sentences:
+            assert not set(re.findall(r"[a-z0-9-]+", sentence.lower())) & words, sentence

@@ -1,6 +1,49 @@
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+PEERS = REPO_ROOT / "tests" / "peers"
+INSPECTOR = PEERS / "node_modules" / ".bin" / "mcp-inspector"
+#: Every peer package.json pins; a missing one means node_modules is stale and gets reinstalled.
+PEER_BINS = (INSPECTOR, PEERS / "node_modules" / ".bin" / "mcp-server-everything")
+NPM_TIMEOUT = 600.0
+
+
+@pytest.fixture(scope="session")
+def inspector() -> Path:
+    """The Inspector's executable, installed from tests/peers/package-lock.json when missing."""
+    if not all(path.exists() for path in PEER_BINS):
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.fail(
+                "npm is not on PATH: install Node.js and npm, then run `npm ci --prefix tests/peers`",
+                pytrace=False,
+            )
+        proc = subprocess.run(
+            [npm, "ci", "--prefix", str(PEERS), "--no-audit", "--no-fund"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=NPM_TIMEOUT,
+            check=False,
+        )
+        if proc.returncode != 0 or not all(path.exists() for path in PEER_BINS):
+            pytest.fail(
+                f"`npm ci --prefix {PEERS}` exited with {proc.returncode}"
+                f" and did not install every peer ({', '.join(p.name for p in PEER_BINS)}):\n"
+                f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}",
+                pytrace=False,
+            )
+    if shutil.which("node") is None:
+        pytest.fail("node is not on PATH: the Inspector CLI needs Node.js", pytrace=False)
+    return INSPECTOR

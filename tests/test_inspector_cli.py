@@ -8,51 +8,16 @@ missing or failing npm fails these tests loudly rather than skipping them.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import CLI_TIMEOUT, REPO_ROOT, child_env, http_server, serve_command
+from servers import CLI_TIMEOUT, child_env, http_server, serve_command
 
 from mcp_resili import META_EVENT
 from mcp_resili.registry import resilibench_library
-
-PEERS = REPO_ROOT / "tests" / "peers"
-INSPECTOR = PEERS / "node_modules" / ".bin" / "mcp-inspector"
-NPM_TIMEOUT = 600.0
-
-
-@pytest.fixture(scope="session")
-def inspector() -> Path:
-    """The Inspector's executable, installed from tests/peers/package-lock.json when missing."""
-    if not INSPECTOR.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.fail(
-                "npm is not on PATH: install Node.js and npm, then run `npm ci --prefix tests/peers`",
-                pytrace=False,
-            )
-        proc = subprocess.run(
-            [npm, "ci", "--prefix", str(PEERS), "--no-audit", "--no-fund"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=NPM_TIMEOUT,
-            check=False,
-        )
-        if proc.returncode != 0 or not INSPECTOR.exists():
-            pytest.fail(
-                f"`npm ci --prefix {PEERS}` exited with {proc.returncode}"
-                f" and installed no {INSPECTOR.name}:\n"
-                f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}",
-                pytrace=False,
-            )
-    if shutil.which("node") is None:
-        pytest.fail("node is not on PATH: the Inspector CLI needs Node.js", pytrace=False)
-    return INSPECTOR
 
 
 @pytest.fixture(scope="module")

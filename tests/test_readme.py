@@ -36,3 +36,15 @@ def test_example_fault_file_parses():
 
     plan = parse_fault_spec(str(ROOT / "examples" / "faults.toml"))
     assert isinstance(plan, RuleFaults) and len(plan.rules) == 2
+
+
+def test_manual_episode_example_scores_its_own_trace():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "manual_episode.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Task: ")
+    assert '"label"' in proc.stdout and '"faults_injected"' in proc.stdout

@@ -37,8 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--task", help="task bound to episodes that do not name one (e.g. a person's session)")
     serve.add_argument(
         "--faults",
-        help="none | resilibench[:key=value,...] | lambda=0.0|0.1|0.2|0.3 | PATH.toml|.json "
-        "(default: the suite's)",
+        help="none | resilibench[:key=value,...] | lambda=0.0|0.1|0.2|0.3 | toolmaze:NP|P1..P4 | "
+        "PATH.toml|.json (default: the suite's)",
     )
     serve.add_argument("--seed", type=int, default=0, help="fault seed for episodes that do not send one")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
@@ -137,6 +137,9 @@ def _parser() -> argparse.ArgumentParser:
     listing = tasks_sub.add_parser("list", help="list a suite's tasks")
     listing.add_argument("--suite", default=DEFAULT_SUITE)
     listing.add_argument("--json", action="store_true", help="a JSON list of task objects")
+    stats = tasks_sub.add_parser("stats", help="per-level statistics (length, valid paths, groups, domains)")
+    stats.add_argument("--suite", default=DEFAULT_SUITE)
+    stats.add_argument("--json", action="store_true", help="a JSON list, one object per level")
 
     report = sub.add_parser("report", help="summarise a stored run (default: the latest)")
     report.add_argument("--run", help="run id (default: the latest run in the database)")
@@ -165,6 +168,13 @@ def _serve(args: argparse.Namespace) -> int:
     server = ResiliServer(
         suite, plan, seed=args.seed, task=args.task, trace_dir=args.trace_dir, time_scale=args.time_scale
     )
+    if getattr(plan, "kind", None) == "toolmaze" and args.task is None:
+        # Its faults live in the task's profile: episodes that name no task see none.
+        print(
+            "mcp-resili: note: toolmaze faults fire only in episodes bound to a task "
+            "(--task ID, or the runner's _meta)",
+            file=sys.stderr,
+        )
     try:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)
@@ -319,7 +329,7 @@ def _tasks_list(args: argparse.Namespace) -> int:
             return 0
         # One pydantic serialisation of the whole list: the full ResiliBench suite has 5,040 tasks.
         sys.stdout.flush()
-        sys.stdout.buffer.write(TypeAdapter(list[Task]).dump_json(list(suite.tasks)) + b"\n")
+        sys.stdout.buffer.write(TypeAdapter(list[Task]).dump_json(list(suite.tasks), serialize_as_any=True) + b"\n")
         sys.stdout.buffer.flush()
         return 0
     table = Table(title=f"{suite.name}: {len(suite.tasks)} tasks", title_justify="left")
@@ -373,6 +383,35 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tasks_stats(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from mcp_resili.suites import get_suite
+    from mcp_resili.tasks.stats import level_statistics
+
+    rows = level_statistics(get_suite(args.suite).tasks)
+    if args.json:
+        json.dump([r.to_dict() for r in rows], sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    table = Table(title=f"{args.suite}: task statistics per level", title_justify="left")
+    for column in ("level", "tasks", "mean length", "min/max", "valid paths", "groups", "domains"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r.level,
+            str(r.tasks),
+            f"{r.mean_length:.2f}",
+            f"{r.min_length}/{r.max_length}",
+            f"{r.mean_valid_paths:g}",
+            " ".join(f"{k}={v}" for k, v in r.group_kinds.items()) or "-",
+            " ".join(f"{k}={v}" for k, v in r.domains.items()),
+        )
+    Console(width=160).print(table)
+    return 0
+
+
 def _score(args: argparse.Namespace) -> int:
     from mcp_resili.suites import UnknownTaskError, get_suite
     from mcp_resili.trace import Trace
@@ -404,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         if args.command == "tasks":
-            return _tasks_list(args)
+            return _tasks_stats(args) if args.tasks_command == "stats" else _tasks_list(args)
         return handlers[args.command](args)
     except UserError as exc:
         print(f"mcp-resili: error: {exc}", file=sys.stderr)

@@ -86,7 +86,13 @@ async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_pat
         json.dumps(
             {
                 "kind": "rules",
-                "rules": [{"tool": "data_processing_parser", "calls": [1], "fault": {"type": "error", "code": "TIMEOUT"}}],
+                "rules": [
+                    {
+                        "tool": "data_processing_parser",
+                        "calls": [1],
+                        "fault": {"type": "error", "code": "TIMEOUT"},
+                    }
+                ],
             }
         )
     )

@@ -55,6 +55,8 @@ class EpisodeSpec:
     #: ``react``: the plain loop. ``reflexion``: after a turn with a failed tool call, a user message
     #: asks the model to reflect on the failure before it acts again (Shinn et al., 2023, per step).
     architecture: str = "react"
+    #: Apply the ResiliBench termination rules (`termination_index`) to stop the episode early.
+    stop_rules: bool = True
 
     def meta(self) -> dict[str, Any]:
         """The ``_meta`` our server reads to route and seed the call."""
@@ -210,7 +212,7 @@ async def play_episode(
         if finished is not None:
             termination = finished.status
             break
-        _, rule = termination_index(calls)
+        _, rule = termination_index(calls) if episode.stop_rules else (0, None)
         if rule in ("too_many_errors", "loop", "too_many_calls"):
             termination = "loop" if rule == "loop" else "too_many_errors"
             detail = f"termination rule {rule}"

@@ -242,6 +242,7 @@ async def _play(
         prompt=suite.prompt(task, planned.variant),
         max_turns=config.max_turns or task.constraints.max_turns,
         architecture=config.architecture,
+        stop_rules=suite.stop_rules,
     )
     outcome = await play_episode(client, model, spec, tools)
     header = TraceHeader(

@@ -129,9 +129,23 @@ class NaiveAgent:
         return _finish(turn, "completed", "ran every step once")
 
 
+def _toolmaze(kind: str) -> Callable[[], Model]:
+    def factory() -> Model:
+        from mcp_resili.client import toolmaze_agents
+
+        agent: Model = getattr(toolmaze_agents, f"{kind}_agent")()
+        return agent
+
+    return factory
+
+
 SCRIPTED_AGENTS: dict[str, Callable[[], Model]] = {
     "oracle": OracleAgent,
     "naive": NaiveAgent,
     "plan-follower": PlanFollowerAgent,
     "text-oracle": TextOracleAgent,
+    "retry": _toolmaze("retry"),
+    "switch": _toolmaze("switch"),
+    "abort": _toolmaze("abort"),
+    "trusting": _toolmaze("trusting"),
 }

@@ -61,6 +61,8 @@ class Suite:
     load_default_tasks: Callable[[], tuple[Task, ...]] | None = field(default=None, repr=False)
     #: Serve the unfaulted, unscored ``search_tools`` and ``tool_info`` discovery tools.
     discovery: bool = False
+    #: Whether the runner stops episodes by ResiliBench's termination rules (5 failures in a row, ...).
+    stop_rules: bool = True
 
     @cached_property
     def tasks(self) -> tuple[Task, ...]:
@@ -116,9 +118,16 @@ def _reliabilitybench() -> Suite:
     return reliabilitybench_suite()
 
 
+def _toolmaze() -> Suite:
+    from mcp_resili.suites.toolmaze import toolmaze_suite
+
+    return toolmaze_suite()
+
+
 _FACTORIES: dict[str, Callable[[], Suite]] = {
     "resilibench": _resilibench,
     "reliabilitybench": _reliabilitybench,
+    "toolmaze": _toolmaze,
 }
 
 #: The suite used when none is named.

@@ -1,0 +1,61 @@
+"""Options shared by the hosted providers, and the one place API keys are read (the environment)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from mcp_resili.client.model import ToolDefinition
+from mcp_resili.client.providers.names import ToolNameMap
+from mcp_resili.client.providers.retry import RetryPolicy, Sleeper
+
+#: The environment variable each provider reads its key from. Keys are never taken from flags or files,
+#: so they never reach a stored config, a trace or a log line.
+API_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+#: Sent to local OpenAI-compatible servers that want no key (the SDK refuses an empty one).
+PLACEHOLDER_KEY = "not-needed"
+
+
+class MissingAPIKeyError(ValueError):
+    """A hosted provider was asked for without its key in the environment."""
+
+
+@dataclass(frozen=True)
+class ProviderOptions:
+    """How hosted models are reached: endpoint, timeouts, output budget, retries."""
+
+    base_url: str | None = None
+    timeout: float = 120.0
+    max_output_tokens: int = 4096
+    temperature: float | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    sleeper: Sleeper = anyio.sleep
+    #: An ``httpx2.AsyncClient`` to use instead of the SDK's own (tests, proxies).
+    http_client: Any = None
+
+
+def api_key(provider: str, base_url: str | None) -> str:
+    """The provider's key from the environment; a placeholder for a custom endpoint without one."""
+    variable = API_KEY_ENV[provider]
+    key = os.environ.get(variable, "")
+    if key:
+        return key
+    if base_url is not None:
+        return PLACEHOLDER_KEY
+    raise MissingAPIKeyError(
+        f"{provider} models need {variable} in the environment (or --base-url for a local server)"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _name_map(names: tuple[str, ...]) -> ToolNameMap:
+    return ToolNameMap.build(names)
+
+
+def name_map(tools: tuple[ToolDefinition, ...]) -> ToolNameMap:
+    """The (cached) name mapping for a tool set."""
+    return _name_map(tuple(t.name for t in tools))

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import anyio
@@ -15,8 +16,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from mcp_resili import __version__
-from mcp_resili.client.providers import UnknownModelError
-from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, RunConfigError, execute
+from mcp_resili.client.pricing import CostEstimate, PriceTableError
+from mcp_resili.client.providers import MissingAPIKeyError, UnknownModelError, provider_of
+from mcp_resili.client.runner import (
+    DEFAULT_MODELS,
+    RunConfig,
+    RunConfigError,
+    estimate_run,
+    execute,
+    load_run_config,
+)
 from mcp_resili.faults import FaultSpecError, parse_fault_spec
 from mcp_resili.report import summarize, summary_table
 from mcp_resili.store import DEFAULT_DB
@@ -30,8 +39,29 @@ USER_ERRORS = (
     UnknownTaskError,
     UnknownSuiteError,
     UnknownModelError,
+    MissingAPIKeyError,
+    PriceTableError,
     TraceError,
 )
+#: `run` options that define the matrix: a resume replays the stored ones, so these are refused with it.
+_MATRIX_OPTIONS = (
+    "suite",
+    "models",
+    "faults",
+    "variant",
+    "trials",
+    "limit",
+    "tasks",
+    "seed",
+    "server",
+    "base_url",
+    "max_turns",
+    "max_tokens",
+    "time_limit",
+    "prices",
+)
+#: Print a cost estimate before runs with at least this many hosted-model episodes.
+ESTIMATE_THRESHOLD = 20
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,22 +85,34 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--trace-dir", type=Path, help="write one JSONL trace per episode here")
 
     run = sub.add_parser("run", help="play agents against the server and score them (offline by default)")
-    run.add_argument("--suite", default=DEFAULT_SUITE)
+    run.add_argument("--suite")
     run.add_argument(
         "--model",
         action="append",
         dest="models",
         metavar="SPEC",
-        help=f"repeatable; default: {' '.join(DEFAULT_MODELS)}",
+        help="repeatable: scripted:NAME, anthropic:MODEL, openai:MODEL (keys from ANTHROPIC_API_KEY / "
+        f"OPENAI_API_KEY); default: {' '.join(DEFAULT_MODELS)}",
     )
     run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
-    run.add_argument("--variant", default="baseline", help="prompt variant")
-    run.add_argument("--trials", type=int, default=3)
+    run.add_argument("--variant", help="prompt variant (default: baseline)")
+    run.add_argument("--trials", type=int, help="trials per task (default: 3)")
     run.add_argument("--limit", type=int, help="use the first N tasks")
     run.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable; run only these")
-    run.add_argument("--concurrency", type=int, default=8)
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--server", help="'CMD ARGS' (stdio) or http://HOST:PORT/mcp; default: in-process")
+    run.add_argument("--concurrency", type=int, help="episodes in flight (default: 8)")
+    run.add_argument("--provider-concurrency", type=int, help="episodes in flight per provider")
+    run.add_argument("--seed", type=int)
+    run.add_argument(
+        "--server", help="any MCP server: 'CMD ARGS' (stdio) or http://HOST:PORT/mcp; default: in-process"
+    )
+    run.add_argument("--base-url", help="endpoint for hosted models, e.g. http://localhost:11434/v1 (Ollama)")
+    run.add_argument("--max-turns", type=int, help="model turns per episode (default: the task's)")
+    run.add_argument("--max-tokens", type=int, help="input+output tokens per episode")
+    run.add_argument("--time-limit", type=float, help="seconds per episode (default: the task's timeout)")
+    run.add_argument("--max-cost", type=float, metavar="USD", help="stop starting episodes past this spend")
+    run.add_argument("--prices", type=Path, help="TOML price table overriding the built-in one")
+    run.add_argument("--resume", metavar="RUN_ID", help="play only the episodes RUN_ID has not stored")
+    run.add_argument("--estimate", action="store_true", help="print the token/cost estimate and exit")
     run.add_argument("--db", type=Path, default=DEFAULT_DB)
     run.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
 
@@ -104,21 +146,58 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
-    config = RunConfig(
-        suite=args.suite,
+def _run_config(args: argparse.Namespace) -> RunConfig:
+    if args.resume is not None:
+        given = [f"--{name.replace('_', '-')}" for name in _MATRIX_OPTIONS if getattr(args, name) is not None]
+        if given:
+            raise RunConfigError(
+                f"--resume replays the stored configuration of {args.resume}; drop {', '.join(given)}"
+            )
+        config = load_run_config(args.db, args.resume)
+        overrides = {
+            name: getattr(args, name)
+            for name in ("concurrency", "provider_concurrency", "max_cost")
+            if getattr(args, name) is not None
+        }
+        return replace(config, db=args.db, **overrides)
+    return RunConfig(
+        suite=args.suite or DEFAULT_SUITE,
         models=tuple(args.models or DEFAULT_MODELS),
         faults=tuple(args.faults or ()),
-        variant=args.variant,
-        trials=args.trials,
+        variant=args.variant or "baseline",
+        trials=3 if args.trials is None else args.trials,
         limit=args.limit,
         tasks=tuple(args.tasks or ()),
-        concurrency=args.concurrency,
-        seed=args.seed,
+        concurrency=8 if args.concurrency is None else args.concurrency,
+        seed=0 if args.seed is None else args.seed,
         server=args.server,
         db=args.db,
+        base_url=args.base_url,
+        provider_concurrency=args.provider_concurrency,
+        max_cost=args.max_cost,
+        max_turns=args.max_turns,
+        max_tokens=args.max_tokens,
+        time_limit=args.time_limit,
+        prices=args.prices,
     )
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = _run_config(args)
     err = Console(stderr=True)
+    if args.estimate:
+        estimate = anyio.run(estimate_run, config)
+        if args.json:
+            print(json.dumps(asdict(estimate), indent=2))
+        else:
+            print(estimate.describe())
+        return 0
+    hosted = any(provider_of(m) != "scripted" for m in config.models)
+
+    def show_estimate(estimate: CostEstimate) -> None:
+        if hosted and estimate.episodes >= ESTIMATE_THRESHOLD:
+            err.print(estimate.describe())
+
     progress = Progress(
         TextColumn("episodes"),
         BarColumn(),
@@ -133,8 +212,10 @@ def _run(args: argparse.Namespace) -> int:
         result = anyio.run(
             lambda: execute(
                 config,
+                resume=args.resume,
                 on_planned=lambda n: progress.update(bar, total=n),
                 on_episode=lambda _row: progress.advance(bar),
+                on_estimate=show_estimate,
             )
         )
     summaries = summarize(result.rows)
@@ -144,16 +225,26 @@ def _run(args: argparse.Namespace) -> int:
             "suite": config.suite,
             "seed": config.seed,
             "db": str(config.db),
+            "episodes": len(result.rows),
+            "resumed": result.resumed,
+            "stopped": result.stopped,
+            "not_started": result.skipped,
+            "cost_usd": round(result.cost_usd, 6),
             "groups": [s.to_dict() for s in summaries],
         }
         print(json.dumps(payload, indent=2))
     else:
         out = Console()
         if not out.is_terminal:
-            out = Console(width=140)
+            out = Console(width=160)
         out.print(summary_table(result.run_id, summaries))
         sys.stdout.flush()
         err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
+        if result.stopped == "max_cost":
+            err.print(
+                f"stopped at --max-cost {config.max_cost}: {result.skipped} episodes not started; "
+                f"continue with: mcp-resili run --resume {result.run_id} --db {config.db} --max-cost HIGHER"
+            )
     return 0
 
 

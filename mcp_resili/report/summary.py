@@ -66,12 +66,17 @@ class GroupSummary:
     infrastructure_errors: int
     levels: dict[str, Rate]
     mean_value: float
+    input_tokens: int = 0
+    output_tokens: int = 0
+    #: USD over every episode (infrastructure errors cost money too); ``None`` when no price is known.
+    cost_usd: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         data = asdict(self)
         data["levels"] = {k: v.to_dict() for k, v in self.levels.items()}
         data["mean_value"] = round(self.mean_value, 4)
+        data["cost_usd"] = None if self.cost_usd is None else round(self.cost_usd, 6)
         return data
 
 
@@ -97,6 +102,11 @@ def summarize(rows: Iterable[EpisodeRow]) -> list[GroupSummary]:
                 infrastructure_errors=len(members) - n,
                 levels={level: rate(sum(1 for r in scored if r.label == level), n) for level in LEVELS},
                 mean_value=sum(r.value or 0.0 for r in scored) / n if n else 0.0,
+                input_tokens=sum(r.input_tokens for r in members),
+                output_tokens=sum(r.output_tokens for r in members),
+                cost_usd=None
+                if all(r.cost_usd is None for r in members)
+                else sum(r.cost_usd or 0.0 for r in members),
             )
         )
     return summaries

@@ -17,10 +17,22 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
     for level in LEVELS:
         table.add_column(f"{level} % (95% CI)", justify="right")
     table.add_column("infra errors", justify="right")
+    table.add_column("tokens in/out", justify="right")
+    table.add_column("cost $", justify="right")
     for s in summaries:
         cells = [
             f"{100 * s.levels[lv].value:5.1f} ({100 * s.levels[lv].low:.0f}–{100 * s.levels[lv].high:.0f})"
             for lv in LEVELS
         ]
-        table.add_row(s.model, s.faults, s.variant, str(s.episodes), *cells, str(s.infrastructure_errors))
+        cost = "n/a" if s.cost_usd is None else f"{s.cost_usd:.4f}"
+        table.add_row(
+            s.model,
+            s.faults,
+            s.variant,
+            str(s.episodes),
+            *cells,
+            str(s.infrastructure_errors),
+            f"{s.input_tokens:,}/{s.output_tokens:,}",
+            cost,
+        )
     return table

@@ -283,6 +283,8 @@ async def serve(app: Any) -> AsyncIterator[str]:
     """Serve ``app`` on 127.0.0.1 (a free port) inside the caller's event loop; yields the base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Answers go out as two writes (head, body): without NODELAY the body waits for a delayed ACK.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
@@ -309,6 +311,7 @@ def _main() -> None:
     args = parser.parse_args()
     fake = FakeModelServer(one_tool_then_finish(args.tool, {}), latency=args.latency)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", args.port))
     print(sock.getsockname()[1], flush=True)
     server = uvicorn.Server(

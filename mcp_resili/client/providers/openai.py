@@ -19,7 +19,7 @@ from mcp_resili.client.model import (
     UserMessage,
 )
 from mcp_resili.client.providers.names import ToolNameMap
-from mcp_resili.client.providers.options import ProviderOptions, api_key, name_map
+from mcp_resili.client.providers.options import ProviderOptions, api_key, name_map, tuned_http_client
 from mcp_resili.client.providers.retry import (
     ProviderFailure,
     classify_status,
@@ -91,7 +91,7 @@ class OpenAIModel:
             base_url=options.base_url,
             timeout=options.timeout,
             max_retries=0,
-            http_client=options.http_client,
+            http_client=options.http_client or tuned_http_client(sdk.DefaultAsyncHttpxClient),
         )
 
     @property

@@ -3,7 +3,8 @@
 It serves ``POST /v1/chat/completions`` (OpenAI) and ``POST /v1/messages`` (Anthropic). Each request is
 parsed into a neutral `Exchange` (the task prompt, the offered function names, the tool calls and
 results so far) and answered by a *policy*: a function of the exchange only, so replies are
-deterministic and a resumed run meets the same model as an uninterrupted one.
+deterministic and a resumed run meets the same model as an uninterrupted one (call ids too: they
+count the calls so far, where a real API's are random).
 
 Scripted trouble: ``failures(n)`` may answer request number ``n`` with an HTTP error (429, 500, ...);
 ``latency`` delays every answer (the throughput benchmark); ``hold_after_finishes`` makes every
@@ -167,7 +168,11 @@ def _anthropic_exchange(body: dict[str, Any]) -> Exchange:
 
 def _openai_body(reply: Reply, exchange: Exchange, n: int) -> dict[str, Any]:
     tool_calls = [
-        {"id": f"call_{n}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+        {
+            "id": f"call_{len(exchange.history)}_{i}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)},
+        }
         for i, (name, args) in enumerate(reply.calls)
     ]
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
@@ -192,7 +197,7 @@ def _openai_body(reply: Reply, exchange: Exchange, n: int) -> dict[str, Any]:
 def _anthropic_body(reply: Reply, exchange: Exchange, n: int) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
     content += [
-        {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": args}
+        {"type": "tool_use", "id": f"toolu_{len(exchange.history)}_{i}", "name": name, "input": args}
         for i, (name, args) in enumerate(reply.calls)
     ]
     return {

@@ -20,6 +20,7 @@ from mcp_resili.client.agent import EpisodeSpec, play_episode
 from mcp_resili.client.model import Model
 from mcp_resili.client.pricing import CostEstimate, PriceTable, estimate_cost, load_price_table
 from mcp_resili.client.providers import ClosableModel, create_model, provider_of, validate_model_spec
+from mcp_resili.client.providers.options import EPISODES_PER_POOL
 from mcp_resili.faults import parse_fault_spec, plan_to_dict
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.store import DEFAULT_DB, EpisodeRow, Store
@@ -332,7 +333,10 @@ async def _play_all(
         }
         models: dict[str, Model] = {}
         for spec in sorted({p.model for p in todo}):
-            model = create_model(spec, base_url=config.base_url, **(model_options or {}))
+            in_flight = min(config.concurrency, config.provider_concurrency or config.concurrency)
+            options: dict[str, Any] = {"connection_pools": -(-in_flight // EPISODES_PER_POOL)}
+            options.update(model_options or {})
+            model = create_model(spec, base_url=config.base_url, **options)
             if isinstance(model, ClosableModel):
                 stack.push_async_callback(model.aclose)
             models[spec] = model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from mcp_resili.client.model import (
@@ -68,13 +69,20 @@ class AnthropicModel:
         self._model = model
         self._options = options
         # SDK retries are off: ours classify failures and keep provider trouble out of agent scores.
-        self._client = sdk.AsyncAnthropic(
-            api_key=api_key("anthropic", options.base_url),
-            base_url=options.base_url,
-            timeout=options.timeout,
-            max_retries=0,
-            http_client=options.http_client or tuned_http_client(sdk.DefaultAsyncHttpxClient),
-        )
+        # A few SDK clients in turn rather than one: each connection pool scans all its connections on
+        # every request, so one pool of 512 connections costs more CPU than the model wait it serves.
+        shared = options.http_client
+        self._clients = [
+            sdk.AsyncAnthropic(
+                api_key=api_key("anthropic", options.base_url),
+                base_url=options.base_url,
+                timeout=options.timeout,
+                max_retries=0,
+                http_client=shared or tuned_http_client(sdk.DefaultAsyncHttpxClient),
+            )
+            for _ in range(1 if shared is not None else options.connection_pools)
+        ]
+        self._turn = itertools.count()
 
     @property
     def name(self) -> str:
@@ -83,12 +91,16 @@ class AnthropicModel:
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
-        await self._client.close()
+        for client in self._clients:
+            await client.close()
+
+    def _next_client(self) -> Any:
+        return self._clients[next(self._turn) % len(self._clients)]
 
     async def _attempt(self, kwargs: dict[str, Any]) -> Any:
         sdk = self._sdk
         try:
-            return await self._client.messages.create(**kwargs)
+            return await self._next_client().messages.create(**kwargs)
         except sdk.APIStatusError as exc:
             raise ProviderFailure(
                 classify_status(exc.status_code, str(exc.message)),

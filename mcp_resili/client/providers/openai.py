@@ -6,6 +6,7 @@ so ``--base-url`` points the same provider at any of them.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -88,13 +89,20 @@ class OpenAIModel:
         self._model = model
         self._options = options
         # SDK retries are off: ours classify failures and keep provider trouble out of agent scores.
-        self._client = sdk.AsyncOpenAI(
-            api_key=api_key("openai", options.base_url),
-            base_url=options.base_url,
-            timeout=options.timeout,
-            max_retries=0,
-            http_client=options.http_client or tuned_http_client(sdk.DefaultAsyncHttpxClient),
-        )
+        # A few SDK clients in turn rather than one: each connection pool scans all its connections on
+        # every request, so one pool of 512 connections costs more CPU than the model wait it serves.
+        shared = options.http_client
+        self._clients = [
+            sdk.AsyncOpenAI(
+                api_key=api_key("openai", options.base_url),
+                base_url=options.base_url,
+                timeout=options.timeout,
+                max_retries=0,
+                http_client=shared or tuned_http_client(sdk.DefaultAsyncHttpxClient),
+            )
+            for _ in range(1 if shared is not None else options.connection_pools)
+        ]
+        self._turn = itertools.count()
 
     @property
     def name(self) -> str:
@@ -103,7 +111,11 @@ class OpenAIModel:
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
-        await self._client.close()
+        for client in self._clients:
+            await client.close()
+
+    def _next_client(self) -> Any:
+        return self._clients[next(self._turn) % len(self._clients)]
 
     async def _attempt(self, kwargs: dict[str, Any]) -> Any:
         sdk = self._sdk
@@ -111,7 +123,7 @@ class OpenAIModel:
             # `post` with a ready wire body skips the SDK's typed-params transform, which walks every tool
             # schema on every request (~20 ms of CPU for 30 tools): at high concurrency that, not the
             # model, would bound throughput. Errors, retries-off, auth and parsing are the SDK's as usual.
-            return await self._client.post("/chat/completions", body=kwargs, cast_to=self._completion)
+            return await self._next_client().post("/chat/completions", body=kwargs, cast_to=self._completion)
         except sdk.APIStatusError as exc:
             message = f"{exc.message} {getattr(exc, 'code', None) or ''}".strip()
             raise ProviderFailure(

@@ -38,6 +38,15 @@ class ProviderOptions:
     sleeper: Sleeper = anyio.sleep
     #: An ``httpx2.AsyncClient`` to use instead of the SDK's own (tests, proxies).
     http_client: Any = None
+    #: SDK clients (each with its own connection pool) used in turn; the runner sets one per 64
+    #: episodes in flight.
+    connection_pools: int = 1
+
+    def __post_init__(self) -> None:
+        if self.connection_pools < 1:
+            raise ValueError(f"connection_pools must be at least 1, got {self.connection_pools}")
+        if self.timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {self.timeout}")
 
 
 def api_key(provider: str, base_url: str | None) -> str:
@@ -63,8 +72,10 @@ def name_map(tools: tuple[ToolDefinition, ...]) -> ToolNameMap:
     return _name_map(tuple(t.name for t in tools))
 
 
-#: Connections per model client: enough that high concurrency never queues on the pool.
+#: Connections per SDK client: enough that high concurrency never queues on the pool.
 MAX_CONNECTIONS = 1024
+#: Episodes in flight per connection pool (see `ProviderOptions.connection_pools`).
+EPISODES_PER_POOL = 64
 
 
 def tuned_http_client(factory: Callable[..., Any]) -> Any:

@@ -9,7 +9,7 @@ C is ``C / (2 × latency)`` episodes per second.
 Same-run baseline: the same matrix with a zero-latency model, i.e. the harness's own ceiling on this
 machine (CPU-bound), measured right before the latency runs.
 
-    python bench/throughput.py                 # concurrency 64 and 512, latency 2 s
+    python bench/throughput.py                 # concurrency 64 and 512 at 2 s; 64 at 5 s
     python bench/throughput.py --write-docs    # also update the throughput section of docs/benchmarks.md
 """
 
@@ -100,7 +100,7 @@ async def measure(concurrency: int, latency: float, waves: int) -> Measurement:
     return Measurement(concurrency, latency, len(result.rows), seconds, completed)
 
 
-def section(results: list[Measurement], baseline: list[Measurement], latency: float) -> str:
+def section(results: list[Measurement], baseline: list[Measurement]) -> str:
     load = os.getloadavg()
     lines = [
         START,
@@ -112,9 +112,9 @@ def section(results: list[Measurement], baseline: list[Measurement], latency: fl
         " (other jobs shared the machine).",
         "",
         f"Each episode: {TURNS_PER_EPISODE} model turns through the real openai SDK to a fake Chat"
-        f" Completions server (separate process) answering after {latency:g} s, two MCP calls to the"
+        " Completions server (separate process) answering after the row's latency, two MCP calls to the"
         " in-process ResiliBench server, scoring, one SQLite write. Ideal = concurrency ÷ model time per"
-        f" episode ({TURNS_PER_EPISODE} × {latency:g} s). Wall time covers the whole `execute()` call,"
+        f" episode ({TURNS_PER_EPISODE} × latency). Wall time covers the whole `execute()` call,"
         " startup included (MCP connection, tool listing, the first connections to the model).",
         "",
         "| concurrency | model latency | episodes | wall s | episodes/s | ideal/s | % of ideal |",
@@ -159,15 +159,17 @@ async def main_async(args: argparse.Namespace) -> None:
             f"baseline  c={m.concurrency}: {m.throughput:.1f} episodes/s ({m.episodes} in {m.seconds:.1f}s)"
         )
     results = []
-    for concurrency in args.concurrency:
+    pairs = [(c, args.latency[0]) for c in args.concurrency]
+    pairs += [(c, latency) for latency in args.latency[1:] for c in args.concurrency if c <= 64]
+    for concurrency, latency in pairs:
         waves = args.waves if concurrency <= 64 else args.waves_large
-        m = await measure(concurrency, args.latency, waves)
+        m = await measure(concurrency, latency, waves)
         results.append(m)
         print(
             f"latency {m.latency}s c={m.concurrency}: {m.throughput:.1f}/s vs ideal {m.ideal:.1f}/s"
             f" = {100 * (m.efficiency or 0):.1f}% ({m.completed}/{m.episodes} completed)"
         )
-    text = section(results, baseline, args.latency)
+    text = section(results, baseline)
     if args.write_docs:
         write_docs(text)
         print(f"updated {DOC}")
@@ -181,7 +183,13 @@ def main() -> None:
     parser.add_argument(
         "--baseline", type=int, nargs="+", default=[64], help="zero-latency concurrency levels"
     )
-    parser.add_argument("--latency", type=float, default=2.0, help="seconds per model answer")
+    parser.add_argument(
+        "--latency",
+        type=float,
+        nargs="+",
+        default=[2.0, 5.0],
+        help="seconds per model answer; the first for every concurrency, the others up to 64",
+    )
     parser.add_argument("--waves", type=int, default=10, help="episodes = waves × concurrency")
     parser.add_argument("--waves-large", type=int, default=3, help="waves above concurrency 64 (CPU-bound)")
     parser.add_argument("--write-docs", action="store_true")

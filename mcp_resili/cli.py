@@ -20,6 +20,7 @@ from mcp_resili.client.pricing import CostEstimate, PriceTableError
 from mcp_resili.client.providers import MissingAPIKeyError, UnknownModelError, provider_of
 from mcp_resili.client.runner import (
     DEFAULT_MODELS,
+    MATRIX_FIELDS,
     RunConfig,
     RunConfigError,
     estimate_run,
@@ -42,23 +43,6 @@ USER_ERRORS = (
     MissingAPIKeyError,
     PriceTableError,
     TraceError,
-)
-#: `run` options that define the matrix: a resume replays the stored ones, so these are refused with it.
-_MATRIX_OPTIONS = (
-    "suite",
-    "models",
-    "faults",
-    "variant",
-    "trials",
-    "limit",
-    "tasks",
-    "seed",
-    "server",
-    "base_url",
-    "max_turns",
-    "max_tokens",
-    "time_limit",
-    "prices",
 )
 #: Print a cost estimate before runs with at least this many hosted-model episodes.
 ESTIMATE_THRESHOLD = 20
@@ -148,7 +132,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _run_config(args: argparse.Namespace) -> RunConfig:
     if args.resume is not None:
-        given = [f"--{name.replace('_', '-')}" for name in _MATRIX_OPTIONS if getattr(args, name) is not None]
+        given = [f"--{name.replace('_', '-')}" for name in MATRIX_FIELDS if getattr(args, name) is not None]
         if given:
             raise RunConfigError(
                 f"--resume replays the stored configuration of {args.resume}; drop {', '.join(given)}"

@@ -188,3 +188,12 @@ def test_estimates_grow_with_turns_and_keep_unpriced_models_in_tokens_only():
     tin, tout = estimate_episode_tokens(4000, 2)
     assert estimate.cost_usd == pytest.approx((tin + tout) / 1_000_000)
     assert estimate_cost([("openai:b", 10, 1)], table).cost_usd is None
+
+
+def test_provider_messages_lose_keys_before_they_reach_traces_or_logs(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "my-very-own-key-123")
+    failure = ProviderFailure(
+        "fatal", "Incorrect API key provided: sk-proj-****abcd. Sent my-very-own-key-123", status=401
+    )
+    assert "abcd" not in str(failure) and "my-very-own-key-123" not in str(failure)
+    assert "Incorrect API key provided" in str(failure)

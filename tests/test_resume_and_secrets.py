@@ -13,7 +13,7 @@ import pytest
 from fakes.model_server import Failure, FakeModelServer, oracle_policy, serve
 
 from mcp_resili.cli import main
-from mcp_resili.client.runner import RunConfig, execute
+from mcp_resili.client.runner import RunConfig, RunConfigError, execute
 from mcp_resili.store import Store
 from mcp_resili.trace import Trace
 
@@ -111,6 +111,8 @@ async def _resume_refusals(tmp_path, capsys):
     assert "--trials" in capsys.readouterr().err
     assert main(["run", "--resume", "nope", "--db", str(db)]) == 2
     assert run_id in capsys.readouterr().err
+    with pytest.raises(RunConfigError, match="trials"):
+        await execute(RunConfig(db=db, trials=2, limit=1, models=("scripted:oracle",)), resume=run_id)
     again = await execute(RunConfig(db=db, trials=1, limit=1, models=("scripted:oracle",)), resume=run_id)
     assert again.resumed == 1 and len(again.rows) == 1
     assert stored(db) == 1

@@ -32,6 +32,23 @@ DEFAULT_MODELS = ("scripted:oracle", "scripted:naive")
 EXTERNAL_FAULTS = "server"
 
 logger = logging.getLogger(__name__)
+#: `RunConfig` fields that define which episodes a run has and how they play: fixed for a resume.
+MATRIX_FIELDS = (
+    "suite",
+    "models",
+    "faults",
+    "variant",
+    "trials",
+    "limit",
+    "tasks",
+    "seed",
+    "server",
+    "base_url",
+    "max_turns",
+    "max_tokens",
+    "time_limit",
+    "prices",
+)
 
 
 class RunConfigError(ValueError):
@@ -272,7 +289,13 @@ async def execute(
     prices = load_price_table(config.prices)
     _check_prices(config, prices)
     if resume is not None:
-        load_run_config(config.db, resume)  # the run must exist
+        stored = load_run_config(config.db, resume)
+        changed = [f for f in MATRIX_FIELDS if getattr(stored, f) != getattr(config, f)]
+        if changed:
+            raise RunConfigError(
+                f"--resume {resume}: the run was stored with different {', '.join(changed)}; "
+                "a resume plays the stored configuration"
+            )
     store = Store(config.db)
     run_id = resume or f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     result = RunResult(run_id, config)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from mcp_resili.client.model import Model
+from mcp_resili.client.providers.keys import API_KEY_ENV
 from mcp_resili.client.providers.options import (
-    API_KEY_ENV,
     MissingAPIKeyError,
     ProviderOptions,
     api_key,

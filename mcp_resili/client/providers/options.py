@@ -12,12 +12,10 @@ from typing import Any
 import anyio
 
 from mcp_resili.client.model import ToolDefinition
+from mcp_resili.client.providers.keys import API_KEY_ENV
 from mcp_resili.client.providers.names import ToolNameMap
 from mcp_resili.client.providers.retry import RetryPolicy, Sleeper
 
-#: The environment variable each provider reads its key from. Keys are never taken from flags or files,
-#: so they never reach a stored config, a trace or a log line.
-API_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 #: Sent to local OpenAI-compatible servers that want no key (the SDK refuses an empty one).
 PLACEHOLDER_KEY = "not-needed"
 
@@ -78,6 +76,14 @@ MAX_CONNECTIONS = 1024
 EPISODES_PER_POOL = 64
 
 
+@functools.cache
+def _ssl_context() -> Any:
+    """One TLS context for every pool: building one loads the CA bundle (~0.4 s)."""
+    import httpx2
+
+    return httpx2.create_ssl_context()
+
+
 def tuned_http_client(factory: Callable[..., Any]) -> Any:
     """An SDK's default HTTP client with a pool sized for high concurrency, and ``TCP_NODELAY``.
 
@@ -88,6 +94,7 @@ def tuned_http_client(factory: Callable[..., Any]) -> Any:
     import httpx2
 
     transport = httpx2.AsyncHTTPTransport(
+        verify=_ssl_context(),
         limits=httpx2.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS),
         socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
     )

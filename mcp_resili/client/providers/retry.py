@@ -27,6 +27,7 @@ from typing import Literal, TypeVar
 import anyio
 
 from mcp_resili.client.model import ContextWindowExceededError, InfrastructureError
+from mcp_resili.client.providers.keys import redact
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ class ProviderFailure(Exception):
     def __init__(
         self, kind: FailureKind, message: str, *, status: int | None = None, retry_after: float | None = None
     ) -> None:
-        super().__init__(message)
+        # Provider messages end up in traces and logs: strip anything key-shaped first.
+        super().__init__(redact(message))
         self.kind = kind
         self.status = status
         self.retry_after = retry_after

@@ -252,3 +252,23 @@ async def test_max_tokens_ends_the_episode_after_the_turn_that_crosses_it(tmp_pa
     (row,) = result.rows
     assert row.termination == "max_tokens" and fake.requests == 2
     assert row.input_tokens + row.output_tokens == 250
+
+
+async def test_a_hosted_model_runs_against_another_mcp_server_over_stdio(tmp_path):
+    import sys
+
+    fake = FakeModelServer(oracle_policy())
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=("openai:fake",),
+                trials=1,
+                limit=2,
+                server=f"{sys.executable} -m mcp_resili serve --faults none",
+                base_url=f"{url}/v1",
+            )
+        )
+    assert {r.label for r in result.rows} == {"full"} and {r.faults for r in result.rows} == {"server"}
+    trace = Trace.from_lines(result.rows[0].trace.splitlines())
+    assert trace.header.fault_plan["kind"] == "external" and len(trace.tool_calls) >= 2

@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -18,6 +19,9 @@ from mcp_resili.clients import CLIENTS
 from mcp_resili.errors import UserError
 from mcp_resili.report.summary import BREAKDOWN_KEYS
 from mcp_resili.suites import DEFAULT_SUITE, suite_names
+
+if TYPE_CHECKING:
+    from mcp_resili.client.runner import RunConfig
 
 
 class UnknownRunError(UserError, LookupError):
@@ -48,13 +52,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--time-scale", type=float, default=1.0, help="multiply injected delays; 0 = none")
 
     run = sub.add_parser("run", help="play agents against the server and score them (offline by default)")
-    run.add_argument("--suite", default=DEFAULT_SUITE)
+    # Options that define the run matrix default to None so that `--resume` can refuse them.
+    run.add_argument("--suite", help=f"default: {DEFAULT_SUITE}")
     run.add_argument(
         "--model",
         action="append",
         dest="models",
         metavar="SPEC",
-        help="repeatable; default: scripted:oracle scripted:naive",
+        help="repeatable: scripted:NAME, anthropic:MODEL, openai:MODEL, text:SPEC (keys from "
+        "ANTHROPIC_API_KEY / OPENAI_API_KEY); default: scripted:oracle scripted:naive",
     )
     run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
     run.add_argument(
@@ -63,14 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         dest="variants",
         metavar="VARIANT",
         help="repeatable prompt variant: baseline | cot | optimal | flawed:TYPE[:SEVERITY[:METHOD]] "
-        "(resilibench); default: baseline",
-    )
-    run.add_argument(
-        "--by",
-        action="append",
-        choices=BREAKDOWN_KEYS,
-        default=[],
-        help="repeatable: also break the summary down by this key",
+        "(resilibench), hint (toolmaze); default: baseline",
     )
     run.add_argument(
         "--perturb",
@@ -81,27 +80,40 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--architecture",
         choices=ARCHITECTURES,
-        default="react",
-        help="agent loop: react, or reflexion (a reflection prompt after each failed tool call)",
+        help="agent loop: react (default), or reflexion (a reflection prompt after each failed tool call)",
+    )
+    run.add_argument(
+        "--by",
+        action="append",
+        choices=BREAKDOWN_KEYS,
+        default=[],
+        help="repeatable: also break the summary down by this key",
     )
     run.add_argument(
         "--time-scale",
         type=float,
-        default=1.0,
         help="multiply injected delays (latency faults) of the in-process server; 0 = no waiting",
     )
-    run.add_argument("--trials", type=int, default=3)
+    run.add_argument("--trials", type=int, help="trials per task (default: 3)")
     run.add_argument(
         "--limit", type=int, help="use the first N tasks of the suite's full list (default: its default set)"
     )
-    run.add_argument(
-        "--max-turns", type=int, help="turn budget of every episode (default: each task's; the paper used 10)"
-    )
-    run.add_argument("--all-tasks", action="store_true", help="use every task of the suite's full list")
+    run.add_argument("--all-tasks", action="store_true", default=None, help="use every task of the full list")
     run.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable; run only these")
-    run.add_argument("--concurrency", type=int, default=8)
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--server", help="'CMD ARGS' (stdio) or http://HOST:PORT/mcp; default: in-process")
+    run.add_argument("--concurrency", type=int, help="episodes in flight (default: 8)")
+    run.add_argument("--provider-concurrency", type=int, help="episodes in flight per provider")
+    run.add_argument("--seed", type=int, help="default: 0")
+    run.add_argument(
+        "--server", help="any MCP server: 'CMD ARGS' (stdio) or http://HOST:PORT/mcp; default: in-process"
+    )
+    run.add_argument("--base-url", help="endpoint for hosted models, e.g. http://localhost:11434/v1 (Ollama)")
+    run.add_argument("--max-turns", type=int, help="model turns per episode (default: the task's)")
+    run.add_argument("--max-tokens", type=int, help="input+output tokens per episode")
+    run.add_argument("--time-limit", type=float, help="seconds per episode (default: the task's timeout)")
+    run.add_argument("--max-cost", type=float, metavar="USD", help="stop starting episodes past this spend")
+    run.add_argument("--prices", type=Path, help="TOML price table overriding the built-in one")
+    run.add_argument("--resume", metavar="RUN_ID", help="play only the episodes RUN_ID has not stored")
+    run.add_argument("--estimate", action="store_true", help="print the token/cost estimate and exit")
     run.add_argument("--db", type=Path, default=Path("mcp-resili.db"))
     run.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
 
@@ -237,35 +249,81 @@ def _config(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Hosted runs of at least this many episodes print their cost estimate before starting.
+ESTIMATE_THRESHOLD = 20
+
+
+def _run_config(args: argparse.Namespace) -> RunConfig:
+    from dataclasses import replace
+
+    from mcp_resili.client.providers import DEFAULT_MODELS
+    from mcp_resili.client.runner import MATRIX_FIELDS, RunConfig, RunConfigError, load_run_config
+
+    if args.resume is not None:
+        given = [
+            f"--{name.replace('_', '-')}" for name in MATRIX_FIELDS if getattr(args, name, None) is not None
+        ]
+        if given:
+            raise RunConfigError(
+                f"--resume replays the stored configuration of {args.resume}; drop {', '.join(given)}"
+            )
+        config = load_run_config(args.db, args.resume)
+        overrides = {
+            name: getattr(args, name)
+            for name in ("concurrency", "provider_concurrency", "max_cost")
+            if getattr(args, name) is not None
+        }
+        return replace(config, db=args.db, **overrides)
+    return RunConfig(
+        suite=args.suite or DEFAULT_SUITE,
+        models=tuple(args.models or DEFAULT_MODELS),
+        faults=tuple(args.faults or ()),
+        variants=tuple(args.variants or ()),
+        perturb=tuple(args.perturb or ()),
+        architecture=args.architecture or "react",
+        time_scale=1.0 if args.time_scale is None else args.time_scale,
+        trials=3 if args.trials is None else args.trials,
+        limit=args.limit,
+        all_tasks=bool(args.all_tasks),
+        tasks=tuple(args.tasks or ()),
+        concurrency=8 if args.concurrency is None else args.concurrency,
+        seed=0 if args.seed is None else args.seed,
+        server=args.server,
+        db=args.db,
+        base_url=args.base_url,
+        provider_concurrency=args.provider_concurrency,
+        max_cost=args.max_cost,
+        max_turns=args.max_turns,
+        max_tokens=args.max_tokens,
+        time_limit=args.time_limit,
+        prices=args.prices,
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mcp_resili.client.providers import DEFAULT_MODELS
-    from mcp_resili.client.runner import RunConfig, execute
+    from mcp_resili.client.pricing import CostEstimate
+    from mcp_resili.client.providers import provider_of
+    from mcp_resili.client.runner import estimate_run, execute
     from mcp_resili.report import summarize, summary_table
     from mcp_resili.suites import get_suite
 
-    config = RunConfig(
-        suite=args.suite,
-        models=tuple(args.models or DEFAULT_MODELS),
-        faults=tuple(args.faults or ()),
-        variants=tuple(args.variants or ()),
-        trials=args.trials,
-        limit=args.limit,
-        tasks=tuple(args.tasks or ()),
-        all_tasks=args.all_tasks,
-        max_turns=args.max_turns,
-        concurrency=args.concurrency,
-        seed=args.seed,
-        server=args.server,
-        db=args.db,
-        perturb=tuple(args.perturb or ()),
-        architecture=args.architecture,
-        time_scale=args.time_scale,
-    )
+    config = _run_config(args)
     err = Console(stderr=True)
+    if args.estimate:
+        estimate = anyio.run(estimate_run, config)
+        print(json.dumps(asdict(estimate), indent=2) if args.json else estimate.describe())
+        return 0
+    hosted = any(provider_of(m) != "scripted" for m in config.models)
+
+    def show_estimate(estimate: CostEstimate) -> None:
+        if hosted and estimate.episodes >= ESTIMATE_THRESHOLD:
+            err.print(estimate.describe())
+
     progress = Progress(
         TextColumn("episodes"),
         BarColumn(),
@@ -280,8 +338,10 @@ def _run(args: argparse.Namespace) -> int:
         result = anyio.run(
             lambda: execute(
                 config,
+                resume=args.resume,
                 on_planned=lambda n: progress.update(bar, total=n),
                 on_episode=lambda _row: progress.advance(bar),
+                on_estimate=show_estimate,
             )
         )
     summaries = summarize(result.rows, args.by, _task_info(config.suite) if args.by else None)
@@ -294,6 +354,11 @@ def _run(args: argparse.Namespace) -> int:
             "seed": config.seed,
             "db": str(config.db),
             "architecture": config.architecture,
+            "episodes": len(result.rows),
+            "resumed": result.resumed,
+            "stopped": result.stopped,
+            "not_started": result.skipped,
+            "cost_usd": round(result.cost_usd, 6),
             "groups": [s.to_dict() for s in summaries],
         }
         if suite_summary is not None:
@@ -308,6 +373,11 @@ def _run(args: argparse.Namespace) -> int:
             out.print(suite.summary_table(suite_summary))
         sys.stdout.flush()
         err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
+        if result.stopped == "max_cost":
+            err.print(
+                f"stopped at --max-cost {config.max_cost}: {result.skipped} episodes not started; "
+                f"continue with: mcp-resili run --resume {result.run_id} --db {config.db} --max-cost HIGHER"
+            )
     return 0
 
 
@@ -329,7 +399,9 @@ def _tasks_list(args: argparse.Namespace) -> int:
             return 0
         # One pydantic serialisation of the whole list: the full ResiliBench suite has 5,040 tasks.
         sys.stdout.flush()
-        sys.stdout.buffer.write(TypeAdapter(list[Task]).dump_json(list(suite.tasks), serialize_as_any=True) + b"\n")
+        sys.stdout.buffer.write(
+            TypeAdapter(list[Task]).dump_json(list(suite.tasks), serialize_as_any=True) + b"\n"
+        )
         sys.stdout.buffer.flush()
         return 0
     table = Table(title=f"{suite.name}: {len(suite.tasks)} tasks", title_justify="left")

@@ -5,6 +5,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Folders that exist on this branch (examples/ arrives with another branch).
+PATHS = [p for p in ("mcp_resili", "tests", "scripts", "bench", "examples") if (ROOT / p).exists()]
 
 
 #: Checked folders that exist (bench/ and examples/ appear later).

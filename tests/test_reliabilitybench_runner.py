@@ -68,7 +68,9 @@ class FlakyProvider:
 
 async def test_infrastructure_errors_are_counted_and_their_task_flagged_not_dropped(tmp_path, monkeypatch):
     broken = SUITE.tasks[1].id
-    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec: FlakyProvider(broken))
+    monkeypatch.setattr(
+        "mcp_resili.client.runner.create_model", lambda spec, **_options: FlakyProvider(broken)
+    )
     result = await execute(
         config(tmp_path, models=("scripted:oracle",), trials=2, limit=3, faults=("lambda=0.0",))
     )
@@ -101,7 +103,7 @@ async def test_reflexion_adds_a_reflection_after_a_failed_call_and_react_does_no
         )
     )
     recorder = Recorder()
-    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec: recorder)
+    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec, **_options: recorder)
     result = await execute(
         config(
             tmp_path,

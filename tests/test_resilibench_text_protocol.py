@@ -4,6 +4,7 @@ import pytest
 
 from mcp_resili.client.model import ModelRequest, ModelResponse, ToolDefinition, UserMessage
 from mcp_resili.client.runner import RunConfig, execute
+from mcp_resili.client.scripted import SCRIPTED_AGENTS
 from mcp_resili.client.text_protocol import TextProtocolModel, parse_call
 from mcp_resili.tasks.resilibench import default_tasks
 from mcp_resili.trace import Trace
@@ -116,7 +117,7 @@ class Ponderer:
 
 @pytest.mark.anyio
 async def test_a_reply_without_a_tag_gets_a_reminder_and_the_episode_goes_on(tmp_path, monkeypatch):
-    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec: TextProtocolModel(Ponderer()))
+    monkeypatch.setitem(SCRIPTED_AGENTS, "ponderer", Ponderer)
     result = await execute(
         RunConfig(
             db=tmp_path / "r.db", models=("text:scripted:ponderer",), faults=("none",), trials=1, limit=3

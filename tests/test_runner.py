@@ -71,7 +71,7 @@ class BrokenProvider:
 
 
 async def test_provider_failure_is_an_infrastructure_error_not_an_agent_failure(tmp_path, monkeypatch):
-    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec: BrokenProvider())
+    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec, **_: BrokenProvider())
     result = await execute(RunConfig(db=tmp_path / "r.db", trials=1, limit=3, models=("scripted:oracle",)))
     assert {r.termination for r in result.rows} == {"infrastructure_error"}
     assert all(r.label is None and r.score is None for r in result.rows)

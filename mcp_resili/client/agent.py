@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
@@ -17,6 +18,7 @@ from mcp_resili import DISCOVERY_TOOLS, META_EPISODE, META_EVENT
 from mcp_resili.client.model import (
     CONTINUE_WITH,
     AssistantMessage,
+    ContextWindowExceededError,
     InfrastructureError,
     Message,
     Model,
@@ -57,6 +59,10 @@ class EpisodeSpec:
     architecture: str = "react"
     #: Apply the ResiliBench termination rules (`termination_index`) to stop the episode early.
     stop_rules: bool = True
+    #: Input plus output tokens the episode may spend; the turn that crosses it is the last.
+    max_tokens: int | None = None
+    #: Wall-clock seconds the episode may take (model and tool time together).
+    time_limit: float | None = None
 
     def meta(self) -> dict[str, Any]:
         """The ``_meta`` our server reads to route and seed the call."""
@@ -151,24 +157,62 @@ def _observed(episode: EpisodeSpec, call: ToolCall, result: types.CallToolResult
     )
 
 
+@dataclass
+class _LoopState:
+    events: list[TraceEvent] = field(default_factory=list)
+    calls: list[ToolCallEvent] = field(default_factory=list)
+    termination: str = "max_turns"
+    detail: str = ""
+    turn: int = 0
+    tokens: int = 0
+
+
 async def play_episode(
     client: Client, model: Model, episode: EpisodeSpec, tools: Sequence[types.Tool]
 ) -> EpisodeOutcome:
-    """Run ``model`` on ``episode`` until it finishes, stops, breaks a limit, or the provider fails."""
+    """Run ``model`` on ``episode`` until it finishes, stops, breaks a limit, or the provider fails.
+
+    Limits: ``max_turns`` model turns, ``max_tokens`` tokens, ``time_limit`` seconds. A provider that
+    fails after retries ends the episode as ``infrastructure_error`` (void, not scored); a conversation
+    that outgrows the context ends it as ``context_exceeded`` (scored: the agent's doing).
+    """
+    state = _LoopState()
+    limit = episode.time_limit if episode.time_limit is not None else math.inf
+    with anyio.move_on_after(limit) as scope:
+        await _loop(client, model, episode, tools, state)
+    if scope.cancelled_caught:
+        state.termination, state.detail = "time_limit", f"episode exceeded {episode.time_limit}s"
+    state.events.append(
+        EpisodeEndEvent(
+            episode=episode.id,
+            termination=state.termination,  # type: ignore[arg-type]
+            turns=state.turn,
+            detail=state.detail,
+        )
+    )
+    return EpisodeOutcome(tuple(state.events), state.termination, state.turn)
+
+
+async def _loop(
+    client: Client, model: Model, episode: EpisodeSpec, tools: Sequence[types.Tool], state: _LoopState
+) -> None:
     definitions = tool_definitions(tools)
     messages: list[Message] = [UserMessage(episode.prompt)]
-    events: list[TraceEvent] = []
-    calls: list[ToolCallEvent] = []
-    termination, detail, turn = "max_turns", "", 0
+    events, calls = state.events, state.calls
     for turn in range(1, episode.max_turns + 1):
+        state.turn = turn
         request = ModelRequest(
             messages=tuple(messages), tools=definitions, task=episode.task, max_turns=episode.max_turns
         )
         try:
             response = await model.generate(request)
         except InfrastructureError as exc:
-            termination, detail = "infrastructure_error", str(exc)
-            break
+            state.termination, state.detail = "infrastructure_error", str(exc)
+            return
+        except ContextWindowExceededError as exc:
+            state.termination, state.detail = "context_exceeded", str(exc)
+            return
+        state.tokens += response.input_tokens + response.output_tokens
         events.append(
             ModelTurnEvent(
                 episode=episode.id,
@@ -189,8 +233,8 @@ async def play_episode(
                 messages.append(UserMessage(reminder))
                 continue
             said_done = any(p in response.text.lower() for p in COMPLETION_PHRASES)
-            termination = "completed" if said_done else "agent_stopped"
-            break
+            state.termination = "completed" if said_done else "agent_stopped"
+            return
         results: list[ToolResult] = []
         finished: FinishEvent | None = None
         try:
@@ -203,19 +247,22 @@ async def play_episode(
                 elif isinstance(event, FinishEvent) and finished is None:
                     finished = event
         except InfrastructureError as exc:
-            termination, detail = "infrastructure_error", str(exc)
-            break
+            state.termination, state.detail = "infrastructure_error", str(exc)
+            return
         messages.append(ToolResultsMessage(tuple(results)))
         failed = [r for r in results if r.is_error]
         if episode.architecture == "reflexion" and failed and finished is None:
             messages.append(UserMessage(reflection_prompt(failed)))
         if finished is not None:
-            termination = finished.status
-            break
+            state.termination = finished.status
+            return
         _, rule = termination_index(calls) if episode.stop_rules else (0, None)
         if rule in ("too_many_errors", "loop", "too_many_calls"):
-            termination = "loop" if rule == "loop" else "too_many_errors"
-            detail = f"termination rule {rule}"
-            break
-    events.append(EpisodeEndEvent(episode=episode.id, termination=termination, turns=turn, detail=detail))  # type: ignore[arg-type]
-    return EpisodeOutcome(tuple(events), termination, turn)
+            state.termination = "loop" if rule == "loop" else "too_many_errors"
+            state.detail = f"termination rule {rule}"
+            return
+        if episode.max_tokens is not None and state.tokens >= episode.max_tokens:
+            state.termination = "max_tokens"
+            state.detail = f"{state.tokens} tokens spent, limit {episode.max_tokens}"
+            return
+    state.termination = "max_turns"

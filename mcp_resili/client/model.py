@@ -104,6 +104,14 @@ class InfrastructureError(Exception):
     """The model API failed (after retries): the episode is void, not an agent failure."""
 
 
+class ContextWindowExceededError(Exception):
+    """The conversation no longer fits the model's context: the episode ends as ``context_exceeded``.
+
+    Unlike `InfrastructureError` this is the agent's outcome (its conversation grew too long), so
+    the episode is scored.
+    """
+
+
 class Model(Protocol):
     """A model provider: ``name`` is its spec (``scripted:oracle``, ``anthropic:MODEL``, ...)."""
 

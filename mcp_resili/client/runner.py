@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shlex
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from mcp import Client, StdioServerParameters
 
 from mcp_resili.client.agent import EpisodeSpec, play_episode
-from mcp_resili.client.model import ARCHITECTURES
-from mcp_resili.client.providers import DEFAULT_MODELS, create_model
+from mcp_resili.client.model import ARCHITECTURES, Model
+from mcp_resili.client.pricing import CostEstimate, PriceTable, estimate_cost, load_price_table
+from mcp_resili.client.providers import (
+    DEFAULT_MODELS,
+    ClosableModel,
+    create_model,
+    provider_of,
+    validate_model_spec,
+)
+from mcp_resili.client.providers.options import EPISODES_PER_POOL
 from mcp_resili.errors import UserError
 from mcp_resili.faults import parse_fault_spec, plan_to_dict
 from mcp_resili.server.app import ResiliServer
@@ -26,6 +36,29 @@ from mcp_resili.trace import Trace, TraceHeader
 
 #: How a run against someone else's server labels its fault configuration.
 EXTERNAL_FAULTS = "server"
+
+logger = logging.getLogger(__name__)
+#: `RunConfig` fields that define which episodes a run has and how they play: fixed for a resume.
+MATRIX_FIELDS = (
+    "suite",
+    "models",
+    "faults",
+    "variant",
+    "variants",
+    "perturb",
+    "architecture",
+    "all_tasks",
+    "trials",
+    "limit",
+    "tasks",
+    "seed",
+    "server",
+    "base_url",
+    "max_turns",
+    "max_tokens",
+    "time_limit",
+    "prices",
+)
 
 
 class RunConfigError(UserError):
@@ -59,6 +92,17 @@ class RunConfig:
     architecture: str = "react"
     #: Multiplies injected delays (latency faults) of the in-process server; 0 makes them instant.
     time_scale: float = 1.0
+    #: Endpoint for hosted models (an OpenAI-compatible server, a proxy); keys come from the environment.
+    base_url: str | None = None
+    #: Per-provider concurrency (e.g. a provider's rate limit); ``None``: the run's ``concurrency``.
+    provider_concurrency: int | None = None
+    #: Stop starting episodes once this many USD are spent (in-flight episodes finish and are stored).
+    max_cost: float | None = None
+    #: Episode limits overriding the task's constraints (``timeout``) when set.
+    max_tokens: int | None = None
+    time_limit: float | None = None
+    #: A TOML price file overriding the built-in table.
+    prices: Path | None = None
 
     def all_variants(self) -> tuple[str, ...]:
         """The prompt variants this run sweeps: ``variants`` and ``perturb`` levels, else ``variant``."""
@@ -68,7 +112,27 @@ class RunConfig:
         """JSON-ready form (paths as strings)."""
         data = asdict(self)
         data["db"] = str(self.db)
+        data["prices"] = None if self.prices is None else str(self.prices)
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Rebuild a stored config (the inverse of `to_dict`); unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RunConfigError(
+                f"stored run config has unknown keys {unknown} (written by a newer version?)"
+            )
+        values = dict(data)
+        for f in fields(cls):  # JSON turned every tuple into a list
+            if f.name in values and isinstance(values[f.name], list):
+                values[f.name] = tuple(values[f.name])
+        if "db" in values:
+            values["db"] = Path(values["db"])
+        if values.get("prices") is not None:
+            values["prices"] = Path(values["prices"])
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -89,25 +153,48 @@ class RunResult:
     run_id: str
     config: RunConfig
     rows: list[EpisodeRow] = field(default_factory=list)
+    #: Episodes found already stored (a resume) and not played again.
+    resumed: int = 0
+    #: Why the run stopped before playing every episode (``"max_cost"``), or ``None``.
+    stopped: str | None = None
+    #: Planned episodes not played because the run stopped early.
+    skipped: int = 0
+
+    @property
+    def cost_usd(self) -> float:
+        """USD spent by the run's stored episodes that have a price."""
+        return sum(r.cost_usd or 0.0 for r in self.rows)
 
 
 def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
     """The run matrix, validated: every model, fault spec, task and trial."""
     if config.trials < 1:
         raise RunConfigError(f"--trials must be at least 1, got {config.trials}")
-    if config.max_turns is not None and config.max_turns < 2:
-        raise RunConfigError(
-            f"--max-turns must be at least 2 (a call and the finish), got {config.max_turns}"
-        )
     if config.concurrency < 1:
         raise RunConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
+    for name in ("provider_concurrency", "max_turns", "max_tokens"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise RunConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    for name in ("max_cost", "time_limit"):
+        value = getattr(config, name)
+        if value is not None and value <= 0:
+            raise RunConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if config.base_url is not None:
+        parts = urlsplit(config.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise RunConfigError(f"--base-url must be an http(s) URL, got {config.base_url!r}")
+        if parts.username or parts.password:
+            # The URL is stored with the run; credentials in it would be a secret on disk.
+            raise RunConfigError("--base-url must not embed credentials; put the key in the environment")
     if config.server is not None and config.faults:
         raise RunConfigError(
             "--faults cannot be combined with --server: that server decides its own faults "
             '(e.g. --server "mcp-resili serve --faults resilibench")'
         )
     for model in config.models:
-        create_model(model)  # fail now, with the list of known models, rather than mid-run
+        # Fail now, with the list of known models or the missing key's variable, rather than mid-run.
+        validate_model_spec(model, base_url=config.base_url)
     faults = (EXTERNAL_FAULTS,) if config.server else (config.faults or (suite.default_faults,))
     if config.server is None:
         for spec in faults:
@@ -169,57 +256,195 @@ def _episode_id(run_id: str, planned: PlannedEpisode) -> str:
     return f"{run_id}/{planned.faults}/{planned.model}/{planned.variant}/{planned.task_id}/{planned.trial}"
 
 
+def load_run_config(db: Path, run_id: str) -> RunConfig:
+    """The stored configuration of ``run_id`` in ``db`` (to resume it)."""
+    if not db.exists():
+        raise RunConfigError(f"--resume {run_id}: no results database at {db}")
+    store = Store(db)
+    try:
+        data = store.run_config(run_id)
+        known = store.run_ids()
+    finally:
+        store.close()
+    if data is None:
+        hint = f"; runs in {db}: {', '.join(known[-5:])}" if known else f"; {db} holds no runs"
+        raise RunConfigError(f"--resume: no run {run_id!r}{hint}")
+    return RunConfig.from_dict(data)
+
+
+def _check_prices(config: RunConfig, prices: PriceTable) -> None:
+    if config.max_cost is None:
+        return
+    unpriced = [m for m in config.models if prices.price(m) is None]
+    if unpriced:
+        raise RunConfigError(
+            f"--max-cost needs a price for every model; none known for {', '.join(unpriced)} "
+            "(add them to a --prices TOML file)"
+        )
+
+
+def _estimate(
+    config: RunConfig, suite: Suite, planned: Sequence[PlannedEpisode], tools: Mapping[str, Sequence[Any]]
+) -> CostEstimate:
+    """Tokens and USD for ``planned``: the prompt and tool schemas, one turn per workflow step + finish."""
+    prices = load_price_table(config.prices)
+    schema_chars = {
+        spec: sum(len(t.name) + len(t.description or "") + len(str(t.input_schema)) for t in listed)
+        for spec, listed in tools.items()
+    }
+    rows = []
+    for p in planned:
+        task = suite.task(p.task_id)
+        turns = min(len(task.workflow.steps) + 1, config.max_turns or task.constraints.max_turns)
+        chars = len(suite.prompt(task, p.variant)) + schema_chars.get(p.faults, 0)
+        rows.append((p.model, chars, turns))
+    return estimate_cost(rows, prices)
+
+
+async def estimate_run(config: RunConfig) -> CostEstimate:
+    """Estimate a run's tokens and cost without playing it (connects only to list the tools)."""
+    suite = get_suite(config.suite)
+    planned = plan_episodes(config, suite)
+    specs = sorted({p.faults for p in planned})
+    async with AsyncExitStack() as stack:
+        tools: dict[str, Sequence[Any]] = {}
+        for spec in specs:
+            client = await stack.enter_async_context(connect(config, suite, spec))
+            tools[spec] = (await client.list_tools()).tools
+    return _estimate(config, suite, planned, tools)
+
+
 async def execute(
     config: RunConfig,
     *,
+    resume: str | None = None,
     on_episode: Callable[[EpisodeRow], None] | None = None,
     on_planned: Callable[[int], None] | None = None,
+    on_estimate: Callable[[CostEstimate], None] | None = None,
+    model_options: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Run the whole matrix and store every episode; returns the stored rows."""
+    """Run the matrix and store every episode; returns the run's stored rows.
+
+    With ``resume`` (a run id in ``config.db``), only the episodes not yet stored are played: episode
+    ids and fault keys are deterministic, so the finished run equals an uninterrupted one.
+    ``model_options`` go to `create_model` (tests pass an ``http_client`` or a ``sleeper`` here).
+    """
     suite = get_suite(config.suite)
     planned = plan_episodes(config, suite)
-    if on_planned is not None:
-        on_planned(len(planned))
-    run_id = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    prices = load_price_table(config.prices)
+    _check_prices(config, prices)
+    if resume is not None:
+        stored = load_run_config(config.db, resume)
+        changed = [f for f in MATRIX_FIELDS if getattr(stored, f) != getattr(config, f)]
+        if changed:
+            raise RunConfigError(
+                f"--resume {resume}: the run was stored with different {', '.join(changed)}; "
+                "a resume plays the stored configuration"
+            )
     store = Store(config.db)
+    run_id = resume or f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     result = RunResult(run_id, config)
     try:
-        store.add_run(run_id, datetime.now(UTC).isoformat(), suite.name, config.seed, config.to_dict())
-        limiter = anyio.CapacityLimiter(config.concurrency)
-        by_fault: dict[str, list[PlannedEpisode]] = {}
-        for p in planned:
-            by_fault.setdefault(p.faults, []).append(p)
-        async with AsyncExitStack() as stack:
-            clients = {
-                spec: await stack.enter_async_context(connect(config, suite, spec)) for spec in by_fault
-            }
-            tools = {spec: (await client.list_tools()).tools for spec, client in clients.items()}
-            plans = {
-                spec: (
-                    {"kind": "external", "server": config.server}
-                    if config.server
-                    else plan_to_dict(parse_fault_spec(spec))
-                )
-                for spec in by_fault
-            }
-
-            async def one(p: PlannedEpisode) -> None:
-                async with limiter:
-                    row = await _play(
-                        config, suite, run_id, p, clients[p.faults], tools[p.faults], plans[p.faults]
-                    )
-                store.add_episode(row)
-                result.rows.append(row)
-                if on_episode is not None:
-                    on_episode(row)
-
-            async with anyio.create_task_group() as tg:
-                for p in planned:
-                    tg.start_soon(one, p)
+        if resume is None:
+            store.add_run(run_id, datetime.now(UTC).isoformat(), suite.name, config.seed, config.to_dict())
+            done: set[str] = set()
+        else:
+            done = store.episode_ids(run_id)
+            result.rows.extend(store.episodes(run_id))
+            result.resumed = len(done)
+        todo = [p for p in planned if _episode_id(run_id, p) not in done]
+        if on_planned is not None:
+            on_planned(len(todo))
+        await _play_all(
+            config, suite, run_id, todo, store, prices, result, on_episode, on_estimate, model_options
+        )
     finally:
         store.close()
     result.rows.sort(key=lambda r: (r.model, r.faults, r.variant, r.task_id, r.trial))
     return result
+
+
+async def _play_all(
+    config: RunConfig,
+    suite: Suite,
+    run_id: str,
+    todo: list[PlannedEpisode],
+    store: Store,
+    prices: PriceTable,
+    result: RunResult,
+    on_episode: Callable[[EpisodeRow], None] | None,
+    on_estimate: Callable[[CostEstimate], None] | None,
+    model_options: dict[str, Any] | None,
+) -> None:
+    by_fault: dict[str, list[PlannedEpisode]] = {}
+    for p in todo:
+        by_fault.setdefault(p.faults, []).append(p)
+    spent = result.cost_usd
+    # Provider limit first, then the run's: an episode waiting for its provider holds no run slot.
+    limiter = anyio.CapacityLimiter(config.concurrency)
+    per_provider = {
+        provider: anyio.CapacityLimiter(config.provider_concurrency or config.concurrency)
+        for provider in {provider_of(m) for m in config.models}
+    }
+    async with AsyncExitStack() as stack:
+        clients = {spec: await stack.enter_async_context(connect(config, suite, spec)) for spec in by_fault}
+        tools = {spec: (await client.list_tools()).tools for spec, client in clients.items()}
+        if on_estimate is not None and todo:
+            on_estimate(_estimate(config, suite, todo, tools))
+        plans = {
+            spec: (
+                {"kind": "external", "server": config.server}
+                if config.server
+                else plan_to_dict(parse_fault_spec(spec))
+            )
+            for spec in by_fault
+        }
+        models: dict[str, Model] = {}
+        for spec in sorted({p.model for p in todo}):
+            in_flight = min(config.concurrency, config.provider_concurrency or config.concurrency)
+            options: dict[str, Any] = {"connection_pools": -(-in_flight // EPISODES_PER_POOL)}
+            options.update(model_options or {})
+            model = create_model(spec, base_url=config.base_url, **options)
+            if isinstance(model, ClosableModel):
+                stack.push_async_callback(model.aclose)
+            models[spec] = model
+
+        async def one(p: PlannedEpisode) -> None:
+            nonlocal spent
+            async with per_provider[provider_of(p.model)], limiter:
+                if config.max_cost is not None and spent >= config.max_cost:
+                    result.stopped = "max_cost"
+                    result.skipped += 1
+                    return
+                row = await _play(
+                    config,
+                    suite,
+                    run_id,
+                    p,
+                    clients[p.faults],
+                    tools[p.faults],
+                    plans[p.faults],
+                    models[p.model],
+                )
+                row = EpisodeRow(
+                    **{**asdict(row), "cost_usd": prices.cost(p.model, row.input_tokens, row.output_tokens)}
+                )
+                spent += row.cost_usd or 0.0
+            store.add_episode(row)
+            result.rows.append(row)
+            if on_episode is not None:
+                on_episode(row)
+
+        async with anyio.create_task_group() as tg:
+            for p in todo:
+                tg.start_soon(one, p)
+    if result.stopped == "max_cost":
+        logger.warning(
+            "--max-cost %.2f reached: %d episodes not started; finish with --resume %s --max-cost HIGHER",
+            config.max_cost,
+            result.skipped,
+            run_id,
+        )
 
 
 async def _play(
@@ -230,9 +455,9 @@ async def _play(
     client: Client,
     tools: Sequence[Any],
     fault_plan: dict[str, Any],
+    model: Model,
 ) -> EpisodeRow:
     task = suite.task(planned.task_id)
-    model = create_model(planned.model)
     fault_key = f"{task.id}/{planned.trial}"
     spec = EpisodeSpec(
         id=_episode_id(run_id, planned),
@@ -243,6 +468,8 @@ async def _play(
         max_turns=config.max_turns or task.constraints.max_turns,
         architecture=config.architecture,
         stop_rules=suite.stop_rules,
+        max_tokens=config.max_tokens,
+        time_limit=config.time_limit if config.time_limit is not None else task.constraints.timeout,
     )
     outcome = await play_episode(client, model, spec, tools)
     header = TraceHeader(

@@ -73,6 +73,10 @@ class GroupSummary:
     bound_ii: Rate | None = None
     #: Mean DP-optimal probability of full success of the group's tasks (bound (iii)), if known.
     bound_iii_mean: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    #: USD over every episode (infrastructure errors cost money too); ``None`` when no price is known.
+    cost_usd: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -81,6 +85,7 @@ class GroupSummary:
         data["mean_value"] = round(self.mean_value, 4)
         data["bound_ii"] = None if self.bound_ii is None else self.bound_ii.to_dict()
         data["bound_iii_mean"] = None if self.bound_iii_mean is None else round(self.bound_iii_mean, 4)
+        data["cost_usd"] = None if self.cost_usd is None else round(self.cost_usd, 6)
         return data
 
 
@@ -159,6 +164,11 @@ def summarize(
                 mean_value=sum(r.value or 0.0 for r in scored) / n if n else 0.0,
                 breakdown=dict(zip(by, extra, strict=True)),
                 **_bounds(scored),
+                input_tokens=sum(r.input_tokens for r in members),
+                output_tokens=sum(r.output_tokens for r in members),
+                cost_usd=None
+                if all(r.cost_usd is None for r in members)
+                else sum(r.cost_usd or 0.0 for r in members),
             )
         )
     return summaries

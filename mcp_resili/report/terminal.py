@@ -22,11 +22,14 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
         table.add_column("bound ii %", justify="right")
         table.add_column("bound iii %", justify="right")
     table.add_column("infra errors", justify="right")
+    table.add_column("tokens in/out", justify="right")
+    table.add_column("cost $", justify="right")
     for s in summaries:
         cells = [
             f"{100 * s.levels[lv].value:5.1f} ({100 * s.levels[lv].low:.0f}–{100 * s.levels[lv].high:.0f})"
             for lv in LEVELS
         ]
+        cost = "n/a" if s.cost_usd is None else f"{s.cost_usd:.4f}"
         table.add_row(
             s.model,
             s.faults,
@@ -36,6 +39,8 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
             *cells,
             *((_pct(s.bound_ii.value if s.bound_ii else None), _pct(s.bound_iii_mean)) if bounds else ()),
             str(s.infrastructure_errors),
+            f"{s.input_tokens:,}/{s.output_tokens:,}",
+            cost,
         )
     return table
 

@@ -86,6 +86,8 @@ class EpisodeEndEvent(BaseModel):
         "aborted",
         "agent_stopped",
         "max_turns",
+        "max_tokens",
+        "time_limit",
         "too_many_errors",
         "loop",
         "context_exceeded",

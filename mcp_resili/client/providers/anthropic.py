@@ -1,0 +1,163 @@
+"""``anthropic:MODEL``: the Messages API with tools, through the official SDK (imported only when used)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from mcp_resili.client.model import (
+    AssistantMessage,
+    ContextWindowExceededError,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolResultsMessage,
+    UserMessage,
+)
+from mcp_resili.client.providers.names import ToolNameMap
+from mcp_resili.client.providers.options import ProviderOptions, api_key, name_map, tuned_http_client
+from mcp_resili.client.providers.retry import (
+    ProviderFailure,
+    classify_status,
+    parse_retry_after,
+    with_retries,
+)
+
+
+def to_anthropic_messages(messages: tuple[Message, ...], names: ToolNameMap) -> list[dict[str, Any]]:
+    """Our conversation in Messages API form (tool results travel in a user turn)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            out.append({"role": "user", "content": message.text})
+        elif isinstance(message, AssistantMessage):
+            blocks: list[dict[str, Any]] = []
+            if message.text:
+                blocks.append({"type": "text", "text": message.text})
+            blocks.extend(
+                {"type": "tool_use", "id": c.id, "name": names.provider_name(c.name), "input": c.arguments}
+                for c in message.tool_calls
+            )
+            # The API rejects an empty assistant turn; an empty reply is still a turn the model took.
+            out.append({"role": "assistant", "content": blocks or [{"type": "text", "text": "(empty)"}]})
+        elif isinstance(message, ToolResultsMessage):
+            out.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": r.call_id,
+                            "content": r.text,
+                            "is_error": r.is_error,
+                        }
+                        for r in message.results
+                    ],
+                }
+            )
+    return out
+
+
+class AnthropicModel:
+    """A Claude model behind the `Model` interface."""
+
+    def __init__(self, model: str, options: ProviderOptions) -> None:
+        import anthropic as sdk
+
+        self._sdk = sdk
+        self._model = model
+        self._options = options
+        # SDK retries are off: ours classify failures and keep provider trouble out of agent scores.
+        # A few SDK clients in turn rather than one: each connection pool scans all its connections on
+        # every request, so one pool of 512 connections costs more CPU than the model wait it serves.
+        shared = options.http_client
+        self._clients = [
+            sdk.AsyncAnthropic(
+                api_key=api_key("anthropic", options.base_url),
+                base_url=options.base_url,
+                timeout=options.timeout,
+                max_retries=0,
+                http_client=shared or tuned_http_client(sdk.DefaultAsyncHttpxClient),
+            )
+            for _ in range(1 if shared is not None else options.connection_pools)
+        ]
+        self._turn = itertools.count()
+
+    @property
+    def name(self) -> str:
+        """The spec this model answers to."""
+        return f"anthropic:{self._model}"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        for client in self._clients:
+            await client.close()
+
+    def _next_client(self) -> Any:
+        return self._clients[next(self._turn) % len(self._clients)]
+
+    async def _attempt(self, kwargs: dict[str, Any]) -> Any:
+        sdk = self._sdk
+        try:
+            return await self._next_client().messages.create(**kwargs)
+        except sdk.APIStatusError as exc:
+            raise ProviderFailure(
+                classify_status(exc.status_code, str(exc.message)),
+                str(exc.message),
+                status=exc.status_code,
+                retry_after=parse_retry_after(exc.response.headers),
+            ) from None
+        except sdk.APITimeoutError as exc:
+            raise ProviderFailure("timeout", str(exc)) from None
+        except sdk.APIConnectionError as exc:
+            raise ProviderFailure("connection", str(exc)) from None
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """One Messages API call (with retries); tool names are mapped both ways."""
+        names = name_map(request.tools)
+        kwargs: dict[str, Any] = {
+            "model": self._model,
+            "max_tokens": self._options.max_output_tokens,
+            "messages": to_anthropic_messages(request.messages, names),
+        }
+        if request.tools:
+            kwargs["tools"] = [
+                {
+                    "name": names.provider_name(t.name),
+                    "description": t.description,
+                    "input_schema": t.input_schema,
+                }
+                for t in request.tools
+            ]
+        if request.system:
+            kwargs["system"] = request.system
+        if self._options.temperature is not None:
+            kwargs["temperature"] = self._options.temperature
+        reply = await with_retries(
+            lambda: self._attempt(kwargs),
+            policy=self._options.retry,
+            sleeper=self._options.sleeper,
+            what=self.name,
+        )
+        if reply.stop_reason == "model_context_window_exceeded":
+            raise ContextWindowExceededError(f"{self.name}: model_context_window_exceeded")
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for block in reply.content:
+            if block.type == "text":
+                texts.append(block.text)
+            elif block.type == "tool_use":
+                arguments = block.input if isinstance(block.input, dict) else {}
+                calls.append(ToolCall(block.id, names.mcp_name(block.name), dict(arguments)))
+        usage = reply.usage
+        cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
+        cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
+        return ModelResponse(
+            text="".join(texts),
+            tool_calls=tuple(calls),
+            stop_reason=str(reply.stop_reason),
+            input_tokens=int(usage.input_tokens) + cache_read + cache_write,
+            output_tokens=int(usage.output_tokens),
+            extra={"cache_read_input_tokens": cache_read, "cache_creation_input_tokens": cache_write},
+        )

@@ -1,0 +1,187 @@
+"""``openai:MODEL``: Chat Completions through the official SDK (imported only when used).
+
+Chat Completions is the API every OpenAI-compatible server speaks (vLLM, Ollama, llama.cpp, LM Studio),
+so ``--base-url`` points the same provider at any of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from mcp_resili.client.model import (
+    AssistantMessage,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolResultsMessage,
+    UserMessage,
+)
+from mcp_resili.client.providers.names import ToolNameMap
+from mcp_resili.client.providers.options import ProviderOptions, api_key, name_map, tuned_http_client
+from mcp_resili.client.providers.retry import (
+    ProviderFailure,
+    classify_status,
+    parse_retry_after,
+    with_retries,
+)
+
+#: Where a tool call's unparseable ``arguments`` string is kept, so the agent's mistake stays visible.
+INVALID_ARGUMENTS_KEY = "mcp-resili/invalid_arguments"
+
+
+def to_openai_messages(
+    messages: tuple[Message, ...], names: ToolNameMap, system: str | None = None
+) -> list[dict[str, Any]]:
+    """Our conversation in Chat Completions form (one ``tool`` message per result)."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            out.append({"role": "user", "content": message.text})
+        elif isinstance(message, AssistantMessage):
+            entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+            if message.tool_calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {
+                            "name": names.provider_name(c.name),
+                            "arguments": json.dumps(c.arguments, sort_keys=True),
+                        },
+                    }
+                    for c in message.tool_calls
+                ]
+            out.append(entry)
+        elif isinstance(message, ToolResultsMessage):
+            out.extend(
+                {"role": "tool", "tool_call_id": r.call_id, "content": r.text} for r in message.results
+            )
+    return out
+
+
+def parse_arguments(raw: str | None) -> dict[str, Any]:
+    """A tool call's JSON arguments; anything that is not a JSON object is kept under a marker key.
+
+    The marker makes the MCP server reject the call as invalid input, which the agent then sees,
+    rather than the harness guessing what the model meant.
+    """
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return {INVALID_ARGUMENTS_KEY: raw}
+    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: raw}
+
+
+class OpenAIModel:
+    """An OpenAI (or OpenAI-compatible) chat model behind the `Model` interface."""
+
+    def __init__(self, model: str, options: ProviderOptions) -> None:
+        import openai as sdk
+        from openai.types.chat import ChatCompletion
+
+        self._sdk = sdk
+        self._completion = ChatCompletion
+        self._model = model
+        self._options = options
+        # SDK retries are off: ours classify failures and keep provider trouble out of agent scores.
+        # A few SDK clients in turn rather than one: each connection pool scans all its connections on
+        # every request, so one pool of 512 connections costs more CPU than the model wait it serves.
+        shared = options.http_client
+        self._clients = [
+            sdk.AsyncOpenAI(
+                api_key=api_key("openai", options.base_url),
+                base_url=options.base_url,
+                timeout=options.timeout,
+                max_retries=0,
+                http_client=shared or tuned_http_client(sdk.DefaultAsyncHttpxClient),
+            )
+            for _ in range(1 if shared is not None else options.connection_pools)
+        ]
+        self._turn = itertools.count()
+
+    @property
+    def name(self) -> str:
+        """The spec this model answers to."""
+        return f"openai:{self._model}"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        for client in self._clients:
+            await client.close()
+
+    def _next_client(self) -> Any:
+        return self._clients[next(self._turn) % len(self._clients)]
+
+    async def _attempt(self, kwargs: dict[str, Any]) -> Any:
+        sdk = self._sdk
+        try:
+            # `post` with a ready wire body skips the SDK's typed-params transform, which walks every tool
+            # schema on every request (~20 ms of CPU for 30 tools): at high concurrency that, not the
+            # model, would bound throughput. Errors, retries-off, auth and parsing are the SDK's as usual.
+            return await self._next_client().post("/chat/completions", body=kwargs, cast_to=self._completion)
+        except sdk.APIStatusError as exc:
+            message = f"{exc.message} {getattr(exc, 'code', None) or ''}".strip()
+            raise ProviderFailure(
+                classify_status(exc.status_code, message),
+                message,
+                status=exc.status_code,
+                retry_after=parse_retry_after(exc.response.headers),
+            ) from None
+        except sdk.APITimeoutError as exc:
+            raise ProviderFailure("timeout", str(exc)) from None
+        except sdk.APIConnectionError as exc:
+            raise ProviderFailure("connection", str(exc)) from None
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """One Chat Completions call (with retries); tool names are mapped both ways."""
+        names = name_map(request.tools)
+        kwargs: dict[str, Any] = {
+            "model": self._model,
+            "messages": to_openai_messages(request.messages, names, request.system),
+        }
+        # OpenAI's own API wants max_completion_tokens; compatible servers mostly know only max_tokens.
+        budget_key = "max_tokens" if self._options.base_url else "max_completion_tokens"
+        kwargs[budget_key] = self._options.max_output_tokens
+        if request.tools:
+            # No `strict`: raw MCP schemas rarely meet strict mode's restrictions.
+            kwargs["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": names.provider_name(t.name),
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    },
+                }
+                for t in request.tools
+            ]
+        if self._options.temperature is not None:
+            kwargs["temperature"] = self._options.temperature
+        reply = await with_retries(
+            lambda: self._attempt(kwargs),
+            policy=self._options.retry,
+            sleeper=self._options.sleeper,
+            what=self.name,
+        )
+        if not reply.choices:
+            return ModelResponse(text="", stop_reason="empty")
+        choice = reply.choices[0]
+        message = choice.message
+        calls = tuple(
+            ToolCall(tc.id, names.mcp_name(tc.function.name), parse_arguments(tc.function.arguments))
+            for tc in (message.tool_calls or ())
+            if getattr(tc, "type", "function") == "function"
+        )
+        usage = reply.usage
+        return ModelResponse(
+            text=message.content or "",
+            tool_calls=calls,
+            stop_reason=str(choice.finish_reason),
+            input_tokens=int(usage.prompt_tokens) if usage else 0,
+            output_tokens=int(usage.completion_tokens) if usage else 0,
+        )

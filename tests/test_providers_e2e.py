@@ -1,0 +1,274 @@
+"""The real anthropic and openai SDK clients against a loopback fake model API, through our MCP server."""
+
+import json
+import re
+from dataclasses import replace
+
+import anyio
+import pytest
+from fakes.model_server import Failure, FakeModelServer, Reply, oracle_policy, serve
+
+from mcp_resili.client.model import ModelRequest, ToolDefinition, UserMessage
+from mcp_resili.client.providers import RetryPolicy, create_model
+from mcp_resili.client.runner import RunConfig, RunConfigError, execute
+from mcp_resili.report import summarize
+from mcp_resili.trace import Trace
+
+pytestmark = pytest.mark.anyio
+PROVIDERS = ["openai", "anthropic"]
+
+
+def base_url(provider, url):
+    return f"{url}/v1" if provider == "openai" else url
+
+
+class Sleeps:
+    """A sleeper that records the waits and returns at once (tests never wait)."""
+
+    def __init__(self):
+        self.waits = []
+
+    async def __call__(self, seconds):
+        self.waits.append(seconds)
+        await anyio.lowlevel.checkpoint()
+
+
+def outcomes(rows):
+    """Per (task, trial): how the episode ended, its score, and its tool-call ledger."""
+    out = {}
+    for row in rows:
+        trace = Trace.from_lines(row.trace.splitlines())
+        ledger = [
+            (
+                c.tool,
+                json.dumps(c.arguments, sort_keys=True),
+                c.is_error,
+                json.dumps(c.fault and c.fault.model_dump()),
+            )
+            for c in trace.tool_calls
+        ]
+        out[(row.task_id, row.trial)] = (row.termination, row.label, json.dumps(row.score), ledger)
+    return out
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_tool_calls_round_trip_through_the_real_sdk_and_our_mcp_server(tmp_path, provider):
+    fake = FakeModelServer(oracle_policy())
+    config = RunConfig(db=tmp_path / "r.db", trials=2, limit=3, seed=4, concurrency=4)
+    async with serve(fake.app) as url:
+        hosted = await execute(
+            replace(config, models=(f"{provider}:fake-1",), base_url=base_url(provider, url)),
+            model_options={"sleeper": Sleeps()},
+        )
+    scripted = await execute(replace(config, models=("scripted:oracle",), db=tmp_path / "s.db"))
+    # The oracle behind the API makes the same calls, meets the same faults and earns the same scores
+    # as the in-process oracle: everything survived the trip through the SDK, the wire and back.
+    assert outcomes(hosted.rows) == outcomes(scripted.rows)
+    assert any(
+        ledger and any(err for _, _, err, _ in ledger) for *_, ledger in outcomes(hosted.rows).values()
+    )
+    assert {e.api for e in fake.exchanges} == {provider}
+    assert max(len(e.history) for e in fake.exchanges) >= 3
+    assert all(r.input_tokens > 0 and r.output_tokens > 0 for r in hosted.rows)
+    assert all(r.cost_usd is None for r in hosted.rows)  # no price for a fake model: tokens only
+
+
+def every_third(status, headers=None):
+    def failures(n):
+        return Failure(status, headers or {}) if n % 3 == 1 else None
+
+    return failures
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(
+    ("status", "headers", "expected_wait"),
+    [(429, {"retry-after-ms": "10"}, 0.01), (429, {"retry-after": "2"}, 2.0), (500, {}, 0.5)],
+)
+async def test_429_and_500_answers_are_retried(tmp_path, provider, status, headers, expected_wait):
+    fake = FakeModelServer(oracle_policy(), failures=every_third(status, headers))
+    sleeps = Sleeps()
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=(f"{provider}:fake",),
+                trials=1,
+                limit=2,
+                faults=("none",),
+                concurrency=1,
+                base_url=base_url(provider, url),
+            ),
+            model_options={"sleeper": sleeps, "retry": RetryPolicy(max_attempts=3, base_delay=0.5)},
+        )
+    assert {r.label for r in result.rows} == {"full"}
+    failed = fake.statuses.count(status)
+    assert failed >= 2 and len(sleeps.waits) == failed
+    assert set(sleeps.waits) == {expected_wait}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_provider_that_keeps_failing_yields_infrastructure_errors_not_agent_failures(
+    tmp_path, provider
+):
+    fake = FakeModelServer(oracle_policy(), failures=lambda n: Failure(503))
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=(f"{provider}:fake",),
+                trials=1,
+                limit=3,
+                base_url=base_url(provider, url),
+            ),
+            model_options={"sleeper": Sleeps(), "retry": RetryPolicy(max_attempts=3)},
+        )
+    assert {r.termination for r in result.rows} == {"infrastructure_error"}
+    assert all(r.label is None and r.score is None for r in result.rows)
+    (summary,) = summarize(result.rows)
+    assert summary.infrastructure_errors == 3 and summary.scored == 0
+    assert summary.levels["failure"].count == 0
+    assert fake.requests == 9  # 3 attempts per episode, then the episode is void
+    end = Trace.from_lines(result.rows[0].trace.splitlines()).end
+    assert end is not None and "503" in end.detail
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_an_invalid_key_is_not_retried(tmp_path, provider):
+    fake = FakeModelServer(oracle_policy(), failures=lambda n: Failure(401, message="invalid api key"))
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=(f"{provider}:fake",),
+                trials=1,
+                limit=1,
+                base_url=base_url(provider, url),
+            ),
+            model_options={"sleeper": Sleeps()},
+        )
+    assert [r.termination for r in result.rows] == ["infrastructure_error"]
+    assert fake.requests == 1
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_context_overflow_ends_the_episode_as_context_exceeded_and_is_scored(tmp_path, provider):
+    overflow = Failure(
+        400, message="This model's maximum context length is 8192 tokens", code="context_length_exceeded"
+    )
+    fake = FakeModelServer(oracle_policy(), failures=lambda n: overflow if n >= 3 else None)
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=(f"{provider}:fake",),
+                trials=1,
+                tasks=("task_3810a39f",),
+                faults=("none",),
+                base_url=base_url(provider, url),
+            ),
+            model_options={"sleeper": Sleeps()},
+        )
+    (row,) = result.rows
+    assert row.termination == "context_exceeded"
+    assert row.label is not None and row.label != "full"
+    assert fake.requests == 3  # the overflow is the agent's outcome, never retried
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_dotted_and_long_mcp_tool_names_are_mapped_for_the_provider_and_back(provider):
+    long_name = "warehouse.inventory." + "x" * 60
+    names = ("files.read", "files_read", long_name)
+    seen = []
+
+    def call_every_tool(exchange):
+        seen.append(exchange.tools)
+        return Reply(calls=tuple((name, {"n": i}) for i, name in enumerate(exchange.tools)))
+
+    fake = FakeModelServer(call_every_tool)
+    async with serve(fake.app) as url:
+        model = create_model(f"{provider}:fake", base_url=base_url(provider, url), sleeper=Sleeps())
+        try:
+            tools = tuple(ToolDefinition(n, "a tool", {"type": "object", "properties": {}}) for n in names)
+            response = await model.generate(ModelRequest(messages=(UserMessage("go"),), tools=tools))
+        finally:
+            await model.aclose()
+    (offered,) = seen
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) for name in offered)
+    assert len(set(offered)) == 3 and "files_read" in offered
+    assert sorted(c.name for c in response.tool_calls) == sorted(names)
+
+
+async def test_max_cost_stops_cleanly_and_a_resume_with_more_budget_completes_the_run(tmp_path):
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[prices."openai:fake"]\ninput = 1000.0\noutput = 1000.0\n')
+    fake = FakeModelServer(oracle_policy())
+    async with serve(fake.app) as url:
+        config = RunConfig(
+            db=tmp_path / "r.db",
+            models=("openai:fake",),
+            trials=1,
+            limit=6,
+            faults=("none",),
+            concurrency=1,
+            base_url=f"{url}/v1",
+            prices=prices,
+            max_cost=1.0,
+        )
+        first = await execute(config)
+        assert first.stopped == "max_cost"
+        assert 0 < len(first.rows) < 6 and first.skipped == 6 - len(first.rows)
+        assert first.cost_usd >= 1.0 and sum(r.cost_usd for r in first.rows[:-1]) < 1.0
+        second = await execute(replace(config, max_cost=None), resume=first.run_id)
+    assert second.stopped is None and second.resumed == len(first.rows)
+    assert len(second.rows) == 6 and len({r.episode_id for r in second.rows}) == 6
+    assert {r.label for r in second.rows} == {"full"}
+
+
+async def test_max_cost_refuses_models_without_a_price(tmp_path):
+    with pytest.raises(RunConfigError, match="openai:mystery"):
+        await execute(
+            RunConfig(
+                db=tmp_path / "r.db", models=("openai:mystery",), base_url="http://127.0.0.1:9/v1", max_cost=5
+            )
+        )
+    assert not (tmp_path / "r.db").exists()
+
+
+async def test_max_tokens_ends_the_episode_after_the_turn_that_crosses_it(tmp_path):
+    fake = FakeModelServer(oracle_policy())
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=("openai:fake",),
+                trials=1,
+                tasks=("task_3810a39f",),
+                faults=("none",),
+                base_url=f"{url}/v1",
+                max_tokens=200,  # the fake spends 120 tokens on turn 1 and 130 on turn 2
+            )
+        )
+    (row,) = result.rows
+    assert row.termination == "max_tokens" and fake.requests == 2
+    assert row.input_tokens + row.output_tokens == 250
+
+
+async def test_a_hosted_model_runs_against_another_mcp_server_over_stdio(tmp_path):
+    import sys
+
+    fake = FakeModelServer(oracle_policy())
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=("openai:fake",),
+                trials=1,
+                limit=2,
+                server=f"{sys.executable} -m mcp_resili serve --faults none",
+                base_url=f"{url}/v1",
+            )
+        )
+    assert {r.label for r in result.rows} == {"full"} and {r.faults for r in result.rows} == {"server"}
+    trace = Trace.from_lines(result.rows[0].trace.splitlines())
+    assert trace.header.fault_plan["kind"] == "external" and len(trace.tool_calls) >= 2

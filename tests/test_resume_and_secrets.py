@@ -1,0 +1,155 @@
+"""Runs as a user starts them (``python -m mcp_resili run`` subprocesses) against a loopback fake model."""
+
+import json
+import os
+import signal
+import sqlite3
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+from fakes.model_server import Failure, FakeModelServer, oracle_policy, serve
+
+from mcp_resili.cli import main
+from mcp_resili.client.runner import RunConfig, RunConfigError, execute
+from mcp_resili.store import Store
+from mcp_resili.trace import Trace
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def stored(db):
+    try:
+        with sqlite3.connect(db) as conn:
+            return conn.execute("SELECT count(*) FROM episodes").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def comparable(rows, run_id):
+    """Everything about an episode except the run id it was stored under."""
+    out = {}
+    for row in rows:
+        trace = Trace.from_lines(row.trace.replace(run_id, "RUN").splitlines())
+        out[row.episode_id.removeprefix(run_id)] = (
+            row.termination,
+            row.label,
+            json.dumps(row.score, sort_keys=True),
+            row.input_tokens,
+            row.output_tokens,
+            [e.model_dump_json() for e in trace.events],
+        )
+    return out
+
+
+async def cli(*args, env=None):
+    return await anyio.run_process(
+        [sys.executable, "-m", "mcp_resili", *args], check=False, env=env, cwd=ROOT
+    )
+
+
+async def test_a_run_killed_with_sigkill_and_resumed_equals_an_uninterrupted_run(tmp_path):
+    # The fake answers until 3 episodes have been told to finish, then holds every other request:
+    # the run is then certainly mid-way, with episodes in flight, when it is killed.
+    fake = FakeModelServer(oracle_policy(), hold_after_finishes=3)
+    db = tmp_path / "killed.db"
+    async with serve(fake.app) as url:
+        matrix = ["--model", "openai:fake", "--base-url", f"{url}/v1", "--limit", "4", "--trials", "2"]
+        argv = [sys.executable, "-m", "mcp_resili", "run", *matrix, "--seed", "7", "--concurrency", "3"]
+        async with await anyio.open_process([*argv, "--db", str(db), "--json"], cwd=ROOT) as proc:
+            with anyio.fail_after(30):
+                while stored(db) < 3:
+                    await anyio.sleep(0.02)  # polling another process's database; nothing is timed
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        before = stored(db)
+        assert 3 <= before < 8
+        store = Store(db)
+        (run_id,) = store.run_ids()
+        store.close()
+
+        fake.hold_after_finishes = None
+        fake.release.set()
+        resumed = await cli("run", "--resume", run_id, "--db", str(db), "--json")
+        assert resumed.returncode == 0, resumed.stderr.decode()
+        summary = json.loads(resumed.stdout)
+        assert summary["run_id"] == run_id and summary["resumed"] == before and summary["episodes"] == 8
+
+        clean = await execute(
+            RunConfig(
+                db=tmp_path / "clean.db",
+                models=("openai:fake",),
+                base_url=f"{url}/v1",
+                limit=4,
+                trials=2,
+                seed=7,
+                concurrency=3,
+            )
+        )
+    store = Store(db)
+    rows = store.episodes(run_id)
+    store.close()
+    assert len(rows) == 8 and len({r.episode_id for r in rows}) == 8
+    assert comparable(rows, run_id) == comparable(clean.rows, clean.run_id)
+
+
+def test_resume_refuses_matrix_options_and_unknown_runs(tmp_path, capsys):
+    anyio.run(_resume_refusals, tmp_path, capsys)
+
+
+async def _resume_refusals(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    await execute(RunConfig(db=db, trials=1, limit=1, models=("scripted:oracle",)))
+    store = Store(db)
+    (run_id,) = store.run_ids()
+    store.close()
+    assert main(["run", "--resume", run_id, "--db", str(db), "--trials", "5"]) == 2
+    assert "--trials" in capsys.readouterr().err
+    assert main(["run", "--resume", "nope", "--db", str(db)]) == 2
+    assert run_id in capsys.readouterr().err
+    with pytest.raises(RunConfigError, match="trials"):
+        await execute(RunConfig(db=db, trials=2, limit=1, models=("scripted:oracle",)), resume=run_id)
+    again = await execute(RunConfig(db=db, trials=1, limit=1, models=("scripted:oracle",)), resume=run_id)
+    assert again.resumed == 1 and len(again.rows) == 1
+    assert stored(db) == 1
+
+
+@dataclass(frozen=True)
+class Keys:
+    anthropic: str = "sk-ant-api03-SECRET-anthropic-0123456789abcdef"
+    openai: str = "sk-proj-SECRET-openai-fedcba9876543210"
+
+
+async def test_no_api_key_reaches_the_database_traces_logs_or_reports(tmp_path):
+    keys = Keys()
+    # Some requests fail (401, 429, 500), so error paths write their messages too.
+    statuses = {2: 429, 5: 500, 9: 401}
+    fake = FakeModelServer(
+        oracle_policy(), failures=lambda n: Failure(statuses[n]) if n in statuses else None
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    async with serve(fake.app) as url:
+        env = {
+            **os.environ,
+            "ANTHROPIC_API_KEY": keys.anthropic,
+            "OPENAI_API_KEY": keys.openai,
+            # The SDKs' own variables: each provider at its endpoint, no --base-url needed.
+            "ANTHROPIC_BASE_URL": url,
+            "OPENAI_BASE_URL": f"{url}/v1",
+        }
+        common = ["--model", "anthropic:fake", "--model", "openai:fake", "--limit", "2", "--trials", "1"]
+        runs = [
+            await cli("run", *common, "--db", str(work / "r.db"), env=env),
+        ]
+    assert all(r.returncode == 0 for r in runs), [r.stderr.decode() for r in runs]
+    assert fake.credentials == {keys.anthropic, keys.openai}  # the keys were really used
+    written = [p for p in work.rglob("*") if p.is_file()]
+    assert any(p.name == "r.db" for p in written)
+    for blob in [p.read_bytes() for p in written] + [r.stdout + r.stderr for r in runs]:
+        for key in (keys.anthropic, keys.openai, "SECRET"):
+            assert key.encode() not in blob

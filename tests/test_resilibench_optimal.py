@@ -192,5 +192,6 @@ async def test_the_papers_10_turn_budget_lowers_bound_iii_and_is_recorded(tmp_pa
 async def test_bad_turn_budgets_are_refused(tmp_path):
     from mcp_resili.client.runner import RunConfigError
 
-    with pytest.raises(RunConfigError, match=r"max-turns must be at least 2 .*got 1"):
-        await execute(RunConfig(db=tmp_path / "r.db", max_turns=1))
+    with pytest.raises(RunConfigError, match=r"max-turns must be at least 1, got 0"):
+        await execute(RunConfig(db=tmp_path / "r.db", max_turns=0))
+    assert not (tmp_path / "r.db").exists()

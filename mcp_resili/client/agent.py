@@ -37,7 +37,7 @@ from mcp_resili.trace import (
     ModelTurnEvent,
     ToolCallEvent,
     TraceEvent,
-    event_from_dict,
+    event_from_meta,
 )
 
 logger = logging.getLogger(__name__)
@@ -129,7 +129,11 @@ async def call_tool(
     text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
     raw_event = (result.meta or {}).get(META_EVENT)
     try:
-        event = event_from_dict(raw_event) if raw_event is not None else _observed(episode, call, result, seq)
+        event = (
+            event_from_meta(raw_event, call.arguments, result.structured_content)
+            if raw_event is not None
+            else _observed(episode, call, result, seq)
+        )
     except ValidationError:
         event = _observed(episode, call, result, seq)
     if call.name == FINISH_TOOL and not isinstance(event, FinishEvent):

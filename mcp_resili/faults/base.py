@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -80,6 +80,8 @@ class BasePlan(BaseModel):
     """A fault plan type. Subclasses add ``kind: Literal[...]`` and implement `decide`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    #: False for plans that never draw (seeding a call's RNG is a measurable share of a call's cost).
+    uses_rng: ClassVar[bool] = True
 
     def decide(self, call: CallContext, rng: random.Random) -> FaultDecision:
         """The ledger entry for ``call``, drawing only from ``rng``."""

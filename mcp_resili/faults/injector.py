@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 from mcp_resili.faults.base import CallContext, ToolOutcome
 from mcp_resili.faults.model import Fault, FaultDecision
 from mcp_resili.faults.plans import FaultPlan
 from mcp_resili.faults.rng import derive_rng
+
+#: Handed to plans that declare they never draw; a draw from it would be a bug in that plan.
+_UNUSED_RNG = random.Random(0)
 
 
 class FaultInjector:
@@ -17,6 +22,8 @@ class FaultInjector:
 
     def decide(self, call: CallContext) -> FaultDecision:
         """The ledger entry for ``call``: the plan's decision with the call's own RNG."""
+        if not self.plan.uses_rng:
+            return self.plan.decide(call, _UNUSED_RNG)
         return self.plan.decide(call, derive_rng(self.seed, call.fault_key, call.tool.name, call.ordinal))
 
     @staticmethod

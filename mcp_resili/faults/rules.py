@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import random
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -16,6 +16,7 @@ class NoFaults(BasePlan):
     """Never inject a fault."""
 
     kind: Literal["none"] = "none"
+    uses_rng: ClassVar[bool] = False
 
     def decide(self, call: CallContext, rng: random.Random) -> FaultDecision:
         """Nothing fires."""

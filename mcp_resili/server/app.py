@@ -26,7 +26,7 @@ from mcp_resili.server.pipeline import (
     result_text,
 )
 from mcp_resili.suites import Suite, UnknownTaskError
-from mcp_resili.trace import TraceHeader, event_to_dict
+from mcp_resili.trace import TraceHeader, event_to_meta
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class ResiliServer:
             content=[types.TextContent(type="text", text=result_text(event))],
             structured_content=None if event.is_error else event.result,
             is_error=event.is_error,
-            _meta={META_EVENT: event_to_dict(event)},
+            _meta={META_EVENT: event_to_meta(event)},
         )
 
     async def _finish(self, episode: Episode, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -169,12 +169,12 @@ class ResiliServer:
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=result_text(rejected))],
                 is_error=True,
-                _meta={META_EVENT: event_to_dict(rejected)},
+                _meta={META_EVENT: event_to_meta(rejected)},
             )
         event = await self.pipeline.finish(episode, status, summary)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=f"Recorded: episode {status}.")],
-            _meta={META_EVENT: event_to_dict(event)},
+            _meta={META_EVENT: event_to_meta(event)},
         )
 
     async def _list_prompts(

@@ -43,7 +43,8 @@ class Episode:
     history: list[CallOutcome] = field(default_factory=list)
     seq: int = 0
     # Calls of one episode are serialised so ordinals and history never depend on scheduling.
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    # fast_acquire: an uncontended acquire does not yield to the event loop (two scheduler passes a call).
+    lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     #: Private scratch space of the fault plan (armed groups, cascades...), per episode.
     fault_state: dict[str, Any] = field(default_factory=dict)
     header_written: bool = False

@@ -12,7 +12,9 @@ from mcp_resili.trace.model import (
     TraceHeader,
     dump_event,
     event_from_dict,
+    event_from_meta,
     event_to_dict,
+    event_to_meta,
 )
 
 __all__ = [
@@ -27,5 +29,7 @@ __all__ = [
     "TraceHeader",
     "dump_event",
     "event_from_dict",
+    "event_from_meta",
     "event_to_dict",
+    "event_to_meta",
 ]

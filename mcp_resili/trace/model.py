@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -169,11 +168,33 @@ def dump_event(event: TraceEvent) -> str:
 
 
 def event_to_dict(event: TraceEvent) -> dict[str, Any]:
-    """JSON-ready dict of an event (for ``_meta`` transport)."""
-    value: dict[str, Any] = json.loads(dump_event(event))
+    """JSON-ready dict of an event (the whole event, as in a trace file)."""
+    value: dict[str, Any] = _EVENT_ADAPTER.dump_python(event, mode="json")
+    return value
+
+
+def event_to_meta(event: TraceEvent) -> dict[str, Any]:
+    """The event as sent back in a result's ``_meta``: without what the caller already has.
+
+    The caller knows its arguments and receives a successful call's result as structured content, so
+    both are left out (they can be kilobytes, serialised again by MCP on both sides); `event_from_meta`
+    puts them back.
+    """
+    value = event_to_dict(event)
+    if isinstance(event, ToolCallEvent):
+        del value["arguments"]
+        if not event.is_error:
+            del value["result"]
     return value
 
 
 def event_from_dict(raw: Any) -> TraceEvent:
-    """Validate an event received as a dict (e.g. from a result's ``_meta``)."""
+    """Validate an event received as a dict."""
     return _EVENT_ADAPTER.validate_python(raw)
+
+
+def event_from_meta(raw: Any, arguments: dict[str, Any], structured: dict[str, Any] | None) -> TraceEvent:
+    """The full event from a result's ``_meta`` (see `event_to_meta`) plus the call's own data."""
+    if isinstance(raw, dict) and raw.get("event") == "tool_call":
+        raw = {"arguments": arguments, "result": structured, **raw}
+    return event_from_dict(raw)

@@ -22,8 +22,11 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
         table.add_column("bound ii %", justify="right")
         table.add_column("bound iii %", justify="right")
     table.add_column("infra errors", justify="right")
-    table.add_column("tokens in/out", justify="right")
-    table.add_column("cost $", justify="right")
+    # Offline (scripted) runs spend nothing: leave the money columns out rather than print zeros.
+    spending = any(s.input_tokens or s.output_tokens or s.cost_usd for s in summaries)
+    if spending:
+        table.add_column("tokens in/out", justify="right")
+        table.add_column("cost $", justify="right")
     for s in summaries:
         cells = [
             f"{100 * s.levels[lv].value:5.1f} ({100 * s.levels[lv].low:.0f}–{100 * s.levels[lv].high:.0f})"
@@ -39,8 +42,7 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
             *cells,
             *((_pct(s.bound_ii.value if s.bound_ii else None), _pct(s.bound_iii_mean)) if bounds else ()),
             str(s.infrastructure_errors),
-            f"{s.input_tokens:,}/{s.output_tokens:,}",
-            cost,
+            *((f"{s.input_tokens:,}/{s.output_tokens:,}", cost) if spending else ()),
         )
     return table
 

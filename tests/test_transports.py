@@ -17,7 +17,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
-from servers import Target, event_of, new_episode, run_cli, running_http_server
+from servers import Target, event_of, new_episode, run_cli, running_http_server, stdio_parameters
 
 from mcp_resili.suites import get_suite
 
@@ -271,3 +271,18 @@ def test_serve_with_an_unknown_task_exits_2_with_an_error_on_stderr_only() -> No
     assert proc.returncode == 2
     assert proc.stderr.startswith("mcp-resili: error:")
     assert proc.stdout == ""
+
+
+async def test_a_plain_stdio_session_replays_the_same_faults_for_the_same_seed():
+    """A person's session (no episode _meta) gets draws from the seed, not from a random connection id."""
+
+    async def ledger():
+        async with Client(stdio_parameters("--faults", "resilibench:base=0.5", "--seed", "3")) as client:
+            faults = []
+            for i in range(12):
+                result = await client.call_tool("file_operations_reader", {"source": f"data/{i % 2}.csv"})
+                faults.append(event_of(result)["fault"])
+            return faults
+
+    first, second = await ledger(), await ledger()
+    assert first == second and any(first) and not all(first)

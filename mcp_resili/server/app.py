@@ -16,7 +16,7 @@ from mcp_resili.faults import FaultPlan
 from mcp_resili.registry import ToolSpec
 from mcp_resili.server.backend import SimulatedBackend
 from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery
-from mcp_resili.server.episodes import EpisodeRequest, EpisodeTable, episode_request
+from mcp_resili.server.episodes import SESSION_FAULT_KEY, EpisodeRequest, EpisodeTable, episode_request
 from mcp_resili.server.pipeline import (
     DEPENDENCY_NOT_MET,
     INVALID_ARGUMENTS,
@@ -219,6 +219,8 @@ class ResiliServer:
         episode = self.episode(episode_request(ctx))
         if episode.seq == 0:
             episode.task = task
+            if episode.fault_key == SESSION_FAULT_KEY:
+                episode.fault_key = task.id
         return types.GetPromptResult(
             description=task.description,
             messages=[types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))],

@@ -18,6 +18,10 @@ from mcp_resili.tasks.model import Task
 
 #: Header an HTTP client may send to name its episode (when it cannot set ``_meta``).
 EPISODE_HEADER = "x-mcp-resili-episode"
+#: Fault key of episodes named by their connection or session (random ids): their draws must not depend
+#: on that id, so ``serve --seed N`` replays the same faults for the same calls. A task bound later
+#: through its prompt becomes the key (see `ResiliServer._get_prompt`).
+SESSION_FAULT_KEY = "session"
 #: Episodes kept in memory at once; the oldest is dropped first (its trace file is complete).
 MAX_EPISODES = 10_000
 
@@ -49,17 +53,17 @@ def episode_request(ctx: ServerRequestContext[Any]) -> EpisodeRequest:
         raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE} must be a string or an object with an 'id'")
     headers = getattr(ctx.request, "headers", None)
     if headers is not None:
-        for name in (EPISODE_HEADER, "mcp-session-id"):
-            if headers.get(name):
-                return EpisodeRequest(id=str(headers[name]))
-        return EpisodeRequest(id="http-default")
+        if headers.get(EPISODE_HEADER):
+            return EpisodeRequest(id=str(headers[EPISODE_HEADER]))
+        if headers.get("mcp-session-id"):
+            return EpisodeRequest(id=str(headers["mcp-session-id"]), fault_key=SESSION_FAULT_KEY)
+        return EpisodeRequest(id="http-default", fault_key=SESSION_FAULT_KEY)
     # stdio and in-memory: one lifespan context per connection, so one episode per connection.
     lifespan = ctx.lifespan_context
     if isinstance(lifespan, dict):
-        return EpisodeRequest(
-            id=lifespan.setdefault("mcp-resili/connection", f"conn-{uuid.uuid4().hex[:12]}")
-        )
-    return EpisodeRequest(id="default")
+        connection = lifespan.setdefault("mcp-resili/connection", f"conn-{uuid.uuid4().hex[:12]}")
+        return EpisodeRequest(id=connection, fault_key=SESSION_FAULT_KEY)
+    return EpisodeRequest(id="default", fault_key=SESSION_FAULT_KEY)
 
 
 class EpisodeTable:

@@ -43,6 +43,17 @@ _MIGRATIONS = (
 
 
 @dataclass(frozen=True)
+class RunRow:
+    """One run as stored."""
+
+    id: str
+    created_at: str
+    suite: str
+    seed: int
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class EpisodeRow:
     """One finished episode as stored."""
 
@@ -145,6 +156,18 @@ class Store:
             )
             for r in rows
         ]
+
+    def run(self, run_id: str) -> RunRow | None:
+        """The stored run ``run_id``, if any."""
+        row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            return None
+        return RunRow(id=row[0], created_at=row[1], suite=row[2], seed=row[3], config=json.loads(row[4]))
+
+    def run_ids(self, limit: int = 10) -> list[str]:
+        """The ids of the most recent runs, newest first."""
+        rows = self._db.execute("SELECT id FROM runs ORDER BY created_at DESC LIMIT ?", (limit,)).fetchall()
+        return [str(r[0]) for r in rows]
 
     def latest_run(self) -> str | None:
         """The id of the most recent run, if any."""

@@ -137,7 +137,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("--json", action="store_true", help="print the verdict as JSON")
 
-    perturb = sub.add_parser("perturb", help="write a WorkflowPerturb variant of a workflow (for calibration)")
+    perturb = sub.add_parser(
+        "perturb", help="write a WorkflowPerturb variant of a workflow (for calibration)"
+    )
     perturb.add_argument("workflow", type=Path)
     perturb.add_argument("--type", choices=("missing", "compressed", "description"), required=True)
     perturb.add_argument("--level", type=float, default=0.3, help="α: 0.1, 0.3 or 0.5 (any value in (0, 1))")

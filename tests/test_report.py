@@ -81,7 +81,9 @@ def test_resilibench_report_has_levels_workflow_metrics_pairs_and_cost(resili_db
     store.close()
     full = {(r.model, r.task_id, r.trial): r.label == "full" for r in rows}
     only_oracle = sum(
-        1 for (m, t, k), ok in full.items() if m == "scripted:oracle" and ok and not full[("scripted:naive", t, k)]
+        1
+        for (m, t, k), ok in full.items()
+        if m == "scripted:oracle" and ok and not full[("scripted:naive", t, k)]
     )
     assert pair["only_b"] == only_oracle
     assert data["cost"]["scripted:oracle"]["infrastructure_errors"]["count"] == 0
@@ -172,7 +174,9 @@ def headless(chromium, tmp_path, *args):
         f"--user-data-dir={profile}",
         *args,
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=120, check=True, stdin=subprocess.DEVNULL
+    )
 
 
 def test_html_report_renders_in_headless_chromium_with_charts_drawn_and_an_episode_open(
@@ -182,7 +186,9 @@ def test_html_report_renders_in_headless_chromium_with_charts_drawn_and_an_episo
     assert main(["report", "--db", str(resili_db), "--html", str(page)]) == 0
     report = load_report(resili_db)
     faulted = next(
-        e for e in report.browser if any(ev.get("event") == "tool_call" and ev.get("fault") for ev in e["events"])
+        e
+        for e in report.browser
+        if any(ev.get("event") == "tool_call" and ev.get("fault") for ev in e["events"])
     )
     url = f"{page.as_uri()}#episode={quote(faulted['id'], safe='')}"
     dom = headless(chromium, tmp_path, "--virtual-time-budget=5000", "--dump-dom", url).stdout

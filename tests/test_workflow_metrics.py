@@ -1,3 +1,4 @@
+import itertools
 import json
 import math
 
@@ -29,12 +30,16 @@ from mcp_resili.workflow.model import WorkflowFileError
 
 def chain(labels, kind="tools", prefix="s"):
     steps = tuple(Step(id=f"{prefix}{i}", label=label) for i, label in enumerate(labels))
-    return WorkflowGraph(kind=kind, steps=steps, edges=tuple((a.id, b.id) for a, b in zip(steps, steps[1:])))
+    return WorkflowGraph(
+        kind=kind, steps=steps, edges=tuple((a.id, b.id) for a, b in itertools.pairwise(steps))
+    )
 
 
 def graph(labels, edges, kind="tools", prefix="s"):
     steps = tuple(Step(id=f"{prefix}{i}", label=label) for i, label in enumerate(labels))
-    return WorkflowGraph(kind=kind, steps=steps, edges=tuple((f"{prefix}{a}", f"{prefix}{b}") for a, b in edges))
+    return WorkflowGraph(
+        kind=kind, steps=steps, edges=tuple((f"{prefix}{a}", f"{prefix}{b}") for a, b in edges)
+    )
 
 
 def sequence(labels):
@@ -121,7 +126,7 @@ def test_perturbations_change_exactly_n_steps_and_are_seeded():
         assert len(perturb(gold, "compressed", alpha, 1).steps) == 10 - n
         described = perturb(gold, "description", alpha, 1)
         assert described.edges == gold.edges
-        assert sum(a.label != b.label for a, b in zip(described.steps, gold.steps)) == n
+        assert sum(a.label != b.label for a, b in zip(described.steps, gold.steps, strict=True)) == n
     assert perturb(gold, "compressed", 0.3, 7) == perturb(gold, "compressed", 0.3, 7)
     assert perturb(gold, "missing", 0.3, 7) != perturb(gold, "missing", 0.3, 8)
     with pytest.raises(PerturbationError):
@@ -187,7 +192,10 @@ def test_compare_reads_trace_files_and_perturb_writes_loadable_workflows(tmp_pat
     assert len(load_workflow(compressed).steps) == 3
     assert main(["compare", str(golden), str(compressed)]) == 1
     header = TraceHeader(suite="resilibench", task=None, episode="e", seed=0, fault_plan={}, fault_key="k")
-    events = [ToolCallEvent(episode="e", seq=i, tool=t, arguments={}, is_error=False) for i, t in enumerate("abcdef")]
+    events = [
+        ToolCallEvent(episode="e", seq=i, tool=t, arguments={}, is_error=False)
+        for i, t in enumerate("abcdef")
+    ]
     trace_file = tmp_path / "t.jsonl"
     trace_file.write_text(Trace(header=header, events=tuple(events)).to_jsonl())
     assert main(["compare", str(golden), str(trace_file)]) == 0

@@ -115,13 +115,17 @@ def outcomes_section(rows: Sequence[EpisodeRow]) -> ReportSection:
             for g in groups
         ),
     )
-    label = lambda g: f"{g.model} · {g.faults} · {g.variant}"  # noqa: E731
+    labels = [f"{g.model} · {g.faults} · {g.variant}" for g in groups]
     bars = bar_chart(
         "Full success rate with 95% interval",
-        [Bar(label(g), g.levels["full"].value, g.levels["full"].low, g.levels["full"].high) for g in groups],
+        [
+            Bar(name, g.levels["full"].value, g.levels["full"].low, g.levels["full"].high)
+            for name, g in zip(labels, groups, strict=True)
+        ],
     )
     stacked = stacked_levels(
-        "Outcome levels", [(label(g), {lv: g.levels[lv].value for lv in LEVELS}) for g in groups]
+        "Outcome levels",
+        [(name, {lv: g.levels[lv].value for lv in LEVELS}) for name, g in zip(labels, groups, strict=True)],
     )
     return ReportSection(
         id="outcomes",
@@ -179,7 +183,10 @@ def workflow_section(rows: Sequence[EpisodeRow], scores: dict[str, dict[str, flo
         TableBlock("Workflow metrics: mean (95% CI)", ("cell", "episodes", *METRICS), tuple(table_rows)),
     )
     if bars:
-        blocks = (*blocks, ChartBlock("chain f1", bar_chart("Chain F1 (mean, 95% interval)", bars, "#009E73")))
+        blocks = (
+            *blocks,
+            ChartBlock("chain f1", bar_chart("Chain F1 (mean, 95% interval)", bars, "#009E73")),
+        )
     return ReportSection(id="workflow", title="Workflow metrics", blocks=blocks, data=data)
 
 
@@ -200,8 +207,16 @@ def paired_section(rows: Sequence[EpisodeRow]) -> ReportSection:
         test = mcnemar_exact([(outcome[a][c], outcome[b][c]) for c in shared])
         data.append({"model_a": a, "model_b": b, **test.to_dict()})
         table_rows.append(
-            (a, b, str(len(shared)), str(test.both), str(test.only_a), str(test.only_b), str(test.neither),
-             f"{test.p_value:.4g}")
+            (
+                a,
+                b,
+                str(len(shared)),
+                str(test.both),
+                str(test.only_a),
+                str(test.only_b),
+                str(test.neither),
+                f"{test.p_value:.4g}",
+            )
         )
     return ReportSection(
         id="paired",
@@ -261,8 +276,15 @@ def cost_section(rows: Sequence[EpisodeRow]) -> ReportSection:
         blocks=(
             TableBlock(
                 "Per model",
-                ("model", "episodes", "input tokens", "output tokens", "tokens/episode", "infra errors % (95% CI)",
-                 "terminations"),
+                (
+                    "model",
+                    "episodes",
+                    "input tokens",
+                    "output tokens",
+                    "tokens/episode",
+                    "infra errors % (95% CI)",
+                    "terminations",
+                ),
                 tuple(table_rows),
             ),
             ChartBlock("infra", bar_chart("Infrastructure-error rate (95% interval)", bars, "#D55E00")),
@@ -312,7 +334,12 @@ def build_report(run: RunRow, rows: Sequence[EpisodeRow]) -> Report:
     """All sections of one run: generic ones first, then the suite's."""
     suite = _suite(run.suite)
     scores = workflow_scores(rows, suite)
-    sections = [outcomes_section(rows), workflow_section(rows, scores), paired_section(rows), cost_section(rows)]
+    sections = [
+        outcomes_section(rows),
+        workflow_section(rows, scores),
+        paired_section(rows),
+        cost_section(rows),
+    ]
     if suite is not None and suite.report_sections is not None:
         sections[1:1] = suite.report_sections(rows)
     browser = tuple(browser_entry(r, scores.get(r.episode_id)) for r in rows)

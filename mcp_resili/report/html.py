@@ -14,9 +14,13 @@ from html import escape
 from mcp_resili.report.build import Report
 from mcp_resili.report.section import ChartBlock, NoteBlock, TableBlock
 
+#: Nothing may load from anywhere: the page is complete as written.
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
+
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1180px;padding:16px 24px;color:#1b1b1b}
-h1{font-size:22px;margin:8px 0}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:28px}
+h1{font-size:22px;margin:8px 0}
+h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:28px}
 h3{font-size:14px;margin:14px 0 6px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
@@ -38,7 +42,8 @@ _JS = """
   const view = document.getElementById('episode');
   function el(tag, cls, text){const n=document.createElement(tag); if(cls) n.className=cls;
     if(text!==undefined) n.textContent=text; return n;}
-  function pre(value){return el('pre', null, typeof value === 'string' ? value : JSON.stringify(value, null, 1));}
+  function pre(value){
+    return el('pre', null, typeof value === 'string' ? value : JSON.stringify(value, null, 1));}
   function show(id){
     const ep = byId.get(id); if(!ep) return false;
     view.replaceChildren(); view.hidden = false; view.dataset.episode = id;
@@ -63,7 +68,8 @@ _JS = """
       } else if(ev.event === 'tool_call'){
         const cls = 'event call' + (ev.fault ? ' fault' : '') + (ev.is_error ? ' error' : '');
         box = el('div', cls);
-        box.append(el('b', null, '#' + ev.seq + ' ' + ev.tool + (ev.is_error ? ' ✗ ' + (ev.error_code || 'error') : ' ✓')));
+        const status = ev.is_error ? ' ✗ ' + (ev.error_code || 'error') : ' ✓';
+        box.append(el('b', null, '#' + ev.seq + ' ' + ev.tool + status));
         box.append(pre(ev.arguments));
         if(ev.fault){const f = el('div', 'injected'); f.append(el('b', null, 'injected fault: '));
           f.append(document.createTextNode(JSON.stringify(ev.fault))); box.append(f);}
@@ -72,7 +78,8 @@ _JS = """
       } else if(ev.event === 'finish'){
         box = el('div', 'event finish', 'finish: ' + ev.status + ' ' + (ev.summary || ''));
       } else if(ev.event === 'episode_end'){
-        box = el('div', 'event', 'end: ' + ev.termination + ' after ' + ev.turns + ' turns ' + (ev.detail || ''));
+        box = el('div', 'event',
+          'end: ' + ev.termination + ' after ' + ev.turns + ' turns ' + (ev.detail || ''));
       } else { box = el('div', 'event'); box.append(pre(ev)); }
       view.append(box);
     }
@@ -84,7 +91,8 @@ _JS = """
   }));
   const filter = document.getElementById('filter');
   filter.addEventListener('input', () => {const q = filter.value.toLowerCase();
-    document.querySelectorAll('tr.ep').forEach(r => {r.hidden = q && !r.textContent.toLowerCase().includes(q);});});
+    document.querySelectorAll('tr.ep').forEach(r => {
+      r.hidden = q && !r.textContent.toLowerCase().includes(q);});});
   function fromHash(){const m = location.hash.match(/^#episode=(.+)$/);
     if(m) show(decodeURIComponent(m[1]));}
   window.addEventListener('hashchange', fromHash); fromHash();
@@ -136,11 +144,12 @@ def render_html(report: Report) -> str:
     run = report.run
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<meta http-equiv="Content-Security-Policy" content="{_CSP}">
 <title>mcp-resili report {escape(run.id)}</title><style>{_CSS}</style></head>
 <body>
 <h1>mcp-resili report</h1>
-<p class="meta">run <b>{escape(run.id)}</b> · suite {escape(run.suite)} · seed {run.seed} · {escape(run.created_at)} ·
+<p class="meta">run <b>{escape(run.id)}</b> · suite {escape(run.suite)} · seed {run.seed} ·
+{escape(run.created_at)} ·
 {report.episodes} episodes</p>
 <nav>{nav} · <a href="#episodes">Episodes</a></nav>
 {"".join(parts)}

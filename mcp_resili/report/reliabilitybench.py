@@ -211,7 +211,8 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
                 *(
                     "—"
                     if p["value"] is None
-                    else f"{p['value']:.3f}" + (f" ({len(p['flagged_tasks'])}⚑)" if p["flagged_tasks"] else "")
+                    else f"{p['value']:.3f}"
+                    + (f" ({len(p['flagged_tasks'])}⚑)" if p["flagged_tasks"] else "")
                     for p in c["pass_k"]
                 ),
             )
@@ -238,8 +239,12 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
         blocks.append(
             ChartBlock(
                 f"surface {model}",
-                heatmap(f"{model}: R(k=1, ε, λ)", lambdas, epsilons, values, "fault rate λ", "perturbation ε"),
+                heatmap(
+                    f"{model}: R(k=1, ε, λ)", lambdas, epsilons, values, "fault rate λ", "perturbation ε"
+                ),
             )
         )
         blocks.append(NoteBlock(f"{model}: normalised surface volume {surface['volume']}"))
-    return [ReportSection(id="reliabilitybench", title="ReliabilityBench", blocks=tuple(blocks), data=summary)]
+    return [
+        ReportSection(id="reliabilitybench", title="ReliabilityBench", blocks=tuple(blocks), data=summary)
+    ]

@@ -37,11 +37,15 @@ def _levels_by(
     for name, members in sorted(groups.items()):
         scored = [r for r in members if r.label is not None]
         levels = {lv: rate(sum(1 for r in scored if r.label == lv), len(scored)).to_dict() for lv in LEVELS}
-        out.append((name, {"episodes": len(members), "infrastructure_errors": len(members) - len(scored), **levels}))
+        out.append(
+            (name, {"episodes": len(members), "infrastructure_errors": len(members) - len(scored), **levels})
+        )
     return out
 
 
-def _blocks(title: str, groups: list[tuple[str, dict[str, object]]], first: str) -> tuple[TableBlock, ChartBlock]:
+def _blocks(
+    title: str, groups: list[tuple[str, dict[str, object]]], first: str
+) -> tuple[TableBlock, ChartBlock]:
     table = TableBlock(
         title,
         (first, "episodes", *(f"{lv} % (95% CI)" for lv in LEVELS), "infra errors"),

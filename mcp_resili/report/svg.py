@@ -150,7 +150,9 @@ def line_chart(
 
     body = [_text(4, 14, title, size=12, extra='font-weight="bold"')]
     for tick in (0, 0.25, 0.5, 0.75, 1.0):
-        body.append(f'<line x1="{left}" y1="{py(tick):.1f}" x2="{left + plot_w}" y2="{py(tick):.1f}" stroke="#ddd"/>')
+        body.append(
+            f'<line x1="{left}" y1="{py(tick):.1f}" x2="{left + plot_w}" y2="{py(tick):.1f}" stroke="#ddd"/>'
+        )
         body.append(_text(left - 6, py(tick) + 4, f"{tick:.2f}", "end", 10))
     for x in xs:
         body.append(_text(px(x), top + plot_h + 14, f"{x:g}", "middle", 10))
@@ -159,7 +161,9 @@ def line_chart(
     for n, (name, points) in enumerate(sorted(series.items())):
         colour = PALETTE[n % len(PALETTE)]
         ordered = sorted(points)
-        path = " ".join(f"{'M' if i == 0 else 'L'}{px(x):.1f},{py(y):.1f}" for i, (x, y) in enumerate(ordered))
+        path = " ".join(
+            f"{'M' if i == 0 else 'L'}{px(x):.1f},{py(y):.1f}" for i, (x, y) in enumerate(ordered)
+        )
         if path:
             body.append(f'<path class="mark" d="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
         for x, y in ordered:

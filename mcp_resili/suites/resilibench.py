@@ -9,8 +9,8 @@ from mcp_resili.registry import resilibench_library
 from mcp_resili.report.resilibench import resilibench_sections
 from mcp_resili.report.section import ReportSection
 from mcp_resili.scoring.resilibench import score
-from mcp_resili.suites import Suite
 from mcp_resili.store import EpisodeRow
+from mcp_resili.suites import Suite
 from mcp_resili.tasks.model import Task
 from mcp_resili.tasks.resilibench import default_tasks
 from mcp_resili.tasks.resilibench.prompts import VARIANTS, render_prompt

@@ -65,7 +65,8 @@ def rules_with(overrides: Mapping[str, float]) -> tuple[AlertRule, ...]:
     if unknown:
         raise ValueError(f"unknown failure mode(s) {unknown}; choose from {sorted(known)}")
     return tuple(
-        AlertRule(r.failure_mode, r.metrics, overrides.get(r.failure_mode, r.threshold)) for r in DEFAULT_RULES
+        AlertRule(r.failure_mode, r.metrics, overrides.get(r.failure_mode, r.threshold))
+        for r in DEFAULT_RULES
     )
 
 
@@ -81,7 +82,5 @@ def compare(
             if metric not in METRICS:
                 raise ValueError(f"rule {rule.failure_mode} names unknown metric {metric!r}")
             if values[metric] < rule.threshold:
-                alerts.append(
-                    f"{rule.failure_mode}: {metric} = {values[metric]:.3f} < {rule.threshold:.2f}"
-                )
+                alerts.append(f"{rule.failure_mode}: {metric} = {values[metric]:.3f} < {rule.threshold:.2f}")
     return Verdict(scores=scores, alerts=tuple(alerts), rules=rules)

@@ -43,8 +43,40 @@ TEXT_MATCH_THRESHOLD = 0.5
 METRICS = ("chain_f1", "graph_f1", "kendall_tau", "bleu", "gleu")
 
 _STOPWORDS = frozenset(
-    "a an the of to in on at for from by with and or then it its this that these those into as is are be "
-    "all each any their your our".split()
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "from",
+        "by",
+        "with",
+        "and",
+        "or",
+        "then",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "into",
+        "as",
+        "is",
+        "are",
+        "be",
+        "all",
+        "each",
+        "any",
+        "their",
+        "your",
+        "our",
+    ]
 )
 _SUFFIXES = ("ing", "ed", "es", "s")
 
@@ -118,7 +150,7 @@ def f1(common: int, n_pred: int, n_gold: int) -> float:
 def _max_clique_size(nodes: Sequence[str], compatible: set[frozenset[str]]) -> int:
     graph: nx.Graph[str] = nx.Graph()
     graph.add_nodes_from(nodes)
-    graph.add_edges_from(tuple(pair) for pair in compatible)
+    graph.add_edges_from((a, b) for a, b in (sorted(pair) for pair in compatible))
     _, size = nx.max_weight_clique(graph, weight=None)
     return int(size)
 
@@ -158,7 +190,9 @@ def common_subgraph_size(pred: WorkflowGraph, gold: WorkflowGraph, matching: dic
             return (second, first) not in gold_edges
 
     else:
-        pred_edges = {(matching[a], matching[b]) for a, b in pred.structure if a in matching and b in matching}
+        pred_edges = {
+            (matching[a], matching[b]) for a, b in pred.structure if a in matching and b in matching
+        }
 
         def agree(a: str, b: str) -> bool:
             return ((a, b) in pred_edges) == ((a, b) in gold_edges) and ((b, a) in pred_edges) == (

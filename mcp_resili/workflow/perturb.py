@@ -85,7 +85,9 @@ def _rebuild(original: WorkflowGraph, graph: nx.DiGraph[str], labels: dict[str, 
     return WorkflowGraph(
         kind=original.kind,
         steps=tuple(Step(id=i, label=labels[i]) for i in order),
-        edges=None if original.is_sequence else tuple(sorted(graph.edges, key=lambda e: (order.index(e[0]), order.index(e[1])))),
+        edges=None
+        if original.is_sequence
+        else tuple(sorted(graph.edges, key=lambda e: (order.index(e[0]), order.index(e[1])))),
     )
 
 
@@ -116,7 +118,10 @@ def compressed_steps(workflow: WorkflowGraph, alpha: float, rng: random.Random) 
             raise PerturbationError("no edge left to compress")
         u, v = rng.choice(candidates)
         labels[u] = f"{labels[u]}{joiner}{labels[v]}"
-        graph = nx.contracted_nodes(graph, u, v, self_loops=False, copy=True)
+        # Contract by hand (nx.contracted_nodes is typed as returning an undirected Graph).
+        graph.add_edges_from((p, u) for p in graph.predecessors(v) if p != u)
+        graph.add_edges_from((u, s) for s in graph.successors(v) if s != u)
+        graph.remove_node(v)
     return _rebuild(workflow, graph, labels)
 
 

@@ -144,6 +144,13 @@ def _parser() -> argparse.ArgumentParser:
     perturb.add_argument("--type", choices=("missing", "compressed", "description"), required=True)
     perturb.add_argument("--level", type=float, default=0.3, help="α: 0.1, 0.3 or 0.5 (any value in (0, 1))")
     perturb.add_argument("--seed", type=int, default=0)
+
+    calibrate = sub.add_parser(
+        "calibrate", help="each workflow metric's mean per perturbation and level, and its sensitivity Δ"
+    )
+    calibrate.add_argument("workflows", nargs="*", type=Path, help="golden workflow files (JSON or trace)")
+    calibrate.add_argument("--suite", help="use every task's golden DAG of this suite instead")
+    calibrate.add_argument("--seed", type=int, default=0)
     return parser
 
 
@@ -398,6 +405,24 @@ def _perturb(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    from mcp_resili.suites import get_suite
+    from mcp_resili.workflow import load_workflow, sensitivity, workflow_from_task
+
+    if bool(args.suite) == bool(args.workflows):
+        raise UserError("give golden workflow files or --suite NAME (one of the two)")
+    if args.suite:
+        goldens = [workflow_from_task(t) for t in get_suite(args.suite).tasks]
+    else:
+        goldens = [load_workflow(path) for path in args.workflows]
+    print(
+        json.dumps(
+            {"workflows": len(goldens), "seed": args.seed, **sensitivity(goldens, args.seed)}, indent=2
+        )
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -414,6 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report": _report,
         "compare": _compare,
         "perturb": _perturb,
+        "calibrate": _calibrate,
     }
     try:
         if args.command == "tasks":

@@ -1,6 +1,9 @@
 import itertools
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -213,3 +216,37 @@ def test_compare_rejects_bad_files_and_thresholds_with_exit_two(tmp_path, capsys
         load_workflow(tmp_path / "missing.json")
     text = write(tmp_path / "t.json", chain(["a", "b"], kind="text"))
     assert main(["compare", str(golden), str(text)]) == 2
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "workflows"
+
+
+def test_compare_as_a_ci_step_on_the_example_golden(tmp_path):
+    golden = EXAMPLES / "golden.json"
+
+    def cli(*argv):
+        return subprocess.run(
+            [sys.executable, "-m", "mcp_resili", *argv], capture_output=True, text=True, timeout=60
+        )
+
+    assert cli("compare", str(golden), str(golden)).returncode == 0
+    variant = cli("perturb", str(golden), "--type", "missing", "--level", "0.3", "--seed", "5")
+    assert variant.returncode == 0
+    missing = tmp_path / "missing.json"
+    missing.write_text(variant.stdout)
+    assert len(load_workflow(missing).steps) == 7
+    gated = cli("compare", str(golden), str(missing))
+    assert gated.returncode == 1 and "ALERT" in gated.stdout
+
+
+def test_calibrate_reports_means_and_delta_per_perturbation(capsys):
+    assert main(["calibrate", str(EXAMPLES / "golden.json"), str(EXAMPLES / "tools.json")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["workflows"] == 2
+    assert result["missing"]["delta"]["chain_f1"] > 0
+    # Only the text workflow can have its descriptions reworded.
+    assert result["description"]["workflows"] == {"0.1": 1, "0.3": 1, "0.5": 1}
+    assert (
+        result["description"]["means"]["0.1"]["chain_f1"] >= result["description"]["means"]["0.5"]["chain_f1"]
+    )
+    assert main(["calibrate"]) == 2

@@ -132,6 +132,8 @@ def paraphrase(text: str, rng: random.Random) -> str:
         core = word.strip(".,;:!?").lower()
         if core in SYNONYMS:
             replacement = rng.choice(SYNONYMS[core])
+            if word[:1].isupper():
+                replacement = replacement[:1].upper() + replacement[1:]
             out.append(word.lower().replace(core, replacement))
             changed = True
         else:

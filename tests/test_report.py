@@ -211,3 +211,70 @@ def test_html_report_renders_in_headless_chromium_with_charts_drawn_and_an_episo
     # The bar charts' fills (Okabe–Ito blue and green) are on screen: the SVG was drawn.
     assert sum(1 for p in pixels if p == (0x00, 0x72, 0xB2)) > 500
     assert sum(1 for p in pixels if p == (0x00, 0x9E, 0x73)) > 500
+
+
+def synthetic_trace(episode, result_text):
+    from mcp_resili.trace import ToolCallEvent, Trace, TraceHeader
+
+    header = TraceHeader(
+        suite="elsewhere", task="t1", episode=episode, seed=0, fault_plan={}, fault_key="t1/0"
+    )
+    call = ToolCallEvent(
+        episode=episode, seq=0, tool="lookup", arguments={}, is_error=False, result={"text": result_text}
+    )
+    return Trace(header=header, events=(call,)).to_jsonl()
+
+
+HOSTILE = "</script><script>document.title='pwned'</script><b>bold</b>"
+
+
+def hostile_db(tmp_path):
+    """A run of a suite with no report hook: one valid episode and one infrastructure error."""
+    from mcp_resili.store import EpisodeRow
+
+    db = tmp_path / "s.db"
+    store = Store(db)
+    store.add_run("run1", "2026-01-01T00:00:00", "elsewhere", 0, {})
+    hostile = HOSTILE
+    for model, label in (("m1", "full"), ("m2", None)):
+        store.add_episode(
+            EpisodeRow(
+                run_id="run1",
+                episode_id=f"run1/{model}/t1/0",
+                model=model,
+                faults="none",
+                variant="baseline",
+                task_id="t1",
+                trial=0,
+                termination="completed" if label else "infrastructure_error",
+                label=label,
+                value=1.0 if label else None,
+                score={"reasons": [hostile], "components": {}} if label else None,
+                trace=synthetic_trace(f"run1/{model}/t1/0", hostile),
+            )
+        )
+    store.close()
+    return db
+
+
+def test_a_suite_without_a_hook_gets_generic_sections_and_hostile_text_stays_data(tmp_path):
+    hostile = HOSTILE
+    report = load_report(hostile_db(tmp_path), "run1")
+    assert [s.id for s in report.sections] == ["outcomes", "workflow", "paired", "cost"]
+    assert report.to_dict()["sections"]["cost"]["m2"]["infrastructure_errors"]["count"] == 1
+    assert report.to_dict()["sections"]["paired"]["pairs"] == []  # m2 has no valid outcome to pair
+    html = render_html(report)
+    assert hostile not in html and "<b>bold</b>" not in html
+    data = html.split('id="episode-data">', 1)[1].split("</script>", 1)[0]
+    episodes = json.loads(data)
+    assert episodes[0]["reasons"] == [hostile]
+
+
+def test_hostile_episode_text_is_shown_not_run_in_chromium(tmp_path, chromium):
+    page = tmp_path / "hostile.html"
+    assert main(["report", "run1", "--db", str(hostile_db(tmp_path)), "--html", str(page)]) == 0
+    url = f"{page.as_uri()}#episode={quote('run1/m1/t1/0', safe='')}"
+    dom = headless(chromium, tmp_path, "--virtual-time-budget=5000", "--dump-dom", url).stdout
+    assert "pwned" not in dom.split("</title>", 1)[0]
+    view = dom.split('<div id="episode"', 1)[1].split("</div>\n<table>", 1)[0]
+    assert "&lt;/script&gt;&lt;script&gt;document.title" in view

@@ -69,9 +69,10 @@ def test_resilibench_report_has_levels_workflow_metrics_pairs_and_cost(resili_db
     low, high = groups["scripted:naive"]["levels"]["full"]["ci95"]
     assert 0 <= low <= groups["scripted:naive"]["levels"]["full"]["rate"] <= high <= 1
     assert data["resilibench"]["by_task_type"]
-    oracle_wf = data["workflow"]["scripted:oracle · resilibench · baseline"]
+    assert len(data["workflow"]["episodes"]) == 24  # every scored episode has workflow metrics
+    oracle_wf = data["workflow"]["cells"]["scripted:oracle · resilibench · baseline"]
     assert oracle_wf["chain_f1"]["mean"] == 1.0
-    naive_wf = data["workflow"]["scripted:naive · resilibench · baseline"]
+    naive_wf = data["workflow"]["cells"]["scripted:naive · resilibench · baseline"]
     assert naive_wf["chain_f1"]["mean"] < 1.0
     (pair,) = data["paired"]["pairs"]
     assert pair["pairs"] == 12
@@ -201,6 +202,8 @@ def test_html_report_renders_in_headless_chromium_with_charts_drawn_and_an_episo
     body = opened.group(2)
     assert "injected fault" in body and "Judge reasons" in body
     assert body.count('class="event call') == sum(1 for ev in faulted["events"] if ev["event"] == "tool_call")
+    turns = sum(1 for ev in faulted["events"] if ev["event"] == "model_turn")
+    assert turns > 0 and body.count('class="event turn"') == turns
 
     shot = tmp_path / "shot.png"
     headless(chromium, tmp_path, "--window-size=1000,1400", f"--screenshot={shot}", page.as_uri())
@@ -278,3 +281,13 @@ def test_hostile_episode_text_is_shown_not_run_in_chromium(tmp_path, chromium):
     assert "pwned" not in dom.split("</title>", 1)[0]
     view = dom.split('<div id="episode"', 1)[1].split("</div>\n<table>", 1)[0]
     assert "&lt;/script&gt;&lt;script&gt;document.title" in view
+
+
+def test_reliabilitybench_page_draws_the_surface_heatmap_in_chromium(reliability_db, tmp_path, chromium):
+    page = tmp_path / "rel.html"
+    assert main(["report", "--db", str(reliability_db), "--html", str(page)]) == 0
+    dom = headless(chromium, tmp_path, "--virtual-time-budget=3000", "--dump-dom", page.as_uri()).stdout
+    heat = dom.split('data-chart="heatmap"', 1)[1].split("</svg>", 1)[0]
+    assert heat.count('class="mark"') == 4
+    curves = dom.split('data-chart="lines"', 1)[1].split("</svg>", 1)[0]
+    assert "<path" in curves

@@ -187,7 +187,9 @@ def workflow_section(rows: Sequence[EpisodeRow], scores: dict[str, dict[str, flo
             *blocks,
             ChartBlock("chain f1", bar_chart("Chain F1 (mean, 95% interval)", bars, "#009E73")),
         )
-    return ReportSection(id="workflow", title="Workflow metrics", blocks=blocks, data=data)
+    return ReportSection(
+        id="workflow", title="Workflow metrics", blocks=blocks, data={"cells": data, "episodes": scores}
+    )
 
 
 def paired_section(rows: Sequence[EpisodeRow]) -> ReportSection:
@@ -309,8 +311,12 @@ def browser_entry(row: EpisodeRow, scores: dict[str, float | int] | None) -> dic
         except json.JSONDecodeError:
             events.append({"event": "unreadable", "text": line[:200]})
             continue
-        if event.get("event") == "tool_call" and "result" in event:
-            event["result"] = _truncate(event["result"])
+        # Results and arguments can be whole documents; the browser shows the start of each.
+        if event.get("event") == "tool_call":
+            event["arguments"] = _truncate(event.get("arguments"))
+            event["result"] = _truncate(event.get("result"))
+        elif event.get("event") == "model_turn":
+            event["tool_calls"] = [_truncate(call) for call in event.get("tool_calls", [])]
         events.append(event)
     score = row.score or {}
     return {

@@ -83,6 +83,7 @@ _JS = """
       } else { box = el('div', 'event'); box.append(pre(ev)); }
       view.append(box);
     }
+    view.scrollIntoView();
     return true;
   }
   document.querySelectorAll('tr.ep').forEach(row => row.addEventListener('click', () => {

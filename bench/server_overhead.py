@@ -3,7 +3,7 @@
 Usage::
 
     python bench/server_overhead.py [--calls N] [--rounds R] [--warmup W] [--chunk C]
-                                    [--projection] [--write-docs] [--profile]
+                                    [--write-docs] [--profile]
 
 Both servers are measured in the same run, in interleaved rounds, so machine drift hits them
 alike. Two transports:
@@ -23,9 +23,8 @@ that load from other processes hits them alike; the reported µs/call is the med
 the round's mean; the ratio is median(ours) / median(bare). CPU time (this process plus the server
 subprocess) is reported next to wall clock: it is much less disturbed by a busy machine.
 ``--write-docs`` rewrites the section between the server-overhead markers in docs/benchmarks.md;
-``--profile`` runs cProfile over ResiliServer's in-memory loop and prints where the time goes;
-``--projection`` adds an in-memory row with ``ToolLibrary.simulate``'s output check precompiled
-(see `precompiled_output_check`).
+``--profile`` runs a differential cProfile (ResiliServer vs the bare server, in memory) and prints
+where the extra time goes.
 """
 
 from __future__ import annotations
@@ -43,20 +42,18 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
-import jsonschema
 from mcp import Client, StdioServerParameters
 
 import mcp_resili
 from mcp_resili import META_EPISODE
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry import ToolLibrary, resilibench_library
+from mcp_resili.registry import resilibench_library
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites import get_suite
 
@@ -67,7 +64,6 @@ START_MARKER = "<!-- server-overhead:start -->"
 END_MARKER = "<!-- server-overhead:end -->"
 TARGET_RATIO = 1.15
 EPISODE_EVERY = 50
-PROJECTION_MODE = "in-memory, output check precompiled (projection)"
 
 sys.path.insert(0, str(BENCH_DIR))
 from bare_server import build_bare_server  # noqa: E402
@@ -275,37 +271,7 @@ async def measure(
         return ModeResult(mode, variants)
 
 
-@contextmanager
-def precompiled_output_check() -> Iterator[None]:
-    """Projection: ``ToolLibrary.simulate`` with one compiled output validator per tool, in this process.
-
-    ``simulate`` calls ``jsonschema.validate(result, schema)``, which checks the schema against its
-    meta-schema and builds a new validator on every call; that dominates the per-call cost of BOTH
-    servers and so hides the pipeline's own cost in the ratio. This patch (same checks, validator
-    built once) shows the ratio once that shared cost is fixed. Nothing outside this process changes.
-    """
-    original = ToolLibrary.simulate
-    validators: dict[tuple[int, str], Any] = {}
-
-    def simulate(self: ToolLibrary, name: str, arguments: Any, state: dict[str, Any]) -> dict[str, Any]:
-        result = self.simulators[name](arguments, state)
-        key = (id(self), name)
-        validator = validators.get(key)
-        if validator is None:
-            schema = self.spec(name).output_schema
-            validator = validators[key] = jsonschema.Draft202012Validator(schema) if schema else False
-        if validator:
-            validator.validate(result)
-        return result
-
-    ToolLibrary.simulate = simulate  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        ToolLibrary.simulate = original  # type: ignore[method-assign]
-
-
-async def run_all(calls: int, rounds: int, warmup: int, chunk: int, projection: bool) -> list[ModeResult]:
+async def run_all(calls: int, rounds: int, warmup: int, chunk: int) -> list[ModeResult]:
     results = []
     t0 = time.perf_counter()
     results.append(
@@ -335,20 +301,6 @@ async def run_all(calls: int, rounds: int, warmup: int, chunk: int, projection: 
         )
     )
     print(f"stdio done in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
-    if projection:
-        t0 = time.perf_counter()
-        with precompiled_output_check():
-            results.append(
-                await measure(
-                    PROJECTION_MODE,
-                    {"bare": build_bare_server(), "ours": ours_server("none").mcp},
-                    calls=calls,
-                    rounds=rounds,
-                    warmup=warmup,
-                    chunk=chunk,
-                )
-            )
-        print(f"projection done in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     return results
 
 
@@ -479,8 +431,7 @@ def docs_section(results: list[ModeResult], args: argparse.Namespace) -> str:
         f"- Machine: {machine}; load average (1/5/15 min) at start: {load}",
         *([f"- Revision: {revision}"] if revision else []),
         f"- Command: `python bench/server_overhead.py --calls {args.calls} --rounds {args.rounds} "
-        f"--warmup {args.warmup} --chunk {args.chunk}"
-        f"{' --projection' if args.projection else ''} --write-docs`",
+        f"--warmup {args.warmup} --chunk {args.chunk} --write-docs`",
         f"- Workload: `{READER}` then `{PARSER}` on its data, repeated, after {args.warmup} warm-up",
         f"  calls per server. {args.rounds} rounds of {args.calls} calls per server; within a round the",
         f"  servers take turns every {args.chunk} calls.",
@@ -505,20 +456,6 @@ def docs_section(results: list[ModeResult], args: argparse.Namespace) -> str:
         "The bare server lists 30 tools, ours 31 (plus `finish`). Timings come from one run; on a",
         "shared machine expect several percent of run-to-run noise in the wall-clock ratios.",
     ]
-    projection = next((r for r in results if r.mode == PROJECTION_MODE), None)
-    if projection is not None:
-        extra_us = projection.variants["ours"].median_cpu_us - projection.variants["bare"].median_cpu_us
-        lines += [
-            "",
-            "**Projection row.** Most of each call in *both* servers is the output check in",
-            "`ToolLibrary.simulate`: `jsonschema.validate(result, schema)` re-checks the schema against its",
-            "meta-schema and builds a new validator on every call. That shared cost makes the ratio look",
-            "small. The projection row re-runs the in-memory pair with that check done by one compiled",
-            "validator per tool (patched in the benchmark process only, same checks): the pipeline's own",
-            f"cost, about {extra_us:.0f} µs of CPU per call here, is then "
-            f"{projection.cpu_ratio('ours'):.2f}× the bare server (CPU ratio)"
-            f"{' and above the target' if projection.cpu_ratio('ours') > TARGET_RATIO else ''}.",
-        ]
     lines.append(END_MARKER)
     return "\n".join(lines)
 
@@ -550,29 +487,64 @@ def write_docs(section: str) -> None:
 # --- profiling -------------------------------------------------------------------------------------
 
 
-async def _profile_loop(calls: int, warmup: int) -> cProfile.Profile:
-    async with Client(ours_server("none").mcp) as client:
-        variant = Variant("ours", client)
+async def _profile_loop(server: Any, name: str, calls: int, warmup: int) -> pstats.Stats:
+    async with Client(server) as client:
+        variant = Variant(name, client)
         await variant.run(warmup)
         profiler = cProfile.Profile()
         profiler.enable()
         await variant.run(calls)
         profiler.disable()
-    return profiler
+    return pstats.Stats(profiler, stream=io.StringIO())
+
+
+def _per_function(stats: pstats.Stats) -> dict[tuple[str, int, str], tuple[int, float, float]]:
+    """(file, line, function) -> (calls, own seconds, cumulative seconds), file relative where possible."""
+    out = {}
+    for (file, line, func), (_cc, ncalls, own, cum, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        file = file.split("site-packages/")[-1].replace(str(REPO_ROOT) + "/", "")
+        out[(file, line, func)] = (ncalls, own, cum)
+    return out
 
 
 def profile(calls: int, warmup: int) -> None:
-    out = io.StringIO()
-    stats = pstats.Stats(anyio.run(_profile_loop, calls, warmup), stream=out)
-    stats.sort_stats("cumulative")
-    print(f"\ncProfile of {calls} in-memory calls to ResiliServer (mcp_resili functions, by cumulative):")
-    stats.print_stats("mcp_resili", 30)
-    print(out.getvalue())
-    out.seek(0)
-    out.truncate()
-    print("all functions, by own time:")
-    stats.sort_stats("tottime").print_stats(30)
-    print(out.getvalue())
+    """Differential cProfile, in memory: where ResiliServer spends time that the bare server does not.
+
+    Absolute numbers are inflated by the profiler (jsonschema and pydantic make many small calls);
+    compare the rows with each other.
+    """
+
+    async def both() -> tuple[pstats.Stats, pstats.Stats]:
+        bare = await _profile_loop(build_bare_server(), "bare", calls, warmup)
+        ours = await _profile_loop(ours_server("none").mcp, "ours", calls, warmup)
+        return bare, ours
+
+    bare_stats, ours_stats = anyio.run(both)
+    bare, ours = _per_function(bare_stats), _per_function(ours_stats)
+    zero = (0, 0.0, 0.0)
+    total_bare = bare_stats.total_tt / calls * 1e6  # type: ignore[attr-defined]
+    total_ours = ours_stats.total_tt / calls * 1e6  # type: ignore[attr-defined]
+    print(
+        f"\ncProfile, {calls} in-memory calls each: bare {total_bare:.0f}, ours {total_ours:.0f} µs/call "
+        "(profiled)"
+    )
+    print("\nmcp_resili functions under ResiliServer, cumulative µs/call (profiled):")
+    mine = sorted(((v[2], k, v) for k, v in ours.items() if k[0].startswith("mcp_resili")), reverse=True)
+    for cum, (file, line, func), (ncalls, own, _) in mine[:25]:
+        print(
+            f"  cum {cum / calls * 1e6:8.1f}  own {own / calls * 1e6:7.1f}  calls/call {ncalls / calls:5.1f}"
+            f"  {file}:{line}({func})"
+        )
+    print("\nlargest increases of own time, ours - bare, µs/call (profiled):")
+    diffs = sorted(
+        ((ours.get(k, zero)[1] - bare.get(k, zero)[1], k) for k in set(ours) | set(bare)), reverse=True
+    )
+    for delta, (file, line, func) in diffs[:25]:
+        n_ours, n_bare = ours.get((file, line, func), zero)[0], bare.get((file, line, func), zero)[0]
+        print(
+            f"  {delta / calls * 1e6:7.1f}  calls/call {n_ours / calls:5.1f} vs {n_bare / calls:5.1f}"
+            f"  {file}:{line}({func})"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -586,13 +558,10 @@ def main(argv: list[str] | None = None) -> int:
         default=20,
         help="calls per turn when servers alternate within a round (default 20)",
     )
-    parser.add_argument(
-        "--projection",
-        action="store_true",
-        help="also measure in memory with simulate()'s output check precompiled (see docs)",
-    )
     parser.add_argument("--write-docs", action="store_true", help=f"rewrite the section in {DOCS_FILE}")
-    parser.add_argument("--profile", action="store_true", help="also cProfile ResiliServer's in-memory loop")
+    parser.add_argument(
+        "--profile", action="store_true", help="also a differential cProfile, ours vs bare, in memory"
+    )
     args = parser.parse_args(argv)
     if args.calls < 2 or args.rounds < 1 or args.warmup < 0 or args.chunk < 1:
         parser.error("need --calls >= 2, --rounds >= 1, --warmup >= 0, --chunk >= 1")
@@ -600,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     # Load when the run started: other processes skew wall-clock timings.
     args.load = os.getloadavg() if hasattr(os, "getloadavg") else ()
     started = time.perf_counter()
-    results = anyio.run(run_all, args.calls, args.rounds, args.warmup, args.chunk, args.projection)
+    results = anyio.run(run_all, args.calls, args.rounds, args.warmup, args.chunk)
     print_report(results)
     ratio = next(r for r in results if r.mode == "in-memory").ratio("ours")
     cpu_ratio = next(r for r in results if r.mode == "in-memory").cpu_ratio("ours")
@@ -613,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_docs:
         write_docs(docs_section(results, args))
     if args.profile:
-        profile(args.calls * args.rounds, args.warmup)
+        profile(min(args.calls * args.rounds, 2000), args.warmup)
     return 0
 
 

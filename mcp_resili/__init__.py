@@ -7,3 +7,6 @@ META_EPISODE = "mcp-resili/episode"
 META_TASK = "mcp-resili/task"
 #: Key of the ``_meta`` entry our server attaches to every tool result: the recorded trace event.
 META_EVENT = "mcp-resili/event"
+#: Discovery tools (``search_tools``, ``tool_info``): never faulted, never scored, not counted by the
+#: termination rules.
+DISCOVERY_TOOLS = ("search_tools", "tool_info")

@@ -16,7 +16,12 @@ from mcp_resili import __version__
 from mcp_resili.client.model import ARCHITECTURES
 from mcp_resili.clients import CLIENTS
 from mcp_resili.errors import UserError
+from mcp_resili.report.summary import BREAKDOWN_KEYS
 from mcp_resili.suites import DEFAULT_SUITE, suite_names
+
+
+class UnknownRunError(UserError, LookupError):
+    """A run id (or results database) that does not exist."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,8 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--task", help="task bound to episodes that do not name one (e.g. a person's session)")
     serve.add_argument(
         "--faults",
-        help="none | resilibench[:key=value,...] | lambda=0.0|0.1|0.2|0.3 | PATH.toml|.json "
-        "(default: the suite's)",
+        help="none | resilibench[:key=value,...] | lambda=0.0|0.1|0.2|0.3 | toolmaze:NP|P1..P4 | "
+        "PATH.toml|.json (default: the suite's)",
     )
     serve.add_argument("--seed", type=int, default=0, help="fault seed for episodes that do not send one")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
@@ -52,13 +57,26 @@ def _parser() -> argparse.ArgumentParser:
         help="repeatable; default: scripted:oracle scripted:naive",
     )
     run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
-    run.add_argument("--variant", default="baseline", help="prompt variant")
+    run.add_argument(
+        "--variant",
+        action="append",
+        dest="variants",
+        metavar="VARIANT",
+        help="repeatable prompt variant: baseline | cot | optimal | flawed:TYPE[:SEVERITY[:METHOD]] "
+        "(resilibench); default: baseline",
+    )
+    run.add_argument(
+        "--by",
+        action="append",
+        choices=BREAKDOWN_KEYS,
+        default=[],
+        help="repeatable: also break the summary down by this key",
+    )
     run.add_argument(
         "--perturb",
         action="append",
         metavar="VARIANT",
-        help="repeatable; prompt variants to sweep, e.g. eps=0 eps=0.1 (reliabilitybench); "
-        "overrides --variant",
+        help="repeatable; perturbation levels to sweep, e.g. eps=0 eps=0.1 (reliabilitybench)",
     )
     run.add_argument(
         "--architecture",
@@ -73,7 +91,13 @@ def _parser() -> argparse.ArgumentParser:
         help="multiply injected delays (latency faults) of the in-process server; 0 = no waiting",
     )
     run.add_argument("--trials", type=int, default=3)
-    run.add_argument("--limit", type=int, help="use the first N tasks")
+    run.add_argument(
+        "--limit", type=int, help="use the first N tasks of the suite's full list (default: its default set)"
+    )
+    run.add_argument(
+        "--max-turns", type=int, help="turn budget of every episode (default: each task's; the paper used 10)"
+    )
+    run.add_argument("--all-tasks", action="store_true", help="use every task of the suite's full list")
     run.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable; run only these")
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--seed", type=int, default=0)
@@ -113,13 +137,24 @@ def _parser() -> argparse.ArgumentParser:
     listing = tasks_sub.add_parser("list", help="list a suite's tasks")
     listing.add_argument("--suite", default=DEFAULT_SUITE)
     listing.add_argument("--json", action="store_true", help="a JSON list of task objects")
+    stats = tasks_sub.add_parser("stats", help="per-level statistics (length, valid paths, groups, domains)")
+    stats.add_argument("--suite", default=DEFAULT_SUITE)
+    stats.add_argument("--json", action="store_true", help="a JSON list, one object per level")
 
     score = sub.add_parser("score", help="score a trace file written by `serve --trace-dir` or the runner")
     score.add_argument("trace", type=Path)
     score.add_argument("--task", help="task id, when the trace header has none")
     report = sub.add_parser("report", help="tables, JSON or a self-contained HTML page of a stored run")
     report.add_argument("run", nargs="?", help="run id (default: the latest run in the database)")
+    report.add_argument("--run", dest="run_option", metavar="RUN", help="the same, as an option")
     report.add_argument("--db", type=Path, default=Path("mcp-resili.db"))
+    report.add_argument(
+        "--by",
+        action="append",
+        choices=BREAKDOWN_KEYS,
+        default=[],
+        help="also break the outcome table down by this key (repeatable)",
+    )
     report.add_argument("--json", action="store_true", help="print every section's data as JSON")
     report.add_argument("--html", type=Path, metavar="PATH", help="write the HTML report here")
 
@@ -169,6 +204,13 @@ def _serve(args: argparse.Namespace) -> int:
     server = ResiliServer(
         suite, plan, seed=args.seed, task=args.task, trace_dir=args.trace_dir, time_scale=args.time_scale
     )
+    if getattr(plan, "kind", None) == "toolmaze" and args.task is None:
+        # Its faults live in the task's profile: episodes that name no task see none.
+        print(
+            "mcp-resili: note: toolmaze faults fire only in episodes bound to a task "
+            "(--task ID, or the runner's _meta)",
+            file=sys.stderr,
+        )
     try:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)
@@ -236,7 +278,8 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mcp_resili.client.runner import DEFAULT_MODELS, RunConfig, execute
+    from mcp_resili.client.providers import DEFAULT_MODELS
+    from mcp_resili.client.runner import RunConfig, execute
     from mcp_resili.report import summarize, summary_table
     from mcp_resili.suites import get_suite
 
@@ -244,10 +287,12 @@ def _run(args: argparse.Namespace) -> int:
         suite=args.suite,
         models=tuple(args.models or DEFAULT_MODELS),
         faults=tuple(args.faults or ()),
-        variant=args.variant,
+        variants=tuple(args.variants or ()),
         trials=args.trials,
         limit=args.limit,
         tasks=tuple(args.tasks or ()),
+        all_tasks=args.all_tasks,
+        max_turns=args.max_turns,
         concurrency=args.concurrency,
         seed=args.seed,
         server=args.server,
@@ -275,7 +320,7 @@ def _run(args: argparse.Namespace) -> int:
                 on_episode=lambda _row: progress.advance(bar),
             )
         )
-    summaries = summarize(result.rows)
+    summaries = summarize(result.rows, args.by, _task_info(config.suite) if args.by else None)
     suite = get_suite(config.suite)
     suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
     if args.json:
@@ -293,7 +338,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         out = Console()
         if not out.is_terminal:
-            out = Console(width=140)
+            out = Console(width=200)
         out.print(summary_table(result.run_id, summaries))
         if suite_summary is not None and suite.summary_table is not None:
             out.print(suite.summary_table(suite_summary))
@@ -303,22 +348,27 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _tasks_list(args: argparse.Namespace) -> int:
-
+    from pydantic import TypeAdapter
     from rich.console import Console
     from rich.table import Table
 
     from mcp_resili.suites import get_suite
+    from mcp_resili.tasks.model import Task
 
     suite = get_suite(args.suite)
     if args.json:
-        listing = []
-        for t in suite.tasks:
-            item = t.model_dump(mode="json")
-            if "domain" in t.metadata:  # suites with domains keep them in metadata; show them up front
-                item = {"domain": t.metadata["domain"], **item}
-            listing.append(item)
-        json.dump(listing, sys.stdout)
-        sys.stdout.write("\n")
+        if any("domain" in t.metadata for t in suite.tasks):
+            # Suites with domains keep them in metadata; show them up front.
+            listing = [{"domain": t.metadata.get("domain"), **t.model_dump(mode="json")} for t in suite.tasks]
+            json.dump(listing, sys.stdout)
+            sys.stdout.write("\n")
+            return 0
+        # One pydantic serialisation of the whole list: the full ResiliBench suite has 5,040 tasks.
+        sys.stdout.flush()
+        sys.stdout.buffer.write(
+            TypeAdapter(list[Task]).dump_json(list(suite.tasks), serialize_as_any=True) + b"\n"
+        )
+        sys.stdout.buffer.flush()
         return 0
     table = Table(title=f"{suite.name}: {len(suite.tasks)} tasks", title_justify="left")
     for column in ("id", "type", "complexity", "tools", "description"):
@@ -326,6 +376,50 @@ def _tasks_list(args: argparse.Namespace) -> int:
     for t in suite.tasks:
         table.add_row(t.id, t.task_type, t.complexity, str(len(t.required_tools)), t.description[:70])
     Console().print(table)
+    return 0
+
+
+def _task_info(suite_name: str) -> Callable[[str], dict[str, str]]:
+    from mcp_resili.suites import UnknownTaskError, get_suite
+
+    suite = get_suite(suite_name)
+
+    def info(task_id: str) -> dict[str, str]:
+        try:
+            task = suite.task(task_id)
+        except UnknownTaskError:
+            return {}
+        return {"task_type": task.task_type, "complexity": task.complexity}
+
+    return info
+
+
+def _tasks_stats(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from mcp_resili.suites import get_suite
+    from mcp_resili.tasks.stats import level_statistics
+
+    rows = level_statistics(get_suite(args.suite).tasks)
+    if args.json:
+        json.dump([r.to_dict() for r in rows], sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    table = Table(title=f"{args.suite}: task statistics per level", title_justify="left")
+    for column in ("level", "tasks", "mean length", "min/max", "valid paths", "groups", "domains"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r.level,
+            str(r.tasks),
+            f"{r.mean_length:.2f}",
+            f"{r.min_length}/{r.max_length}",
+            f"{r.mean_valid_paths:g}",
+            " ".join(f"{k}={v}" for k, v in r.group_kinds.items()) or "-",
+            " ".join(f"{k}={v}" for k, v in r.domains.items()),
+        )
+    Console(width=160).print(table)
     return 0
 
 
@@ -350,7 +444,8 @@ def _report(args: argparse.Namespace) -> int:
     from mcp_resili.report.html import render_html
     from mcp_resili.report.terminal import section_tables
 
-    report = load_report(args.db, args.run)
+    run_id = args.run or args.run_option
+    report = load_report(args.db, run_id, by=args.by)
     if args.html is not None:
         args.html.write_text(render_html(report), encoding="utf-8")
         print(f"wrote {args.html}", file=sys.stderr)
@@ -443,7 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         if args.command == "tasks":
-            return _tasks_list(args)
+            return _tasks_stats(args) if args.tasks_command == "stats" else _tasks_list(args)
         return handlers[args.command](args)
     except UserError as exc:
         print(f"mcp-resili: error: {exc}", file=sys.stderr)

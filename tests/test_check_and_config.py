@@ -23,7 +23,7 @@ async def test_our_server_passes_every_contract_check_including_calls():
     async with Client(server.mcp) as client:
         report = await check_server(client, "in-memory", call_tools=True)
     assert report.ok(strict=True), report.render()
-    assert report.tools == 31 and report.calls > 31
+    assert report.tools == 33 and report.calls > 33  # 30 tools, finish, search_tools, tool_info
 
 
 def test_check_fails_on_a_broken_server_with_a_clear_report():

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from servers import CLI_TIMEOUT, child_env, http_server, serve_command
 
-from mcp_resili import META_EVENT
+from mcp_resili import DISCOVERY_TOOLS, META_EVENT
 from mcp_resili.registry import resilibench_library
 
 
@@ -73,8 +73,8 @@ def test_inspector_lists_the_30_resilibench_tools_and_finish(
     listing = run_inspector(inspector, tmp_path, "--method", "tools/list", *target)
 
     names = [tool["name"] for tool in listing["tools"]]
-    expected = {spec.name for spec in resilibench_library()} | {"finish"}
-    assert len(names) == 31
+    expected = {spec.name for spec in resilibench_library()} | {"finish", *DISCOVERY_TOOLS}
+    assert len(names) == len(expected) == 33
     assert set(names) == expected
 
 

@@ -86,7 +86,13 @@ async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_pat
         json.dumps(
             {
                 "kind": "rules",
-                "rules": [{"tool": "*", "calls": [1], "fault": {"type": "error", "code": "TIMEOUT"}}],
+                "rules": [
+                    {
+                        "tool": "data_processing_parser",
+                        "calls": [1],
+                        "fault": {"type": "error", "code": "TIMEOUT"},
+                    }
+                ],
             }
         )
     )
@@ -97,6 +103,6 @@ async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_pat
     assert by_model["scripted:oracle"].levels["full"].value == 1.0
     assert (
         by_model["scripted:naive"].levels["full"].value == 0.0
-    )  # every first call fails, and it never retries
+    )  # the parser's first call fails, and it never retries
     trace = Trace.from_lines(result.rows[0].trace.splitlines())
     assert any(c.fault is not None for c in trace.tool_calls)

@@ -193,7 +193,8 @@ def test_html_report_renders_in_headless_chromium_with_charts_drawn_and_an_episo
     )
     url = f"{page.as_uri()}#episode={quote(faulted['id'], safe='')}"
     dom = headless(chromium, tmp_path, "--virtual-time-budget=5000", "--dump-dom", url).stdout
-    assert dom.count('<svg class="chart"') == 6
+    charts = page.read_text().count('<svg class="chart"')
+    assert charts >= 6 and dom.count('<svg class="chart"') == charts
     marks = page.read_text().count('class="mark"')
     assert marks >= 12 and dom.count('class="mark"') == marks
     opened = re.search(r'<div id="episode" data-episode="([^"]+)">(.*?)</div>\s*<table>', dom, re.S)
@@ -291,3 +292,27 @@ def test_reliabilitybench_page_draws_the_surface_heatmap_in_chromium(reliability
     assert heat.count('class="mark"') == 4
     curves = dom.split('data-chart="lines"', 1)[1].split("</svg>", 1)[0]
     assert "<path" in curves
+
+
+def test_toolmaze_section_agrees_with_the_suite_metrics_and_draws_tsr_charts(tmp_path):
+    import anyio
+
+    from mcp_resili.report.toolmaze import toolmaze_metrics
+
+    db = tmp_path / "tm.db"
+    config = RunConfig(suite="toolmaze", db=db, trials=1, limit=4, faults=("none", "toolmaze:P1"))
+    result = anyio.run(lambda: execute(config))
+    report = load_report(db)
+    section = next(s for s in report.sections if s.id == "toolmaze")
+    ours = {(g["model"], g["mode"], g["level"]): g for g in section.data["groups"]}
+    theirs = toolmaze_metrics(result.rows)
+    assert len(ours) == len(theirs)
+    for m in theirs:
+        g = ours[(m["model"], m["mode"], m["level"])]
+        assert g["tsr"]["rate"] == pytest.approx(m["tsr"], abs=1e-4)
+        assert g["rc"]["mean"] == pytest.approx(m["rc"], abs=1e-4)
+        assert (g["prr"] is None) == (m["prr"] is None)
+        low, high = g["tsr"]["ci95"]
+        assert low <= g["tsr"]["rate"] <= high
+    kinds = [re.search(r'data-chart="(\w+)"', b.svg).group(1) for b in section.blocks if hasattr(b, "svg")]
+    assert kinds == ["bars", "heatmap", "heatmap"]  # TSR by mode, then one heatmap per model

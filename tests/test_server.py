@@ -29,11 +29,11 @@ def meta(episode, **extra):
     return {META_EPISODE: {"id": episode, **extra}}
 
 
-async def test_lists_the_30_tools_and_finish_with_schemas():
+async def test_lists_the_30_tools_finish_and_discovery_with_schemas():
     async with Client(make_server().mcp) as client:
         tools = (await client.list_tools()).tools
     names = {t.name for t in tools}
-    assert names == {s.name for s in resilibench_library()} | {"finish"}
+    assert names == {s.name for s in resilibench_library()} | {"finish", "search_tools", "tool_info"}
     reader = next(t for t in tools if t.name == "file_operations_reader")
     assert reader.input_schema["required"] == ["source"] and reader.output_schema is not None
 

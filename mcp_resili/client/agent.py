@@ -13,8 +13,9 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from mcp_resili import META_EPISODE, META_EVENT
+from mcp_resili import DISCOVERY_TOOLS, META_EPISODE, META_EVENT
 from mcp_resili.client.model import (
+    CONTINUE_WITH,
     AssistantMessage,
     InfrastructureError,
     Message,
@@ -54,6 +55,8 @@ class EpisodeSpec:
     #: ``react``: the plain loop. ``reflexion``: after a turn with a failed tool call, a user message
     #: asks the model to reflect on the failure before it acts again (Shinn et al., 2023, per step).
     architecture: str = "react"
+    #: Apply the ResiliBench termination rules (`termination_index`) to stop the episode early.
+    stop_rules: bool = True
 
     def meta(self) -> dict[str, Any]:
         """The ``_meta`` our server reads to route and seed the call."""
@@ -180,6 +183,11 @@ async def play_episode(
         )
         messages.append(AssistantMessage(response.text, response.tool_calls))
         if not response.tool_calls:
+            reminder = response.extra.get(CONTINUE_WITH)
+            if isinstance(reminder, str) and reminder:
+                # The model's own harness (e.g. the text protocol) answers a turn without an action.
+                messages.append(UserMessage(reminder))
+                continue
             said_done = any(p in response.text.lower() for p in COMPLETION_PHRASES)
             termination = "completed" if said_done else "agent_stopped"
             break
@@ -190,7 +198,7 @@ async def play_episode(
                 result, event = await call_tool(client, episode, call, seq=len(events) + 1)
                 results.append(result)
                 events.append(event)
-                if isinstance(event, ToolCallEvent):
+                if isinstance(event, ToolCallEvent) and event.tool not in DISCOVERY_TOOLS:
                     calls.append(event)
                 elif isinstance(event, FinishEvent) and finished is None:
                     finished = event
@@ -204,7 +212,7 @@ async def play_episode(
         if finished is not None:
             termination = finished.status
             break
-        _, rule = termination_index(calls)
+        _, rule = termination_index(calls) if episode.stop_rules else (0, None)
         if rule in ("too_many_errors", "loop", "too_many_calls"):
             termination = "loop" if rule == "loop" else "too_many_errors"
             detail = f"termination rule {rule}"

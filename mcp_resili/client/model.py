@@ -83,6 +83,11 @@ class ModelRequest:
     max_turns: int = 10
 
 
+#: ``ModelResponse.extra`` key: a turn without tool calls continues with this user message instead
+#: of ending the episode (the turn still counts). Used by the text protocol's reminders.
+CONTINUE_WITH = "continue_with"
+
+
 @dataclass(frozen=True)
 class ModelResponse:
     """One model turn."""

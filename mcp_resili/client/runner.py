@@ -16,7 +16,7 @@ from mcp import Client, StdioServerParameters
 
 from mcp_resili.client.agent import EpisodeSpec, play_episode
 from mcp_resili.client.model import ARCHITECTURES
-from mcp_resili.client.providers import create_model
+from mcp_resili.client.providers import DEFAULT_MODELS, create_model
 from mcp_resili.errors import UserError
 from mcp_resili.faults import parse_fault_spec, plan_to_dict
 from mcp_resili.server.app import ResiliServer
@@ -24,8 +24,6 @@ from mcp_resili.store import DEFAULT_DB, EpisodeRow, Store
 from mcp_resili.suites import DEFAULT_SUITE, Suite, get_suite
 from mcp_resili.trace import Trace, TraceHeader
 
-DEFAULT_MODELS = ("scripted:oracle", "scripted:naive")
-#: Agent architectures every model can run under (see `mcp_resili.client.agent.play_episode`).
 #: How a run against someone else's server labels its fault configuration.
 EXTERNAL_FAULTS = "server"
 
@@ -42,24 +40,29 @@ class RunConfig:
     models: tuple[str, ...] = DEFAULT_MODELS
     faults: tuple[str, ...] = ()
     variant: str = "baseline"
+    #: Several prompt variants in one run (overrides ``variant``); every variant meets the same faults.
+    variants: tuple[str, ...] = ()
     trials: int = 3
     limit: int | None = None
     tasks: tuple[str, ...] = ()
+    #: Use the suite's full task list rather than its default run set (``--limit`` implies it).
+    all_tasks: bool = False
+    #: Turn budget for every episode (None: each task's own ``constraints.max_turns``).
+    max_turns: int | None = None
     concurrency: int = 8
     seed: int = 0
     server: str | None = None
     db: Path = DEFAULT_DB
-    #: Prompt variants to sweep (e.g. ``eps=0``, ``eps=0.2``); empty: just ``variant``.
+    #: ReliabilityBench perturbation levels to sweep (``eps=0``, ``eps=0.2``...): prompt variants too.
     perturb: tuple[str, ...] = ()
     #: ``react`` (plain loop) or ``reflexion`` (a reflection prompt after every failed tool call).
     architecture: str = "react"
     #: Multiplies injected delays (latency faults) of the in-process server; 0 makes them instant.
     time_scale: float = 1.0
 
-    @property
-    def variants(self) -> tuple[str, ...]:
-        """The prompt variants this run sweeps."""
-        return self.perturb or (self.variant,)
+    def all_variants(self) -> tuple[str, ...]:
+        """The prompt variants this run sweeps: ``variants`` and ``perturb`` levels, else ``variant``."""
+        return (*self.variants, *self.perturb) or (self.variant,)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (paths as strings)."""
@@ -92,6 +95,10 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
     """The run matrix, validated: every model, fault spec, task and trial."""
     if config.trials < 1:
         raise RunConfigError(f"--trials must be at least 1, got {config.trials}")
+    if config.max_turns is not None and config.max_turns < 2:
+        raise RunConfigError(
+            f"--max-turns must be at least 2 (a call and the finish), got {config.max_turns}"
+        )
     if config.concurrency < 1:
         raise RunConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
     if config.server is not None and config.faults:
@@ -111,12 +118,18 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
         )
     if config.time_scale < 0:
         raise RunConfigError(f"--time-scale must be >= 0, got {config.time_scale}")
-    for variant in config.variants:
+    variants = config.all_variants()
+    for variant in variants:
         try:
-            suite.prompt(suite.tasks[0], variant)  # validates the variant
+            suite.prompt(suite.default_tasks[0], variant)  # validates the variant
         except ValueError as exc:
             raise RunConfigError(str(exc)) from None
-    tasks = [suite.task(t) for t in config.tasks] if config.tasks else list(suite.tasks)
+    if config.tasks:
+        tasks = [suite.task(t) for t in config.tasks]
+    elif config.all_tasks or config.limit is not None:
+        tasks = list(suite.tasks)
+    else:
+        tasks = list(suite.default_tasks)
     if config.limit is not None:
         if config.limit < 1:
             raise RunConfigError(f"--limit must be at least 1, got {config.limit}")
@@ -124,8 +137,8 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
     return [
         PlannedEpisode(model, spec, task.id, trial, variant)
         for spec in faults
-        for variant in config.variants
         for model in config.models
+        for variant in variants
         for task in tasks
         for trial in range(config.trials)
     ]
@@ -152,9 +165,8 @@ async def connect(config: RunConfig, suite: Suite, fault_spec: str) -> AsyncIter
             yield client
 
 
-def _episode_id(run_id: str, planned: PlannedEpisode, sweep: bool = False) -> str:
-    variant = f"/{planned.variant}" if sweep else ""
-    return f"{run_id}/{planned.faults}{variant}/{planned.model}/{planned.task_id}/{planned.trial}"
+def _episode_id(run_id: str, planned: PlannedEpisode) -> str:
+    return f"{run_id}/{planned.faults}/{planned.model}/{planned.variant}/{planned.task_id}/{planned.trial}"
 
 
 async def execute(
@@ -223,13 +235,14 @@ async def _play(
     model = create_model(planned.model)
     fault_key = f"{task.id}/{planned.trial}"
     spec = EpisodeSpec(
-        id=_episode_id(run_id, planned, sweep=bool(config.perturb)),
+        id=_episode_id(run_id, planned),
         fault_key=fault_key,
         seed=config.seed,
         task=task,
         prompt=suite.prompt(task, planned.variant),
-        max_turns=task.constraints.max_turns,
+        max_turns=config.max_turns or task.constraints.max_turns,
         architecture=config.architecture,
+        stop_rules=suite.stop_rules,
     )
     outcome = await play_episode(client, model, spec, tools)
     header = TraceHeader(
@@ -242,6 +255,7 @@ async def _play(
         model=planned.model,
         variant=planned.variant,
         trial=planned.trial,
+        max_turns=config.max_turns,
     )
     trace = Trace(header=header, events=outcome.events)
     score = None if outcome.termination == "infrastructure_error" else suite.score(task, trace)

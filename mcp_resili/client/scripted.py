@@ -11,12 +11,15 @@ from dataclasses import dataclass
 
 from mcp_resili.client.model import (
     AssistantMessage,
+    Model,
     ModelRequest,
     ModelResponse,
     ToolCall,
     ToolResult,
     ToolResultsMessage,
 )
+from mcp_resili.client.plan_follower import PlanFollowerAgent
+from mcp_resili.client.text_protocol import TextOracleAgent
 from mcp_resili.tasks.model import StepBinding, Task, WorkflowStep, resolve_arguments
 
 FINISH = "finish"
@@ -126,7 +129,23 @@ class NaiveAgent:
         return _finish(turn, "completed", "ran every step once")
 
 
-SCRIPTED_AGENTS: dict[str, Callable[[], OracleAgent | NaiveAgent]] = {
+def _toolmaze(kind: str) -> Callable[[], Model]:
+    def factory() -> Model:
+        from mcp_resili.client import toolmaze_agents
+
+        agent: Model = getattr(toolmaze_agents, f"{kind}_agent")()
+        return agent
+
+    return factory
+
+
+SCRIPTED_AGENTS: dict[str, Callable[[], Model]] = {
     "oracle": OracleAgent,
     "naive": NaiveAgent,
+    "plan-follower": PlanFollowerAgent,
+    "text-oracle": TextOracleAgent,
+    "retry": _toolmaze("retry"),
+    "switch": _toolmaze("switch"),
+    "abort": _toolmaze("abort"),
+    "trusting": _toolmaze("trusting"),
 }

@@ -7,6 +7,7 @@ and files), `injector`.
 
 from mcp_resili.faults.base import BaseFault, BasePlan, CallContext, CallOutcome, ToolOutcome
 from mcp_resili.faults.chaos import LAMBDA_PROFILES, ChaosFaults
+from mcp_resili.faults.corrupt import CorruptFault
 from mcp_resili.faults.error import ErrorFault
 from mcp_resili.faults.injector import FaultInjector
 from mcp_resili.faults.model import Fault, FaultDecision
@@ -15,6 +16,7 @@ from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rng import derive_rng
 from mcp_resili.faults.rules import FaultRule, NoFaults, RuleFaults
 from mcp_resili.faults.spec import FaultSpecError, load_fault_file, parse_fault_spec, plan_to_dict
+from mcp_resili.faults.toolmaze import ToolMazeFaults
 
 __all__ = [
     "LAMBDA_PROFILES",
@@ -23,6 +25,7 @@ __all__ = [
     "CallContext",
     "CallOutcome",
     "ChaosFaults",
+    "CorruptFault",
     "ErrorFault",
     "Fault",
     "FaultDecision",
@@ -33,6 +36,7 @@ __all__ = [
     "NoFaults",
     "ResiliBenchFaults",
     "RuleFaults",
+    "ToolMazeFaults",
     "ToolOutcome",
     "derive_rng",
     "load_fault_file",

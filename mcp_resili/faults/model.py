@@ -10,9 +10,10 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcp_resili.faults.chaos import ChaosFault
+from mcp_resili.faults.corrupt import CorruptFault
 from mcp_resili.faults.error import ErrorFault
 
-Fault = Annotated[ErrorFault | ChaosFault, Field(discriminator="type")]
+Fault = Annotated[ErrorFault | ChaosFault | CorruptFault, Field(discriminator="type")]
 
 
 class FaultDecision(BaseModel):

@@ -9,5 +9,8 @@ from pydantic import Field
 from mcp_resili.faults.chaos import ChaosFaults
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rules import NoFaults, RuleFaults
+from mcp_resili.faults.toolmaze import ToolMazeFaults
 
-FaultPlan = Annotated[NoFaults | ResiliBenchFaults | RuleFaults | ChaosFaults, Field(discriminator="kind")]
+FaultPlan = Annotated[
+    NoFaults | ResiliBenchFaults | RuleFaults | ChaosFaults | ToolMazeFaults, Field(discriminator="kind")
+]

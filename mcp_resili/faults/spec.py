@@ -20,6 +20,7 @@ from mcp_resili.faults.chaos import lambda_profile
 from mcp_resili.faults.plans import FaultPlan
 from mcp_resili.faults.resilibench import ResiliBenchFaults
 from mcp_resili.faults.rules import NoFaults
+from mcp_resili.faults.toolmaze import MODES, ToolMazeFaults
 
 _PLAN_ADAPTER: TypeAdapter[FaultPlan] = TypeAdapter(FaultPlan)
 
@@ -76,11 +77,19 @@ def _lambda(spec: str, args: str) -> FaultPlan:
         raise FaultSpecError(f"fault spec {spec!r}: {exc}") from None
 
 
+def _toolmaze(spec: str, args: str) -> FaultPlan:
+    mode = args.strip().upper()
+    if mode not in MODES:
+        raise FaultSpecError(f"fault spec {spec!r}: ToolMaze mode must be one of {', '.join(MODES)}")
+    return ToolMazeFaults(mode=mode)
+
+
 #: Registered SPEC names → parser of (whole spec, text after the name's ':' or '=').
 NAMED_SPECS: dict[str, Callable[[str, str], FaultPlan]] = {
     "none": _none,
     "resilibench": _resilibench,
     "lambda": _lambda,
+    "toolmaze": _toolmaze,
 }
 
 
@@ -96,7 +105,7 @@ def parse_fault_spec(spec: str) -> FaultPlan:
     if not path.is_file():
         raise FaultSpecError(
             f"unknown fault spec {spec!r}: use one of {', '.join(sorted(NAMED_SPECS))} "
-            f"(e.g. resilibench:base=0.7; keys {', '.join(sorted(RESILIBENCH_ALIASES))}), "
+            f"(e.g. toolmaze:P3, resilibench:base=0.7; keys {', '.join(sorted(RESILIBENCH_ALIASES))}), "
             "or the path of a .toml/.json fault file"
         )
     return load_fault_file(path)
@@ -119,3 +128,11 @@ def plan_to_dict(plan: FaultPlan) -> dict[str, Any]:
     """JSON-ready form of a plan, as recorded in trace headers."""
     data: dict[str, Any] = _PLAN_ADAPTER.dump_python(plan, mode="json")
     return data
+
+
+def load_plan_dict(raw: dict[str, Any]) -> FaultPlan:
+    """A fault plan from its recorded JSON form (`plan_to_dict`), or `FaultSpecError`."""
+    try:
+        return _PLAN_ADAPTER.validate_python(raw)
+    except ValidationError as exc:
+        raise FaultSpecError(f"invalid fault plan {raw!r}: {exc}") from None

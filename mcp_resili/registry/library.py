@@ -74,6 +74,15 @@ class ToolLibrary:
         graph.add_edges_from((dep, spec.name) for spec in self.specs for dep in spec.dependencies)
         return graph
 
+    @cached_property
+    def _output_validators(self) -> dict[str, jsonschema.protocols.Validator]:
+        # Built once: ``jsonschema.validate`` re-checks the schema itself on every call (~10 ms).
+        return {
+            spec.name: jsonschema.Draft202012Validator(spec.output_schema)
+            for spec in self.specs
+            if spec.output_schema is not None
+        }
+
     def spec(self, name: str) -> ToolSpec:
         """Return the spec of ``name`` or raise ``KeyError`` naming the known tools."""
         try:
@@ -89,16 +98,6 @@ class ToolLibrary:
             # A simulator that breaks its own schema is a harness bug, never an agent failure.
             validator.validate(result)
         return result
-
-    @cached_property
-    def _output_validators(self) -> dict[str, jsonschema.protocols.Validator]:
-        # Built once: jsonschema.validate() re-checks the schema itself on every call, which
-        # dominated the cost of a simulated call.
-        return {
-            spec.name: jsonschema.Draft202012Validator(spec.output_schema)
-            for spec in self.specs
-            if spec.output_schema is not None
-        }
 
 
 def load_specs(package: str, filename: str) -> tuple[ToolSpec, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ class Report:
             "seed": self.run.seed,
             "created_at": self.run.created_at,
             "episodes": self.episodes,
+            "groups": next(s.data["groups"] for s in self.sections if s.id == "outcomes"),
             "sections": {s.id: s.data for s in self.sections},
         }
 
@@ -62,8 +63,11 @@ def open_store(db: Path) -> Store:
     return Store(db)
 
 
-def load_report(db: Path, run_id: str | None = None) -> Report:
-    """The report of ``run_id`` (default: the latest run) in the database ``db``."""
+def load_report(db: Path, run_id: str | None = None, by: Sequence[str] = ()) -> Report:
+    """The report of ``run_id`` (default: the latest run) in the database ``db``.
+
+    ``by``: extra breakdown keys of the outcome table (`mcp_resili.report.summary.BREAKDOWN_KEYS`).
+    """
     store = open_store(db)
     try:
         run_id = run_id or store.latest_run()
@@ -76,7 +80,7 @@ def load_report(db: Path, run_id: str | None = None) -> Report:
         rows = store.episodes(run_id)
     finally:
         store.close()
-    return build_report(run, rows)
+    return build_report(run, rows, by)
 
 
 def _suite(name: str) -> Suite | None:
@@ -97,25 +101,62 @@ def _cell(row: EpisodeRow) -> str:
     return f"{row.model} · {row.faults} · {row.variant}"
 
 
-def outcomes_section(rows: Sequence[EpisodeRow]) -> ReportSection:
-    """Levels per (model, faults, variant) with 95% Wilson intervals; infrastructure errors apart."""
-    groups = summarize(rows)
+def _task_info(suite: Suite | None) -> Callable[[str], dict[str, str]] | None:
+    if suite is None:
+        return None
+
+    def info(task_id: str) -> dict[str, str]:
+        try:
+            task = suite.task(task_id)
+        except UnknownTaskError:
+            return {}
+        return {"task_type": task.task_type, "complexity": task.complexity}
+
+    return info
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"
+
+
+def outcomes_section(
+    rows: Sequence[EpisodeRow],
+    by: Sequence[str] = (),
+    task_info: Callable[[str], Mapping[str, str]] | None = None,
+) -> ReportSection:
+    """Levels per (model, faults, variant, *by) with 95% Wilson intervals; infrastructure errors apart.
+
+    ResiliBench's bounds (ii) and (iii) get columns when the scores carry them.
+    """
+    groups = summarize(rows, by, task_info)
+    bounds = any(g.bound_ii is not None or g.bound_iii_mean is not None for g in groups)
     table = TableBlock(
         "Outcome levels (infrastructure errors excluded from denominators)",
-        ("model", "faults", "variant", "episodes", *(f"{lv} % (95% CI)" for lv in LEVELS), "infra errors"),
+        (
+            "model",
+            "faults",
+            "variant",
+            *by,
+            "episodes",
+            *(f"{lv} % (95% CI)" for lv in LEVELS),
+            *(("bound ii %", "bound iii %") if bounds else ()),
+            "infra errors",
+        ),
         tuple(
             (
                 g.model,
                 g.faults,
                 g.variant,
+                *(g.breakdown[k] for k in by),
                 str(g.episodes),
                 *(rate_cell(g.levels[lv].to_dict()) for lv in LEVELS),
+                *((_pct(g.bound_ii.value if g.bound_ii else None), _pct(g.bound_iii_mean)) if bounds else ()),
                 str(g.infrastructure_errors),
             )
             for g in groups
         ),
     )
-    labels = [f"{g.model} · {g.faults} · {g.variant}" for g in groups]
+    labels = [" · ".join((g.model, g.faults, g.variant, *g.breakdown.values())) for g in groups]
     bars = bar_chart(
         "Full success rate with 95% interval",
         [
@@ -131,7 +172,7 @@ def outcomes_section(rows: Sequence[EpisodeRow]) -> ReportSection:
         id="outcomes",
         title="Outcomes",
         blocks=(table, ChartBlock("full success", bars), ChartBlock("levels", stacked)),
-        data={"groups": [g.to_dict() for g in groups]},
+        data={"by": list(by), "groups": [g.to_dict() for g in groups]},
     )
 
 
@@ -336,12 +377,16 @@ def browser_entry(row: EpisodeRow, scores: dict[str, float | int] | None) -> dic
     }
 
 
-def build_report(run: RunRow, rows: Sequence[EpisodeRow]) -> Report:
-    """All sections of one run: generic ones first, then the suite's."""
+def build_report(run: RunRow, rows: Sequence[EpisodeRow], by: Sequence[str] = ()) -> Report:
+    """All sections of one run: the outcome table, the suite's sections, then the other generic ones."""
     suite = _suite(run.suite)
     scores = workflow_scores(rows, suite)
+    try:
+        outcomes = outcomes_section(rows, by, _task_info(suite))
+    except ValueError as exc:  # an unknown breakdown key
+        raise ReportError(str(exc)) from None
     sections = [
-        outcomes_section(rows),
+        outcomes,
         workflow_section(rows, scores),
         paired_section(rows),
         cost_section(rows),

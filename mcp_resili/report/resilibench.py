@@ -1,28 +1,24 @@
-"""ResiliBench's report sections: levels by model × variant, by task type and by flaw type.
+"""ResiliBench's report sections: levels by model × variant, task type, complexity and flaw type.
 
-The task type comes from the suite's task data; the flaw type from a ``flaw_type`` score component
-when the scorer records one, else from a variant named ``flaw=NAME`` (or ``flaw:NAME``).
+Task type and complexity come from the suite's task data; the flaw type and severity from a
+``flawed:TYPE[:SEVERITY]`` variant (`mcp_resili.report.summary.variant_flaw`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 
 from mcp_resili.report.section import ChartBlock, ReportSection, TableBlock, rate_cell
-from mcp_resili.report.summary import LEVELS, rate
+from mcp_resili.report.summary import LEVELS, rate, variant_flaw
 from mcp_resili.report.svg import Bar, bar_chart, stacked_levels
 from mcp_resili.store import EpisodeRow
 from mcp_resili.tasks.model import Task
 
 
 def flaw_type(row: EpisodeRow) -> str | None:
-    """The flaw an episode's prompt carried, if any."""
-    component = ((row.score or {}).get("components") or {}).get("flaw_type")
-    if isinstance(component, str):
-        return component
-    match = re.fullmatch(r"flaw[=:]([A-Za-z0-9_]+)", row.variant)
-    return match.group(1) if match else None
+    """``TYPE (SEVERITY)`` of the flaw an episode's prompt carried, or None for unflawed variants."""
+    flaw, severity = variant_flaw(row.variant)
+    return None if flaw == "none" else f"{flaw} ({severity})"
 
 
 def _levels_by(
@@ -64,7 +60,7 @@ def _blocks(
 def resilibench_sections(
     rows: Sequence[EpisodeRow], task_lookup: Callable[[str], Task | None]
 ) -> list[ReportSection]:
-    """Levels by model × variant (stacked), by model × task type and by model × flaw type."""
+    """Levels by model × variant (stacked), by model × task type, complexity and flaw type."""
     by_variant = _levels_by(rows, lambda r: f"{r.model} · {r.variant}")
     stacked = stacked_levels(
         "Levels by model × variant",
@@ -75,12 +71,18 @@ def resilibench_sections(
         task = task_lookup(row.task_id)
         return None if task is None else f"{row.model} · {task.task_type}"
 
+    def complexity(row: EpisodeRow) -> str | None:
+        task = task_lookup(row.task_id)
+        return None if task is None else f"{row.model} · {task.complexity}"
+
     by_type = _levels_by(rows, task_type)
+    by_complexity = _levels_by(rows, complexity)
     by_flaw = _levels_by(rows, lambda r: None if (f := flaw_type(r)) is None else f"{r.model} · {f}")
     blocks: list[TableBlock | ChartBlock] = [
         _blocks("Levels by model × variant", by_variant, "model · variant")[0],
         ChartBlock("levels by variant", stacked),
         *_blocks("By model × task type", by_type, "model · task type"),
+        *_blocks("By model × complexity", by_complexity, "model · complexity"),
     ]
     if by_flaw:
         blocks.extend(_blocks("By model × flaw type", by_flaw, "model · flaw type"))
@@ -92,6 +94,7 @@ def resilibench_sections(
             data={
                 "by_variant": dict(by_variant),
                 "by_task_type": dict(by_type),
+                "by_complexity": dict(by_complexity),
                 "by_flaw_type": dict(by_flaw),
             },
         )

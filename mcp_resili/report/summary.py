@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mcp_resili.store import EpisodeRow
@@ -66,25 +66,85 @@ class GroupSummary:
     infrastructure_errors: int
     levels: dict[str, Rate]
     mean_value: float
+    #: Values of the extra grouping keys (`BREAKDOWN_KEYS`) that define this group, if any.
+    breakdown: dict[str, str] = field(default_factory=dict)
+    #: Share of episodes an agent knowing the fault draws could have fully solved (ResiliBench
+    #: bound (ii)), over the episodes where the scorer could decide it; None when it never could.
+    bound_ii: Rate | None = None
+    #: Mean DP-optimal probability of full success of the group's tasks (bound (iii)), if known.
+    bound_iii_mean: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         data = asdict(self)
         data["levels"] = {k: v.to_dict() for k, v in self.levels.items()}
         data["mean_value"] = round(self.mean_value, 4)
+        data["bound_ii"] = None if self.bound_ii is None else self.bound_ii.to_dict()
+        data["bound_iii_mean"] = None if self.bound_iii_mean is None else round(self.bound_iii_mean, 4)
         return data
 
 
 LEVELS = ("full", "partial", "failure")
 
 
-def summarize(rows: Iterable[EpisodeRow]) -> list[GroupSummary]:
-    """Group rows by (model, faults, variant) and compute level rates."""
-    groups: dict[tuple[str, str, str], list[EpisodeRow]] = {}
+#: Optional grouping keys beyond (model, faults, variant). ``task_type`` and ``complexity`` come
+#: from the task (via ``task_info``); ``flaw`` and ``severity`` from a ``flawed:TYPE[:SEVERITY]``
+#: variant ("none" for other variants; the severity defaults to severe, as in the prompts).
+BREAKDOWN_KEYS = ("task_type", "complexity", "flaw", "severity")
+
+
+def variant_flaw(variant: str) -> tuple[str, str]:
+    """(flaw type, severity) of a variant string; ("none", "none") for unflawed variants."""
+    parts = variant.split(":")
+    if parts[0] != "flawed" or len(parts) < 2:
+        return ("none", "none")
+    return (parts[1], parts[2] if len(parts) > 2 and parts[2] else "severe")
+
+
+def _breakdown(
+    row: EpisodeRow, by: Sequence[str], task_info: Callable[[str], Mapping[str, str]] | None
+) -> tuple[str, ...]:
+    flaw, severity = variant_flaw(row.variant)
+    info = dict(task_info(row.task_id)) if task_info is not None else {}
+    values = {"flaw": flaw, "severity": severity, **info}
+    return tuple(str(values.get(key, "?")) for key in by)
+
+
+def _bounds(scored: list[EpisodeRow]) -> dict[str, Any]:
+    components = [(r.score or {}).get("components", {}) for r in scored]
+    known_ii = [
+        c["bound_ii_full_possible"] for c in components if c.get("bound_ii_full_possible") is not None
+    ]
+    iii = [
+        float(c["bound_iii_full_probability"])
+        for c in components
+        if c.get("bound_iii_full_probability") is not None
+    ]
+    return {
+        "bound_ii": rate(sum(1 for b in known_ii if b), len(known_ii)) if known_ii else None,
+        "bound_iii_mean": sum(iii) / len(iii) if iii else None,
+    }
+
+
+def summarize(
+    rows: Iterable[EpisodeRow],
+    by: Sequence[str] = (),
+    task_info: Callable[[str], Mapping[str, str]] | None = None,
+) -> list[GroupSummary]:
+    """Group rows by (model, faults, variant, *by) and compute level rates.
+
+    ``by`` takes names from `BREAKDOWN_KEYS`; ``task_info(task_id)`` supplies ``task_type`` and
+    ``complexity`` (a task it does not know gives "?").
+    """
+    unknown = [key for key in by if key not in BREAKDOWN_KEYS]
+    if unknown:
+        raise ValueError(f"unknown breakdown key(s) {unknown}; choose from {', '.join(BREAKDOWN_KEYS)}")
+    groups: dict[tuple[str, ...], list[EpisodeRow]] = {}
     for row in rows:
-        groups.setdefault((row.model, row.faults, row.variant), []).append(row)
+        key = (row.model, row.faults, row.variant, *_breakdown(row, by, task_info))
+        groups.setdefault(key, []).append(row)
     summaries = []
-    for (model, faults, variant), members in sorted(groups.items()):
+    for (model, faults, variant, *extra), members in sorted(groups.items()):
         scored = [r for r in members if r.label is not None]
         n = len(scored)
         summaries.append(
@@ -97,6 +157,8 @@ def summarize(rows: Iterable[EpisodeRow]) -> list[GroupSummary]:
                 infrastructure_errors=len(members) - n,
                 levels={level: rate(sum(1 for r in scored if r.label == level), n) for level in LEVELS},
                 mean_value=sum(r.value or 0.0 for r in scored) / n if n else 0.0,
+                breakdown=dict(zip(by, extra, strict=True)),
+                **_bounds(scored),
             )
         )
     return summaries

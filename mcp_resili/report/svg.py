@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
+from typing import Any
 
 #: Colour-blind-safe palette (Okabe–Ito).
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -102,33 +103,42 @@ def _blend(value: float) -> str:
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
+def _label(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:g}"
+
+
 def heatmap(
     title: str,
-    xs: Sequence[float],
-    ys: Sequence[float],
-    values: Mapping[tuple[float, float], float],
+    xs: Sequence[float | str],
+    ys: Sequence[float | str],
+    values: Mapping[tuple[Any, Any], float],
     x_label: str,
     y_label: str,
 ) -> str:
-    """A grid of cells coloured by value in [0, 1], annotated; missing cells are grey."""
+    """A grid of cells coloured by value in [0, 1], annotated; missing cells are grey.
+
+    Axis values are numbers (λ, ε) or labels (modes, levels).
+    """
+    cells = values
     cell, left, top = 56, 70, 40
     width, height = left + cell * len(xs) + 20, top + cell * len(ys) + 50
     body = [_text(4, 14, title, size=12, extra='font-weight="bold"')]
     for j, y_value in enumerate(ys):
-        body.append(_text(left - 6, top + j * cell + cell / 2 + 4, f"{y_value:g}", "end"))
+        body.append(_text(left - 6, top + j * cell + cell / 2 + 4, _label(y_value), "end"))
         for i, x_value in enumerate(xs):
-            value = values.get((x_value, y_value))
+            value = cells.get((x_value, y_value))
             fill = "#e5e5e5" if value is None else _blend(value)
             x, y = left + i * cell, top + j * cell
             text = "—" if value is None else f"{value:.2f}"
             body.append(
                 f'<rect class="mark" x="{x}" y="{y}" width="{cell - 2}" height="{cell - 2}" fill="{fill}">'
-                f"<title>{escape(x_label)}={x_value:g}, {escape(y_label)}={y_value:g}: {text}</title></rect>"
+                f"<title>{escape(x_label)}={escape(_label(x_value))}, "
+                f"{escape(y_label)}={escape(_label(y_value))}: {text}</title></rect>"
             )
             colour = "#fff" if value is not None and value > 0.55 else "#222"
             body.append(_text(x + cell / 2 - 1, y + cell / 2 + 4, text, "middle", 11, f'fill="{colour}"'))
     for i, x_value in enumerate(xs):
-        body.append(_text(left + i * cell + cell / 2, top + len(ys) * cell + 14, f"{x_value:g}", "middle"))
+        body.append(_text(left + i * cell + cell / 2, top + len(ys) * cell + 14, _label(x_value), "middle"))
     body.append(_text(left + len(xs) * cell / 2, height - 10, x_label, "middle"))
     body.append(_text(12, top - 8, y_label))
     return _svg("heatmap", width, height, body, title)

@@ -13,18 +13,36 @@ from mcp_resili.report.summary import LEVELS, GroupSummary
 def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
     """One row per (model, faults, variant): level rates with 95% intervals."""
     table = Table(title=f"run {run_id}", title_justify="left")
-    for name in ("model", "faults", "variant", "episodes"):
+    extra = list(summaries[0].breakdown) if summaries else []
+    for name in ("model", "faults", "variant", *extra, "episodes"):
         table.add_column(name, justify="right" if name == "episodes" else "left")
     for level in LEVELS:
         table.add_column(f"{level} % (95% CI)", justify="right")
+    bounds = any(s.bound_ii is not None or s.bound_iii_mean is not None for s in summaries)
+    if bounds:
+        table.add_column("bound ii %", justify="right")
+        table.add_column("bound iii %", justify="right")
     table.add_column("infra errors", justify="right")
     for s in summaries:
         cells = [
             f"{100 * s.levels[lv].value:5.1f} ({100 * s.levels[lv].low:.0f}–{100 * s.levels[lv].high:.0f})"
             for lv in LEVELS
         ]
-        table.add_row(s.model, s.faults, s.variant, str(s.episodes), *cells, str(s.infrastructure_errors))
+        table.add_row(
+            s.model,
+            s.faults,
+            s.variant,
+            *(s.breakdown[k] for k in extra),
+            str(s.episodes),
+            *cells,
+            *((_pct(s.bound_ii.value if s.bound_ii else None), _pct(s.bound_iii_mean)) if bounds else ()),
+            str(s.infrastructure_errors),
+        )
     return table
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:5.1f}"
 
 
 def section_tables(sections: Sequence[ReportSection]) -> list[Table]:

@@ -15,6 +15,15 @@ agents are judged alike): the episode is cut at the first call where the last 5 
 (``too_many_errors``), more than 15 calls succeeded (``too_many_calls``) or the last 5 successful
 calls were the same tool (``loop``); later events are ignored.
 
+Discovery calls (``search_tools``, ``tool_info``) are left out of every criterion and rule.
+
+Bounds (paper §1), reported as components, never used for the label: ``bound_iii_full_probability``
+is the DP-optimal probability of full success for the episode's fault plan and turn budget (the
+value stored with the task for the defaults; an agent that knows the procedures and the failure
+probabilities); ``bound_ii_full_possible`` says whether an agent that
+knew this episode's fault draws could have reached full success (None for plans other than
+ResiliBench's and for tasks the search gave up on).
+
 Levels: **full** = coverage 1, order_ok, output_produced, completion_signal and no termination
 rule fired. **partial** = not full, no termination rule, and at least 2 of {coverage ≥ 0.6,
 output_produced, enough_calls, completion_signal}. **failure** otherwise. Values 1.0 / 0.6 / 0.0
@@ -23,9 +32,11 @@ output_produced, enough_calls, completion_signal}. **failure** otherwise. Values
 
 from __future__ import annotations
 
+from mcp_resili import DISCOVERY_TOOLS
 from mcp_resili.scoring.model import Score
 from mcp_resili.scoring.termination import COMPLETION_PHRASES, termination_index
 from mcp_resili.tasks.model import Task
+from mcp_resili.tasks.resilibench.optimal import episode_bound_ii, episode_bound_iii
 from mcp_resili.trace import ModelTurnEvent, Trace
 
 PARTIAL_COVERAGE = 0.6
@@ -43,7 +54,8 @@ LEVEL_VALUES = {"full": 1.0, "partial": 0.6, "failure": 0.0}
 
 def score(task: Task, trace: Trace) -> Score:
     """Score one ResiliBench episode against ``task``'s ground truth."""
-    all_calls = trace.tool_calls
+    all_calls = [c for c in trace.tool_calls if c.tool not in DISCOVERY_TOOLS]
+    budget = trace.header.max_turns or task.constraints.max_turns
     cut, rule = termination_index(all_calls)
     calls = all_calls[:cut]
     required = list(dict.fromkeys(task.required_tools))
@@ -109,6 +121,11 @@ def score(task: Task, trace: Trace) -> Score:
             "tool_calls": len(calls),
             "faults_injected": sum(1 for c in calls if c.fault is not None),
             "termination_rule": rule,
+            "discovery_calls": len(trace.tool_calls) - len(all_calls),
+            "bound_iii_full_probability": episode_bound_iii(task, trace.header.fault_plan, budget),
+            "bound_ii_full_possible": episode_bound_ii(
+                task, trace.header.fault_plan, trace.header.seed, trace.header.fault_key, budget
+            ),
         },
         reasons=tuple(reasons),
     )

@@ -11,10 +11,11 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 import mcp_resili
-from mcp_resili import META_EVENT
+from mcp_resili import DISCOVERY_TOOLS, META_EVENT
 from mcp_resili.faults import FaultPlan
 from mcp_resili.registry import ToolSpec
 from mcp_resili.server.backend import SimulatedBackend
+from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery
 from mcp_resili.server.episodes import EpisodeRequest, EpisodeTable, episode_request
 from mcp_resili.server.pipeline import (
     DEPENDENCY_NOT_MET,
@@ -78,6 +79,9 @@ class ResiliServer:
         )
         self._episodes = EpisodeTable(default_seed=seed)
         self._tools = [self._tool(spec.name) for spec in suite.library] + [_FINISH_SPEC]
+        self.discovery = Discovery(suite.library) if suite.discovery else None
+        if self.discovery is not None:
+            self._tools += [SEARCH_SPEC, INFO_SPEC]
         self.mcp: Server[Any] = Server(
             "mcp-resili",
             version=mcp_resili.__version__,
@@ -147,6 +151,8 @@ class ResiliServer:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         if params.name == FINISH_TOOL:
             return await self._finish(episode, params.arguments or {})
+        if self.discovery is not None and params.name in DISCOVERY_TOOLS:
+            return self.discovery.call(params.name, dict(params.arguments or {}))
         event = await self.pipeline.call(episode, params.name, params.arguments)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result_text(event))],
@@ -191,7 +197,8 @@ class ResiliServer:
                 arguments=[
                     types.PromptArgument(
                         name="variant",
-                        description=f"One of: {', '.join(self.suite.variants)}",
+                        description=f"One of: {', '.join(self.suite.variants)}"
+                        + (" (flawed:TYPE[:SEVERITY[:METHOD]])" if "flawed" in self.suite.variants else ""),
                         required=False,
                     )
                 ],

@@ -157,6 +157,13 @@ class Store:
             for r in rows
         ]
 
+    def run_suite(self, run_id: str) -> str:
+        """The suite a stored run played."""
+        row = self._db.execute("SELECT suite FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no run {run_id!r} in {self.path}")
+        return str(row[0])
+
     def run(self, run_id: str) -> RunRow | None:
         """The stored run ``run_id``, if any."""
         row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()

@@ -48,6 +48,8 @@ class Suite:
     render_prompt: Callable[[Task, str], str] = field(repr=False)
     score: Callable[[Task, Trace], Score] = field(repr=False)
     default_faults: str = "none"
+    #: Variant names; a variant may take parameters after a colon (``flawed:missing_step:light``),
+    #: which ``render_prompt`` validates.
     variants: tuple[str, ...] = ("baseline",)
     enforce_dependencies: bool = False
     #: The tool state an episode of ``task`` starts from (None: an empty state).
@@ -58,6 +60,12 @@ class Suite:
     )
     #: Terminal rendering (a rich renderable) of ``summarize``'s result, for runs without ``--json``.
     summary_table: Callable[[dict[str, Any]], Any] | None = field(default=None, repr=False)
+    #: The tasks a run uses when none are selected (None: all tasks). Loaded without loading `tasks`.
+    load_default_tasks: Callable[[], tuple[Task, ...]] | None = field(default=None, repr=False)
+    #: Serve the unfaulted, unscored ``search_tools`` and ``tool_info`` discovery tools.
+    discovery: bool = False
+    #: Whether the runner stops episodes by ResiliBench's termination rules (5 failures in a row, ...).
+    stop_rules: bool = True
     #: The suite's own sections of ``mcp-resili report`` (tables, SVG charts, JSON data), placed
     #: after the generic outcome table (None: generic sections only).
     report_sections: Callable[[Sequence[EpisodeRow]], Sequence[ReportSection]] | None = field(
@@ -70,11 +78,22 @@ class Suite:
         return self.load_tasks()
 
     @cached_property
+    def default_tasks(self) -> tuple[Task, ...]:
+        """The default run's tasks."""
+        return self.load_default_tasks() if self.load_default_tasks is not None else self.tasks
+
+    @cached_property
     def _by_id(self) -> dict[str, Task]:
         return {t.id: t for t in self.tasks}
 
+    @cached_property
+    def _default_by_id(self) -> dict[str, Task]:
+        return {t.id: t for t in self.default_tasks}
+
     def task(self, task_id: str) -> Task:
         """The task ``task_id``, or `UnknownTaskError` with suggestions."""
+        if task_id in self._default_by_id:  # the default run never loads the full list
+            return self._default_by_id[task_id]
         try:
             return self._by_id[task_id]
         except KeyError:
@@ -88,7 +107,7 @@ class Suite:
 
     def prompt(self, task: Task, variant: str = "baseline") -> str:
         """The user prompt of ``task`` in ``variant``."""
-        if variant not in self.variants:
+        if variant.partition(":")[0] not in self.variants:
             raise ValueError(
                 f"unknown variant {variant!r} for suite {self.name!r}; choose from {list(self.variants)}"
             )
@@ -107,9 +126,16 @@ def _reliabilitybench() -> Suite:
     return reliabilitybench_suite()
 
 
+def _toolmaze() -> Suite:
+    from mcp_resili.suites.toolmaze import toolmaze_suite
+
+    return toolmaze_suite()
+
+
 _FACTORIES: dict[str, Callable[[], Suite]] = {
     "resilibench": _resilibench,
     "reliabilitybench": _reliabilitybench,
+    "toolmaze": _toolmaze,
 }
 
 #: The suite used when none is named.

@@ -46,6 +46,25 @@ class WorkflowStep(BaseModel):
     arguments: dict[str, Binding] = Field(default_factory=dict)
 
 
+def _acyclic(nodes: list[str], edges: set[tuple[str, str]]) -> bool:
+    """Kahn's algorithm; plain Python because it runs for each of the suite's 5,040 tasks at load."""
+    indegree = dict.fromkeys(nodes, 0)
+    successors: dict[str, list[str]] = {n: [] for n in nodes}
+    for a, b in edges:
+        indegree[b] += 1
+        successors[a].append(b)
+    ready = [n for n, d in indegree.items() if d == 0]
+    seen = 0
+    while ready:
+        node = ready.pop()
+        seen += 1
+        for nxt in successors[node]:
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                ready.append(nxt)
+    return seen == len(nodes)
+
+
 class Workflow(BaseModel):
     """The ground-truth DAG: nodes are tool calls, an edge ``(a, b)`` means ``a`` must precede ``b``."""
 
@@ -59,16 +78,17 @@ class Workflow(BaseModel):
         if len(set(ids)) != len(ids):
             raise ValueError(f"workflow step ids must be unique, got {ids}")
         known = set(ids)
-        for a, b in self.edges:
+        edges = set(self.edges)
+        for a, b in edges:
             if a not in known or b not in known:
                 raise ValueError(f"edge ({a!r}, {b!r}) names an unknown step")
         for step in self.steps:
             for name, binding in step.arguments.items():
-                if isinstance(binding, StepBinding) and (binding.step, step.id) not in set(self.edges):
+                if isinstance(binding, StepBinding) and (binding.step, step.id) not in edges:
                     raise ValueError(
                         f"step {step.id!r} argument {name!r} reads {binding.step!r} without an edge"
                     )
-        if not nx.is_directed_acyclic_graph(self.graph()):
+        if not _acyclic(ids, edges):
             raise ValueError("workflow edges form a cycle")
         return self
 
@@ -141,6 +161,27 @@ class Task(BaseModel):
     def instance_id(self) -> str:
         """ResiliBench's name for ``id`` (paper Table 8)."""
         return self.id
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def original_description(self) -> str:
+        """The description before any rewording (paper Table 8); ours are never reworded."""
+        return str(self.metadata.get("original_description", self.description))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_computed_fields(cls, data: Any) -> Any:
+        """Let a dumped task validate again: the computed fields must agree with what they compute."""
+        if not isinstance(data, dict) or not ({"instance_id", "original_description"} & set(data)):
+            return data
+        data = dict(data)
+        instance_id = data.pop("instance_id", data.get("id"))
+        if instance_id != data.get("id"):
+            raise ValueError(f"instance_id {instance_id!r} differs from id {data.get('id')!r}")
+        original = data.pop("original_description", None)
+        if original is not None and original != data.get("description"):
+            data["metadata"] = {**data.get("metadata", {}), "original_description": original}
+        return data
 
     @model_validator(mode="after")
     def _required_tools_match_workflow(self) -> Task:

@@ -30,6 +30,8 @@ class TraceHeader(BaseModel):
     model: str | None = None
     variant: str | None = None
     trial: int | None = None
+    #: The episode's turn budget when the runner overrode the task's (``run --max-turns``).
+    max_turns: int | None = None
 
 
 class ToolCallEvent(BaseModel):

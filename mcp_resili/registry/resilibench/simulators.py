@@ -69,7 +69,9 @@ def _render(records: list[dict[str, Any]], fmt: str) -> str:
         )
         return f"<records>{rows}</records>"
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=["id", "name", "category", "value"], lineterminator="\n")
+    writer = csv.DictWriter(
+        out, fieldnames=["id", "name", "category", "value"], lineterminator="\n", extrasaction="ignore"
+    )
     writer.writeheader()
     writer.writerows(records)
     return out.getvalue()

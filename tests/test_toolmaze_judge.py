@@ -1,0 +1,294 @@
+"""The ToolMaze judge against agents whose TSR, PRR and RC are known by construction."""
+
+import os
+
+import anyio
+import pytest
+from mcp import Client
+
+from mcp_resili.client.agent import EpisodeSpec, play_episode
+from mcp_resili.client.providers import create_model
+from mcp_resili.faults import parse_fault_spec, plan_to_dict
+from mcp_resili.scoring.model import Score
+from mcp_resili.scoring.toolmaze import aggregate, metrics_of, optimal_recovery_calls, score
+from mcp_resili.server.app import ResiliServer
+from mcp_resili.suites import get_suite
+from mcp_resili.tasks.toolmaze import toolmaze_tasks
+from mcp_resili.trace import Trace, TraceHeader
+
+MODES = ("NP", "P1", "P2", "P3", "P4")
+AGENTS = ("retry", "switch", "abort", "trusting")
+
+
+def sample_tasks():
+    """Per level, one task per distinct combination of group kinds (at most three)."""
+    chosen, seen = [], set()
+    for task in toolmaze_tasks():
+        signature = (task.level, tuple(g.corpus_group.split(".")[1] for g in task.alternative_groups))
+        if signature not in seen and sum(1 for t in chosen if t.level == task.level) < 3:
+            seen.add(signature)
+            chosen.append(task)
+    return chosen
+
+
+#: MCP_RESILI_TOOLMAZE_ALL=1 checks all 400 tasks (about 8,000 episodes, minutes) instead of the sample.
+SAMPLE = list(toolmaze_tasks()) if os.environ.get("MCP_RESILI_TOOLMAZE_ALL") else sample_tasks()
+
+
+async def play_all(pairs, mode):
+    """Play (agent, task) pairs against one in-process server in ``mode``; return their scores."""
+    suite = get_suite("toolmaze")
+    plan = parse_fault_spec(f"toolmaze:{mode}")
+    server = ResiliServer(suite, plan, seed=0)
+    scores = {}
+    async with Client(server.mcp) as client:
+        tools = (await client.list_tools()).tools
+        for agent, task in pairs:
+            episode = EpisodeSpec(
+                id=f"{mode}/{agent}/{task.id}",
+                fault_key=task.id,
+                seed=0,
+                task=task,
+                prompt=suite.prompt(task, "hint"),
+                max_turns=task.constraints.max_turns,
+                stop_rules=suite.stop_rules,
+            )
+            outcome = await play_episode(client, create_model(f"scripted:{agent}"), episode, tools)
+            header = TraceHeader(
+                suite="toolmaze",
+                task=task.id,
+                episode=episode.id,
+                seed=0,
+                fault_plan=plan_to_dict(plan),
+                fault_key=task.id,
+            )
+            scores[agent, task.id] = score(task, Trace(header=header, events=outcome.events))
+    return scores
+
+
+@pytest.fixture(scope="module")
+def all_scores():
+    async def run():
+        pairs = [(agent, task) for agent in AGENTS for task in SAMPLE]
+        return {mode: await play_all(pairs, mode) for mode in MODES}
+
+    return anyio.run(run)
+
+
+def switch_costs(task, transient):
+    """(c, c*) of the switch agent, counted by hand from the chain."""
+
+    def s_member(group):
+        return next(m for m in group.members if all(s.tool in task.shortest_path for s in m))
+
+    def cheapest_other(group):
+        m0 = s_member(group)
+        return min((m for m in group.members if m is not m0), key=len)
+
+    groups = [e for e in task.chain if e.is_alternative]
+    first = task.group(groups[0].alternative_id)
+    c = len(cheapest_other(first))
+    c_star = len(s_member(first)) if transient else len(cheapest_other(first))
+    for element in task.chain:
+        if element.step <= first.step:
+            continue
+        if element.is_alternative:
+            later = task.group(element.alternative_id)
+            c += 1 + len(cheapest_other(later))
+            c_star += 1 + len(s_member(later))
+        else:
+            c += 1
+            c_star += 1
+    return c, c_star
+
+
+def expected(agent, mode, task):
+    """(I_succ, I_recov or None when unperturbed, C_rec) by construction."""
+    if mode == "NP":
+        return True, None, 0.0
+    transient, implicit, c1 = mode in ("P1", "P3"), mode in ("P3", "P4"), task.level == "C1"
+    if agent == "retry" or (agent == "trusting" and not implicit):
+        return (True, True, 0.0) if transient else (False, c1, 1.0)
+    if agent == "trusting":
+        return False, False, 1.0
+    if agent == "abort":
+        return False, c1 and not transient, 1.0
+    if c1:
+        return False, not transient, 1.0
+    c, c_star = switch_costs(task, transient)
+    return True, True, 1 - c_star / c
+
+
+def test_the_sample_covers_every_level_and_group_kind():
+    assert {t.level for t in SAMPLE} == {"C1", "C2", "C3", "C4"}
+    assert {g.kind for t in SAMPLE for g in t.alternative_groups} == {
+        "one_to_one",
+        "one_to_many",
+        "many_to_many",
+    }
+    # At least one switch in the sample costs more than the optimum, so RC is tested off zero.
+    assert any(switch_costs(t, True)[0] > switch_costs(t, True)[1] for t in SAMPLE if t.level != "C1")
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_each_scripted_agent_scores_what_it_must_per_trajectory(all_scores, agent):
+    for mode in MODES:
+        for task in SAMPLE:
+            got = all_scores[mode][agent, task.id]
+            succ, recov, c_rec = expected(agent, mode, task)
+            parts = got.components
+            where = (agent, mode, task.id, got.reasons)
+            assert parts["i_succ"] is succ, where
+            assert parts["i_pert"] is (recov is not None), where
+            if recov is not None:
+                assert parts["i_recov"] is recov, where
+            assert parts["c_rec"] == pytest.approx(c_rec, abs=1e-6), where
+            assert got.reasons, where
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_each_scripted_agent_gets_its_prr_and_rc_for_every_mode_and_level(all_scores, agent):
+    for mode in MODES:
+        for level in ("C1", "C2", "C3", "C4"):
+            tasks = [t for t in SAMPLE if t.level == level]
+            rows = [expected(agent, mode, t) for t in tasks]
+            got = metrics_of([all_scores[mode][agent, t.id] for t in tasks], mode, level)
+            assert got.tsr == pytest.approx(sum(r[0] for r in rows) / len(rows))
+            if mode == "NP":
+                assert got.prr is None and got.rc == 0
+            else:
+                assert got.prr == pytest.approx(sum(r[1] for r in rows) / len(rows)), (agent, mode, level)
+                assert got.rc == pytest.approx(sum(r[2] for r in rows) / len(rows)), (agent, mode, level)
+
+
+def test_judge_reasons_name_the_branch_that_decided(all_scores):
+    c1 = next(t for t in SAMPLE if t.level == "C1")
+    c2 = next(t for t in SAMPLE if t.level == "C2")
+    assert any("no retry on" in r for r in all_scores["P1"]["abort", c1.id].reasons)
+    assert any("aborted although" in r for r in all_scores["P1"]["abort", c1.id].reasons)
+    assert any("did not switch to alt tool" in r for r in all_scores["P2"]["retry", c2.id].reasons)
+    assert any("switched from" in r for r in all_scores["P2"]["switch", c2.id].reasons)
+    assert any("aborted gracefully" in r for r in all_scores["P4"]["retry", c1.id].reasons)
+    assert any("propagated into" in r for r in all_scores["P3"]["trusting", c2.id].reasons)
+    assert any("missing required tools" in r for r in all_scores["P2"]["abort", c2.id].reasons)
+
+
+def test_an_agent_that_carries_on_after_a_permanent_victim_is_not_recovered():
+    task = next(t for t in SAMPLE if t.level == "C1")
+    scores = anyio.run(play_all, [("naive", task)], "P2")
+    got = scores["naive", task.id]
+    assert got.components["i_pert"] and not got.components["i_recov"] and not got.components["i_succ"]
+    assert any("should have stopped but called other tools after victim" in r for r in got.reasons)
+
+
+def test_optimal_recovery_calls_counts_retry_switch_and_later_slots():
+    c1 = next(t for t in SAMPLE if t.level == "C1")
+    victim = c1.perturbations.slots[0].tools[0]
+    position = next(e.step for e in c1.chain if e.tool_name == victim)
+    assert optimal_recovery_calls(c1, "P1", victim) == 1 + len(c1.chain) - position
+    assert optimal_recovery_calls(c1, "P2", victim) == 0
+    c4 = next(t for t in SAMPLE if t.level == "C4")
+    first = c4.alternative_groups[0]
+    victim = first.members[0][0].tool
+    _, c_star = switch_costs(c4, False)
+    assert optimal_recovery_calls(c4, "P2", victim) == c_star
+    with pytest.raises(ValueError, match="no armed slot"):
+        optimal_recovery_calls(c4, "P1", c4.shortest_path[0])
+
+
+def test_composite_and_aggregate_follow_the_paper_formulas():
+    def fake(mode, level, succ, pert, recov, c_rec):
+        return Score(
+            suite="toolmaze",
+            task="t",
+            label="full" if succ else "failure",
+            value=float(succ),
+            components={
+                "mode": mode,
+                "level": level,
+                "i_succ": succ,
+                "i_pert": pert,
+                "i_recov": recov,
+                "c_rec": c_rec,
+            },
+        )
+
+    scores = [
+        fake("P1", "C1", True, True, True, 0.5),
+        fake("P1", "C2", False, True, False, 1.0),
+        fake("P1", "C2", True, False, False, 0.0),
+    ]
+    overall = metrics_of(scores)
+    assert overall.tsr == pytest.approx(2 / 3) and overall.prr == pytest.approx(0.5)
+    assert overall.rc == pytest.approx(1.5 / 3)  # denominator: all trajectories
+    assert overall.composite == pytest.approx((2 / 3 + 0.5 + 0.5) / 3)
+    keyed = {(m.mode, m.level): m for m in aggregate(scores)}
+    assert keyed["P1", "C2"].n == 2 and keyed["P1", "all"].n == 3 and keyed["all", "C1"].n == 1
+    with pytest.raises(ValueError):
+        metrics_of([])
+
+
+def test_scorer_refuses_a_task_of_another_suite():
+    from mcp_resili.tasks.resilibench import default_tasks
+
+    trace = Trace(
+        header=TraceHeader(
+            suite="toolmaze", task="x", episode="e", seed=0, fault_plan={"kind": "none"}, fault_key="e"
+        )
+    )
+    with pytest.raises(TypeError, match="ToolMazeTask"):
+        score(default_tasks()[0], trace)
+
+
+def test_run_reports_toolmaze_metrics_per_mode_and_level(tmp_path, capsys):
+    import json
+
+    from mcp_resili.cli import main
+
+    argv = ["run", "--suite", "toolmaze", "--model", "scripted:retry", "--trials", "1", "--json"]
+    argv += ["--faults", "toolmaze:P1", "--faults", "toolmaze:P2", "--db", str(tmp_path / "r.db")]
+    argv += ["--task", "C1_task_001", "--task", "C2_task_001", "--variant", "hint"]
+    assert main(argv) == 0
+    rows = {
+        (m["mode"], m["level"]): m for m in json.loads(capsys.readouterr().out)["suite_summary"]["toolmaze"]
+    }
+    assert rows["P1", "C1"]["prr"] == 1 and rows["P1", "C2"]["tsr"] == 1 and rows["P1", "all"]["rc"] == 0
+    assert rows["P2", "C1"]["prr"] == 1 and rows["P2", "C2"]["prr"] == 0 and rows["P2", "all"]["rc"] == 1
+    assert rows["P2", "all"]["composite"] == pytest.approx((0 + 0.5 + 0) / 3)
+
+
+def test_hint_prompt_adds_failure_awareness_and_the_abort_format():
+    suite = get_suite("toolmaze")
+    task = SAMPLE[0]
+    plain, hinted = suite.prompt(task, "baseline"), suite.prompt(task, "hint")
+    assert task.description in plain and hinted.startswith(plain)
+    assert "Task aborted:" in hinted and "Task aborted:" not in plain
+    assert "alternative" in hinted and "reasonable" in hinted
+    with pytest.raises(ValueError, match="nope"):
+        suite.prompt(task, "nope")
+
+
+def test_a_trace_written_by_the_server_scores_through_the_cli(tmp_path, capsys):
+    import json
+
+    from mcp_resili.cli import main
+
+    task = next(t for t in SAMPLE if t.level == "C2")
+    suite = get_suite("toolmaze")
+    server = ResiliServer(suite, parse_fault_spec("toolmaze:P2"), seed=0, trace_dir=tmp_path)
+
+    async def play():
+        async with Client(server.mcp) as client:
+            tools = (await client.list_tools()).tools
+            episode = EpisodeSpec(
+                id="ep1", fault_key="ep1", seed=0, task=task, prompt="", max_turns=25, stop_rules=False
+            )
+            await play_episode(client, create_model("scripted:switch"), episode, tools)
+
+    anyio.run(play)
+    (trace_file,) = tmp_path.glob("*.jsonl")
+    assert main(["score", str(trace_file)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["components"]["mode"] == "P2"
+    assert result["components"]["i_recov"] is True and result["components"]["i_succ"] is True
+    assert any("switched from" in r for r in result["reasons"])

@@ -454,7 +454,7 @@ def _report(args: argparse.Namespace) -> int:
     elif args.html is None:
         out = Console()
         if not out.is_terminal:
-            out = Console(width=160)
+            out = Console(width=200)
         out.print(f"run {report.run.id} · suite {report.run.suite} · {report.episodes} episodes")
         for table in section_tables(report.sections):
             out.print(table)

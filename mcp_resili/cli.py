@@ -153,15 +153,51 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("--suite", default=DEFAULT_SUITE)
     stats.add_argument("--json", action="store_true", help="a JSON list, one object per level")
 
-    report = sub.add_parser("report", help="summarise a stored run (default: the latest)")
-    report.add_argument("--run", help="run id (default: the latest run in the database)")
-    report.add_argument("--db", type=Path, default=Path("mcp-resili.db"))
-    report.add_argument("--by", action="append", choices=BREAKDOWN_KEYS, default=[], help="repeatable")
-    report.add_argument("--json", action="store_true")
-
     score = sub.add_parser("score", help="score a trace file written by `serve --trace-dir` or the runner")
     score.add_argument("trace", type=Path)
     score.add_argument("--task", help="task id, when the trace header has none")
+    report = sub.add_parser("report", help="tables, JSON or a self-contained HTML page of a stored run")
+    report.add_argument("run", nargs="?", help="run id (default: the latest run in the database)")
+    report.add_argument("--run", dest="run_option", metavar="RUN", help="the same, as an option")
+    report.add_argument("--db", type=Path, default=Path("mcp-resili.db"))
+    report.add_argument(
+        "--by",
+        action="append",
+        choices=BREAKDOWN_KEYS,
+        default=[],
+        help="also break the outcome table down by this key (repeatable)",
+    )
+    report.add_argument("--json", action="store_true", help="print every section's data as JSON")
+    report.add_argument("--html", type=Path, metavar="PATH", help="write the HTML report here")
+
+    compare = sub.add_parser(
+        "compare", help="gate a candidate workflow against its golden one (exit 1 on a regression)"
+    )
+    compare.add_argument("golden", type=Path, help="workflow JSON, or a trace JSONL (its executed tools)")
+    compare.add_argument("candidate", type=Path, help="workflow JSON, or a trace JSONL")
+    compare.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="MODE=VALUE",
+        help="override an alert threshold, e.g. missing_steps=0.8 (repeatable)",
+    )
+    compare.add_argument("--json", action="store_true", help="print the verdict as JSON")
+
+    perturb = sub.add_parser(
+        "perturb", help="write a WorkflowPerturb variant of a workflow (for calibration)"
+    )
+    perturb.add_argument("workflow", type=Path)
+    perturb.add_argument("--type", choices=("missing", "compressed", "description"), required=True)
+    perturb.add_argument("--level", type=float, default=0.3, help="α: 0.1, 0.3 or 0.5 (any value in (0, 1))")
+    perturb.add_argument("--seed", type=int, default=0)
+
+    calibrate = sub.add_parser(
+        "calibrate", help="each workflow metric's mean per perturbation and level, and its sensitivity Δ"
+    )
+    calibrate.add_argument("workflows", nargs="*", type=Path, help="golden workflow files (JSON or trace)")
+    calibrate.add_argument("--suite", help="use every task's golden DAG of this suite instead")
+    calibrate.add_argument("--seed", type=int, default=0)
     return parser
 
 
@@ -428,33 +464,6 @@ def _task_info(suite_name: str) -> Callable[[str], dict[str, str]]:
     return info
 
 
-def _report(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from mcp_resili.report import summarize, summary_table
-    from mcp_resili.store import Store
-
-    if not args.db.exists():
-        raise UnknownRunError(f"no results database at {args.db}; run `mcp-resili run` first")
-    store = Store(args.db)
-    try:
-        run_id = args.run or store.latest_run()
-        if run_id is None:
-            raise UnknownRunError(f"{args.db} holds no runs")
-        rows = store.episodes(run_id)
-        if not rows:
-            raise UnknownRunError(f"run {run_id!r} has no episodes in {args.db}")
-        suite_name = store.run_suite(run_id)
-    finally:
-        store.close()
-    summaries = summarize(rows, args.by, _task_info(suite_name) if args.by else None)
-    if args.json:
-        print(json.dumps({"run_id": run_id, "groups": [s.to_dict() for s in summaries]}, indent=2))
-    else:
-        Console(width=200).print(summary_table(run_id, summaries))
-    return 0
-
-
 def _tasks_stats(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -498,6 +507,87 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from mcp_resili.report.build import load_report
+    from mcp_resili.report.html import render_html
+    from mcp_resili.report.terminal import section_tables
+
+    run_id = args.run or args.run_option
+    report = load_report(args.db, run_id, by=args.by)
+    if args.html is not None:
+        args.html.write_text(render_html(report), encoding="utf-8")
+        print(f"wrote {args.html}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    elif args.html is None:
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=200)
+        out.print(f"run {report.run.id} · suite {report.run.suite} · {report.episodes} episodes")
+        for table in section_tables(report.sections):
+            out.print(table)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from mcp_resili.workflow import compare, load_workflow, rules_with
+
+    overrides = {}
+    for item in args.threshold:
+        mode, sep, value = item.partition("=")
+        try:
+            overrides[mode] = float(value)
+        except ValueError:
+            raise UserError(f"--threshold expects MODE=NUMBER, got {item!r}") from None
+        if not sep:
+            raise UserError(f"--threshold expects MODE=NUMBER, got {item!r}")
+    try:
+        rules = rules_with(overrides)
+        verdict = compare(load_workflow(args.golden), load_workflow(args.candidate), rules)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if args.json:
+        print(json.dumps(verdict.to_dict(), indent=2))
+    else:
+        for name, value in verdict.scores.to_dict().items():
+            print(f"{name:>16}  {value}")
+        for alert in verdict.alerts:
+            print(f"ALERT {alert}")
+        print("regression" if verdict.regression else "ok: no alert fired")
+    return 1 if verdict.regression else 0
+
+
+def _perturb(args: argparse.Namespace) -> int:
+    from mcp_resili.workflow import load_workflow, perturb
+
+    try:
+        variant = perturb(load_workflow(args.workflow), args.type, args.level, args.seed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    print(variant.model_dump_json(indent=2))
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from mcp_resili.suites import get_suite
+    from mcp_resili.workflow import load_workflow, sensitivity, workflow_from_task
+
+    if bool(args.suite) == bool(args.workflows):
+        raise UserError("give golden workflow files or --suite NAME (one of the two)")
+    if args.suite:
+        goldens = [workflow_from_task(t) for t in get_suite(args.suite).tasks]
+    else:
+        goldens = [load_workflow(path) for path in args.workflows]
+    print(
+        json.dumps(
+            {"workflows": len(goldens), "seed": args.seed, **sensitivity(goldens, args.seed)}, indent=2
+        )
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -512,6 +602,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "check": _check,
         "config": _config,
         "report": _report,
+        "compare": _compare,
+        "perturb": _perturb,
+        "calibrate": _calibrate,
     }
     try:
         if args.command == "tasks":

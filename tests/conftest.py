@@ -1,3 +1,4 @@
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -47,3 +48,32 @@ def inspector() -> Path:
     if shutil.which("node") is None:
         pytest.fail("node is not on PATH: the Inspector CLI needs Node.js", pytrace=False)
     return INSPECTOR
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+APT_TIMEOUT = 900.0
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's chromium, installed with apt-get when missing; an install failure fails loudly."""
+    if not CHROMIUM.exists():
+        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+            proc = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=APT_TIMEOUT,
+                check=False,
+                env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            )
+            if proc.returncode != 0:
+                pytest.fail(
+                    f"`{' '.join(command)}` exited with {proc.returncode} (the HTML report tests need "
+                    f"Debian's chromium):\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}",
+                    pytrace=False,
+                )
+        if not CHROMIUM.exists():
+            pytest.fail(f"apt-get installed chromium but {CHROMIUM} is missing", pytrace=False)
+    return CHROMIUM

@@ -263,11 +263,11 @@ def load_run_config(db: Path, run_id: str) -> RunConfig:
     store = Store(db)
     try:
         data = store.run_config(run_id)
-        known = store.run_ids()
+        known = store.run_ids(limit=5)
     finally:
         store.close()
     if data is None:
-        hint = f"; runs in {db}: {', '.join(known[-5:])}" if known else f"; {db} holds no runs"
+        hint = f"; recent runs in {db}: {', '.join(known)}" if known else f"; {db} holds no runs"
         raise RunConfigError(f"--resume: no run {run_id!r}{hint}")
     return RunConfig.from_dict(data)
 

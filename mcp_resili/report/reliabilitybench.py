@@ -20,6 +20,8 @@ from typing import Any
 
 from rich.table import Table
 
+from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock
+from mcp_resili.report.svg import heatmap, line_chart
 from mcp_resili.scoring.passk import TaskTrials, gradients, pass_k, volume
 from mcp_resili.store import EpisodeRow
 
@@ -189,3 +191,60 @@ def passk_table(summary: dict[str, Any]) -> Table:
     if volumes:
         table.caption = f"normalised surface volume: {volumes}"
     return table
+
+
+def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
+    """The ReliabilityBench section: pass^k table and curves, and one surface heatmap per model at k = 1."""
+    summary = summarize(rows)
+    cells = summary["cells"]
+    k_max = max((len(c["pass_k"]) for c in cells), default=0)
+    table = TableBlock(
+        "pass^k per cell (⚑: tasks with fewer than k valid trials)",
+        ("model", "faults", "variant", "tasks", "infra errors", *(f"pass^{k}" for k in range(1, k_max + 1))),
+        tuple(
+            (
+                c["model"],
+                c["faults"],
+                c["variant"],
+                str(c["tasks"]),
+                str(c["infrastructure_errors"]),
+                *(
+                    "—"
+                    if p["value"] is None
+                    else f"{p['value']:.3f}"
+                    + (f" ({len(p['flagged_tasks'])}⚑)" if p["flagged_tasks"] else "")
+                    for p in c["pass_k"]
+                ),
+            )
+            for c in cells
+        ),
+    )
+    curves = {
+        f"{c['model']} · {c['faults']} · {c['variant']}": [
+            (float(p["k"]), float(p["value"])) for p in c["pass_k"] if p["value"] is not None
+        ]
+        for c in cells
+    }
+    blocks: list[TableBlock | ChartBlock | NoteBlock] = [
+        table,
+        ChartBlock("pass^k", line_chart("pass^k curves", curves, "k", "pass^k")),
+    ]
+    for model, surface in summary["surface"].items():
+        points = [p for p in surface["points"] if p["k"] == 1]
+        if not points:
+            continue
+        lambdas = sorted({p["lambda"] for p in points})
+        epsilons = sorted({p["eps"] for p in points})
+        values = {(p["lambda"], p["eps"]): p["R"] for p in points}
+        blocks.append(
+            ChartBlock(
+                f"surface {model}",
+                heatmap(
+                    f"{model}: R(k=1, ε, λ)", lambdas, epsilons, values, "fault rate λ", "perturbation ε"
+                ),
+            )
+        )
+        blocks.append(NoteBlock(f"{model}: normalised surface volume {surface['volume']}"))
+    return [
+        ReportSection(id="reliabilitybench", title="ReliabilityBench", blocks=tuple(blocks), data=summary)
+    ]

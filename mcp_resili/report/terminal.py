@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
+from mcp_resili.report.section import ReportSection, TableBlock
 from mcp_resili.report.summary import LEVELS, GroupSummary
 
 
@@ -49,3 +50,18 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
 
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:5.1f}"
+
+
+def section_tables(sections: Sequence[ReportSection]) -> list[Table]:
+    """Every table of every section as a rich table (charts are for the HTML page)."""
+    tables = []
+    for section in sections:
+        for block in section.blocks:
+            if isinstance(block, TableBlock):
+                table = Table(title=f"{section.title}: {block.title}", title_justify="left")
+                for column in block.columns:
+                    table.add_column(column)
+                for row in block.rows:
+                    table.add_row(*row)
+                tables.append(table)
+    return tables

@@ -52,6 +52,17 @@ _COLUMNS = (
 
 
 @dataclass(frozen=True)
+class RunRow:
+    """One run as stored."""
+
+    id: str
+    created_at: str
+    suite: str
+    seed: int
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class EpisodeRow:
     """One finished episode as stored."""
 
@@ -182,9 +193,19 @@ class Store:
         config: dict[str, Any] = json.loads(row[0])
         return config
 
-    def run_ids(self) -> list[str]:
-        """Every run id, oldest first."""
-        return [str(r[0]) for r in self._db.execute("SELECT id FROM runs ORDER BY created_at").fetchall()]
+    def run(self, run_id: str) -> RunRow | None:
+        """The stored run ``run_id``, if any."""
+        row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            return None
+        return RunRow(id=row[0], created_at=row[1], suite=row[2], seed=row[3], config=json.loads(row[4]))
+
+    def run_ids(self, limit: int | None = None) -> list[str]:
+        """The ids of the most recent runs, newest first (all of them without ``limit``)."""
+        rows = self._db.execute(
+            "SELECT id FROM runs ORDER BY created_at DESC LIMIT ?", (-1 if limit is None else limit,)
+        ).fetchall()
+        return [str(r[0]) for r in rows]
 
     def latest_run(self) -> str | None:
         """The id of the most recent run, if any."""

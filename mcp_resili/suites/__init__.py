@@ -10,7 +10,7 @@ import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp_resili.errors import UserError
 from mcp_resili.registry import ToolLibrary
@@ -18,6 +18,9 @@ from mcp_resili.scoring.model import Score
 from mcp_resili.store import EpisodeRow
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace.model import Trace
+
+if TYPE_CHECKING:
+    from mcp_resili.report.section import ReportSection
 
 
 class UnknownTaskError(UserError, KeyError):
@@ -63,6 +66,11 @@ class Suite:
     discovery: bool = False
     #: Whether the runner stops episodes by ResiliBench's termination rules (5 failures in a row, ...).
     stop_rules: bool = True
+    #: The suite's own sections of ``mcp-resili report`` (tables, SVG charts, JSON data), placed
+    #: after the generic outcome table (None: generic sections only).
+    report_sections: Callable[[Sequence[EpisodeRow]], Sequence[ReportSection]] | None = field(
+        default=None, repr=False
+    )
 
     @cached_property
     def tasks(self) -> tuple[Task, ...]:

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from mcp_resili.registry.reliabilitybench import reliabilitybench_library
-from mcp_resili.report.reliabilitybench import passk_table, summarize
+from mcp_resili.report.reliabilitybench import passk_table, report_sections, summarize
 from mcp_resili.scoring.reliabilitybench import score
 from mcp_resili.suites import Suite
 from mcp_resili.tasks.model import Task
@@ -51,4 +51,5 @@ def reliabilitybench_suite() -> Suite:
         initial_state=initial_state,
         summarize=summarize,
         summary_table=passk_table,
+        report_sections=report_sections,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mcp_resili.registry.toolmaze import toolmaze_library
-from mcp_resili.report.toolmaze import toolmaze_summary, toolmaze_summary_table
+from mcp_resili.report.toolmaze import report_sections, toolmaze_summary, toolmaze_summary_table
 from mcp_resili.scoring.toolmaze import score
 from mcp_resili.suites import Suite
 from mcp_resili.tasks.toolmaze import toolmaze_tasks
@@ -25,4 +25,5 @@ def toolmaze_suite() -> Suite:
         stop_rules=False,
         summarize=toolmaze_summary,
         summary_table=toolmaze_summary_table,
+        report_sections=report_sections,
     )

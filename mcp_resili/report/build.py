@@ -1,0 +1,397 @@
+"""Assemble a run's report from the store: generic sections, the suite's own sections, episodes.
+
+Generic sections (every suite): outcomes per (model, faults, variant) with 95% Wilson intervals;
+workflow metrics (executed tool sequence against the golden DAG) per model with 95% intervals;
+paired comparisons of models over the same (task, trial, faults, variant) cells; cost and
+infrastructure errors. Then whatever ``Suite.report_sections`` returns. Reads only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcp_resili.errors import UserError
+from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
+from mcp_resili.report.stats import mcnemar_exact, mean_interval
+from mcp_resili.report.summary import LEVELS, rate, summarize
+from mcp_resili.report.svg import Bar, bar_chart, stacked_levels
+from mcp_resili.store import EpisodeRow, RunRow, Store
+from mcp_resili.suites import Suite, UnknownSuiteError, UnknownTaskError, get_suite
+from mcp_resili.trace import Trace, TraceError
+from mcp_resili.workflow import METRICS, PerturbationError, episode_workflow_scores
+
+#: Longest tool result text kept per call in the HTML episode browser.
+RESULT_CHARS = 1500
+
+
+class ReportError(UserError):
+    """A report that cannot be made (no database, unknown run); the message says what exists."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the renderers need."""
+
+    run: RunRow
+    episodes: int
+    sections: tuple[ReportSection, ...]
+    browser: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the run and every section's data (episodes' events are left to the HTML)."""
+        return {
+            "run_id": self.run.id,
+            "suite": self.run.suite,
+            "seed": self.run.seed,
+            "created_at": self.run.created_at,
+            "episodes": self.episodes,
+            "groups": next(s.data["groups"] for s in self.sections if s.id == "outcomes"),
+            "sections": {s.id: s.data for s in self.sections},
+        }
+
+
+def open_store(db: Path) -> Store:
+    """The store at ``db``; a missing file is an error (a report never creates a database)."""
+    if not db.exists():
+        raise ReportError(f"no results database at {db}; run `mcp-resili run --db {db}` first")
+    return Store(db)
+
+
+def load_report(db: Path, run_id: str | None = None, by: Sequence[str] = ()) -> Report:
+    """The report of ``run_id`` (default: the latest run) in the database ``db``.
+
+    ``by``: extra breakdown keys of the outcome table (`mcp_resili.report.summary.BREAKDOWN_KEYS`).
+    """
+    store = open_store(db)
+    try:
+        run_id = run_id or store.latest_run()
+        if run_id is None:
+            raise ReportError(f"{db} holds no runs yet")
+        run = store.run(run_id)
+        if run is None:
+            recent = ", ".join(store.run_ids(limit=10)) or "none"
+            raise ReportError(f"no run {run_id!r} in {db}; recent runs: {recent}")
+        rows = store.episodes(run_id)
+    finally:
+        store.close()
+    return build_report(run, rows, by)
+
+
+def _suite(name: str) -> Suite | None:
+    try:
+        return get_suite(name)
+    except UnknownSuiteError:
+        return None  # a run of a suite this version does not know: generic sections only
+
+
+def _trace(row: EpisodeRow) -> Trace | None:
+    try:
+        return Trace.from_lines(row.trace.splitlines(), origin=f"episode {row.episode_id}")
+    except TraceError:
+        return None
+
+
+def _cell(row: EpisodeRow) -> str:
+    return f"{row.model} · {row.faults} · {row.variant}"
+
+
+def _task_info(suite: Suite | None) -> Callable[[str], dict[str, str]] | None:
+    if suite is None:
+        return None
+
+    def info(task_id: str) -> dict[str, str]:
+        try:
+            task = suite.task(task_id)
+        except UnknownTaskError:
+            return {}
+        return {"task_type": task.task_type, "complexity": task.complexity}
+
+    return info
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"
+
+
+def outcomes_section(
+    rows: Sequence[EpisodeRow],
+    by: Sequence[str] = (),
+    task_info: Callable[[str], Mapping[str, str]] | None = None,
+) -> ReportSection:
+    """Levels per (model, faults, variant, *by) with 95% Wilson intervals; infrastructure errors apart.
+
+    ResiliBench's bounds (ii) and (iii) get columns when the scores carry them.
+    """
+    groups = summarize(rows, by, task_info)
+    bounds = any(g.bound_ii is not None or g.bound_iii_mean is not None for g in groups)
+    table = TableBlock(
+        "Outcome levels (infrastructure errors excluded from denominators)",
+        (
+            "model",
+            "faults",
+            "variant",
+            *by,
+            "episodes",
+            *(f"{lv} % (95% CI)" for lv in LEVELS),
+            *(("bound ii %", "bound iii %") if bounds else ()),
+            "infra errors",
+        ),
+        tuple(
+            (
+                g.model,
+                g.faults,
+                g.variant,
+                *(g.breakdown[k] for k in by),
+                str(g.episodes),
+                *(rate_cell(g.levels[lv].to_dict()) for lv in LEVELS),
+                *((_pct(g.bound_ii.value if g.bound_ii else None), _pct(g.bound_iii_mean)) if bounds else ()),
+                str(g.infrastructure_errors),
+            )
+            for g in groups
+        ),
+    )
+    labels = [" · ".join((g.model, g.faults, g.variant, *g.breakdown.values())) for g in groups]
+    bars = bar_chart(
+        "Full success rate with 95% interval",
+        [
+            Bar(name, g.levels["full"].value, g.levels["full"].low, g.levels["full"].high)
+            for name, g in zip(labels, groups, strict=True)
+        ],
+    )
+    stacked = stacked_levels(
+        "Outcome levels",
+        [(name, {lv: g.levels[lv].value for lv in LEVELS}) for name, g in zip(labels, groups, strict=True)],
+    )
+    return ReportSection(
+        id="outcomes",
+        title="Outcomes",
+        blocks=(table, ChartBlock("full success", bars), ChartBlock("levels", stacked)),
+        data={"by": list(by), "groups": [g.to_dict() for g in groups]},
+    )
+
+
+def workflow_scores(rows: Sequence[EpisodeRow], suite: Suite | None) -> dict[str, dict[str, float | int]]:
+    """Episode id → workflow metrics of its executed tool sequence against the task's golden DAG."""
+    out: dict[str, dict[str, float | int]] = {}
+    if suite is None:
+        return out
+    for row in rows:
+        trace = _trace(row)
+        if trace is None or row.label is None:
+            continue  # infrastructure errors say nothing about the agent's workflow
+        try:
+            task = suite.task(row.task_id)
+            out[row.episode_id] = episode_workflow_scores(task, trace).to_dict()
+        except (UnknownTaskError, PerturbationError, ValueError):
+            continue
+    return out
+
+
+def workflow_section(rows: Sequence[EpisodeRow], scores: dict[str, dict[str, float | int]]) -> ReportSection:
+    """Mean workflow metrics per (model, faults, variant) with 95% intervals."""
+    groups: dict[str, list[dict[str, float | int]]] = {}
+    for row in rows:
+        if row.episode_id in scores:
+            groups.setdefault(_cell(row), []).append(scores[row.episode_id])
+    data: dict[str, Any] = {}
+    table_rows = []
+    bars = []
+    for cell, members in sorted(groups.items()):
+        entry: dict[str, Any] = {"episodes": len(members)}
+        cells = []
+        for metric in METRICS:
+            interval = mean_interval([float(m[metric]) for m in members])
+            assert interval is not None  # members is never empty
+            mean, low, high = interval
+            entry[metric] = {"mean": round(mean, 4), "ci95": [round(low, 4), round(high, 4)]}
+            cells.append(f"{mean:.3f} ({low:.2f}–{high:.2f})")
+            if metric == "chain_f1":
+                bars.append(Bar(cell, mean, low, high))
+        data[cell] = entry
+        table_rows.append((cell, str(len(members)), *cells))
+    blocks: tuple[Any, ...] = (
+        NoteBlock(
+            "Each scored episode's successful tool calls, in order, against the task's golden DAG "
+            "(exact tool identity). Chain F1 uses the best topological order; Graph F1 the largest "
+            "common induced subgraph; intervals are normal-approximation 95% intervals of the mean."
+        ),
+        TableBlock("Workflow metrics: mean (95% CI)", ("cell", "episodes", *METRICS), tuple(table_rows)),
+    )
+    if bars:
+        blocks = (
+            *blocks,
+            ChartBlock("chain f1", bar_chart("Chain F1 (mean, 95% interval)", bars, "#009E73")),
+        )
+    return ReportSection(
+        id="workflow", title="Workflow metrics", blocks=blocks, data={"cells": data, "episodes": scores}
+    )
+
+
+def paired_section(rows: Sequence[EpisodeRow]) -> ReportSection:
+    """McNemar's exact test on full success for every pair of models over shared cells."""
+    outcome: dict[str, dict[tuple[str, int, str, str], bool]] = {}
+    for row in rows:
+        if row.label is not None:  # a pair needs two valid outcomes
+            outcome.setdefault(row.model, {})[(row.task_id, row.trial, row.faults, row.variant)] = (
+                row.label == "full"
+            )
+    data = []
+    table_rows = []
+    for a, b in itertools.combinations(sorted(outcome), 2):
+        shared = sorted(set(outcome[a]) & set(outcome[b]))
+        if not shared:
+            continue
+        test = mcnemar_exact([(outcome[a][c], outcome[b][c]) for c in shared])
+        data.append({"model_a": a, "model_b": b, **test.to_dict()})
+        table_rows.append(
+            (
+                a,
+                b,
+                str(len(shared)),
+                str(test.both),
+                str(test.only_a),
+                str(test.only_b),
+                str(test.neither),
+                f"{test.p_value:.4g}",
+            )
+        )
+    return ReportSection(
+        id="paired",
+        title="Paired comparison",
+        blocks=(
+            NoteBlock(
+                "Models compared on the same (task, trial, faults, variant) cells — the same fault "
+                "draws. McNemar's exact two-sided test on full success uses only the cells where "
+                "exactly one model succeeded."
+            ),
+            TableBlock(
+                "Full success, paired",
+                ("model A", "model B", "pairs", "both", "only A", "only B", "neither", "p (exact)"),
+                tuple(table_rows),
+            ),
+        ),
+        data={"pairs": data},
+    )
+
+
+def cost_section(rows: Sequence[EpisodeRow]) -> ReportSection:
+    """Tokens, terminations and infrastructure-error rates per model."""
+    by_model: dict[str, list[EpisodeRow]] = {}
+    for row in rows:
+        by_model.setdefault(row.model, []).append(row)
+    data = {}
+    table_rows = []
+    bars = []
+    for model, members in sorted(by_model.items()):
+        infra = rate(sum(1 for r in members if r.label is None), len(members))
+        inputs = sum(r.input_tokens for r in members)
+        outputs = sum(r.output_tokens for r in members)
+        terminations = Counter(r.termination for r in members)
+        data[model] = {
+            "episodes": len(members),
+            "input_tokens": inputs,
+            "output_tokens": outputs,
+            "tokens_per_episode": round((inputs + outputs) / len(members), 1),
+            "infrastructure_errors": infra.to_dict(),
+            "terminations": dict(sorted(terminations.items())),
+        }
+        table_rows.append(
+            (
+                model,
+                str(len(members)),
+                str(inputs),
+                str(outputs),
+                f"{(inputs + outputs) / len(members):.0f}",
+                rate_cell(infra.to_dict()),
+                ", ".join(f"{k} {v}" for k, v in sorted(terminations.items())),
+            )
+        )
+        bars.append(Bar(model, infra.value, infra.low, infra.high))
+    return ReportSection(
+        id="cost",
+        title="Cost and infrastructure errors",
+        blocks=(
+            TableBlock(
+                "Per model",
+                (
+                    "model",
+                    "episodes",
+                    "input tokens",
+                    "output tokens",
+                    "tokens/episode",
+                    "infra errors % (95% CI)",
+                    "terminations",
+                ),
+                tuple(table_rows),
+            ),
+            ChartBlock("infra", bar_chart("Infrastructure-error rate (95% interval)", bars, "#D55E00")),
+        ),
+        data=data,
+    )
+
+
+def _truncate(value: Any) -> Any:
+    text = json.dumps(value, default=str)
+    return value if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + f"… ({len(text)} chars)"
+
+
+def browser_entry(row: EpisodeRow, scores: dict[str, float | int] | None) -> dict[str, Any]:
+    """One episode for the HTML browser: outcome, judge reasons, workflow metrics, every event."""
+    events: list[dict[str, Any]] = []
+    for line in row.trace.splitlines()[1:]:
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            events.append({"event": "unreadable", "text": line[:200]})
+            continue
+        # Results and arguments can be whole documents; the browser shows the start of each.
+        if event.get("event") == "tool_call":
+            event["arguments"] = _truncate(event.get("arguments"))
+            event["result"] = _truncate(event.get("result"))
+        elif event.get("event") == "model_turn":
+            event["tool_calls"] = [_truncate(call) for call in event.get("tool_calls", [])]
+        events.append(event)
+    score = row.score or {}
+    return {
+        "id": row.episode_id,
+        "model": row.model,
+        "faults": row.faults,
+        "variant": row.variant,
+        "task": row.task_id,
+        "trial": row.trial,
+        "termination": row.termination,
+        "label": row.label,
+        "value": row.value,
+        "reasons": list(score.get("reasons", [])),
+        "components": score.get("components", {}),
+        "workflow": scores,
+        "events": events,
+    }
+
+
+def build_report(run: RunRow, rows: Sequence[EpisodeRow], by: Sequence[str] = ()) -> Report:
+    """All sections of one run: the outcome table, the suite's sections, then the other generic ones."""
+    suite = _suite(run.suite)
+    scores = workflow_scores(rows, suite)
+    try:
+        outcomes = outcomes_section(rows, by, _task_info(suite))
+    except ValueError as exc:  # an unknown breakdown key
+        raise ReportError(str(exc)) from None
+    sections = [
+        outcomes,
+        workflow_section(rows, scores),
+        paired_section(rows),
+        cost_section(rows),
+    ]
+    if suite is not None and suite.report_sections is not None:
+        sections[1:1] = suite.report_sections(rows)
+    browser = tuple(browser_entry(r, scores.get(r.episode_id)) for r in rows)
+    return Report(run=run, episodes=len(rows), sections=tuple(sections), browser=browser)

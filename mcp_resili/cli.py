@@ -380,8 +380,8 @@ def _run(args: argparse.Namespace) -> int:
                 on_estimate=show_estimate,
             )
         )
-    summaries = summarize(result.rows, args.by, _task_info(config.suite) if args.by else None)
     suite = get_suite(config.suite)
+    summaries = summarize(result.rows, args.by, suite.task_info if args.by else None)
     suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
     if args.json:
         payload = {
@@ -447,21 +447,6 @@ def _tasks_list(args: argparse.Namespace) -> int:
         table.add_row(t.id, t.task_type, t.complexity, str(len(t.required_tools)), t.description[:70])
     Console().print(table)
     return 0
-
-
-def _task_info(suite_name: str) -> Callable[[str], dict[str, str]]:
-    from mcp_resili.suites import UnknownTaskError, get_suite
-
-    suite = get_suite(suite_name)
-
-    def info(task_id: str) -> dict[str, str]:
-        try:
-            task = suite.task(task_id)
-        except UnknownTaskError:
-            return {}
-        return {"task_type": task.task_type, "complexity": task.complexity}
-
-    return info
 
 
 def _tasks_stats(args: argparse.Namespace) -> int:

@@ -101,20 +101,6 @@ def _cell(row: EpisodeRow) -> str:
     return f"{row.model} · {row.faults} · {row.variant}"
 
 
-def _task_info(suite: Suite | None) -> Callable[[str], dict[str, str]] | None:
-    if suite is None:
-        return None
-
-    def info(task_id: str) -> dict[str, str]:
-        try:
-            task = suite.task(task_id)
-        except UnknownTaskError:
-            return {}
-        return {"task_type": task.task_type, "complexity": task.complexity}
-
-    return info
-
-
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}"
 
@@ -382,7 +368,7 @@ def build_report(run: RunRow, rows: Sequence[EpisodeRow], by: Sequence[str] = ()
     suite = _suite(run.suite)
     scores = workflow_scores(rows, suite)
     try:
-        outcomes = outcomes_section(rows, by, _task_info(suite))
+        outcomes = outcomes_section(rows, by, suite.task_info if suite is not None else None)
     except ValueError as exc:  # an unknown breakdown key
         raise ReportError(str(exc)) from None
     sections = [

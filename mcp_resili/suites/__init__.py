@@ -105,6 +105,14 @@ class Suite:
             )
             raise UnknownTaskError(f"unknown task {task_id!r} in suite {self.name!r}{hint}") from None
 
+    def task_info(self, task_id: str) -> dict[str, str]:
+        """The breakdown keys of a task (type, complexity) for reports; empty for an unknown id."""
+        try:
+            task = self.task(task_id)
+        except UnknownTaskError:
+            return {}
+        return {"task_type": task.task_type, "complexity": task.complexity}
+
     def prompt(self, task: Task, variant: str = "baseline") -> str:
         """The user prompt of ``task`` in ``variant``."""
         if variant.partition(":")[0] not in self.variants:

@@ -108,8 +108,7 @@ def section(results: list[Measurement], baseline: list[Measurement]) -> str:
         "",
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPUs"
         f" ({platform.processor() or platform.machine()}), Python {platform.python_version()},"
-        f" load average at the end {load[0]:.1f}"
-        " (other jobs shared the machine).",
+        f" load average at the end {load[0]:.1f} (other jobs on the machine lower every figure).",
         "",
         f"Each episode: {TURNS_PER_EPISODE} model turns through the real openai SDK to a fake Chat"
         " Completions server (separate process) answering after the row's latency, two MCP calls to the"
@@ -129,14 +128,13 @@ def section(results: list[Measurement], baseline: list[Measurement]) -> str:
     lines += [
         "",
         "The zero-latency row is the same-run baseline: the harness's own ceiling (CPU-bound: SDK request"
-        " building and parsing, the MCP pipeline, scoring, SQLite) on this machine. Where the ideal exceeds"
-        " it, the shortfall is CPU, not waiting: at concurrency 512 the ideal asks for more episodes per"
-        " second than the measured ceiling.",
+        " building and parsing, the MCP pipeline, scoring, SQLite) on this machine. As the ideal approaches"
+        " it, the shortfall is CPU, not waiting.",
         "",
         "The fake model server shares the same CPUs, and with a fixed latency every episode of a wave is"
         " answered at nearly the same instant, so each round trip also waits for the fake's own request"
-        " handling and for the harness to process the rest of the wave. Across runs on this shared"
-        " 2-CPU machine, concurrency 64 reached 87–90% of the ideal at 2 s per turn and 95–96% at 5 s.",
+        " handling and for the harness to process the rest of the wave. Under load from other jobs"
+        " (load average 3–7) earlier runs gave 87–90% of the ideal at concurrency 64 and 2 s per turn.",
         "",
         "Reproduce: `python bench/throughput.py --write-docs`.",
         END,

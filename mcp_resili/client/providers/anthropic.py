@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from mcp_resili.client.model import (
@@ -16,7 +15,7 @@ from mcp_resili.client.model import (
     UserMessage,
 )
 from mcp_resili.client.providers.names import ToolNameMap
-from mcp_resili.client.providers.options import ProviderOptions, api_key, name_map, tuned_http_client
+from mcp_resili.client.providers.options import ProviderOptions, SDKClientPool, api_key, name_map
 from mcp_resili.client.providers.retry import (
     ProviderFailure,
     classify_status,
@@ -69,20 +68,17 @@ class AnthropicModel:
         self._model = model
         self._options = options
         # SDK retries are off: ours classify failures and keep provider trouble out of agent scores.
-        # A few SDK clients in turn rather than one: each connection pool scans all its connections on
-        # every request, so one pool of 512 connections costs more CPU than the model wait it serves.
-        shared = options.http_client
-        self._clients = [
-            sdk.AsyncAnthropic(
+        self._pool = SDKClientPool(
+            lambda http_client: sdk.AsyncAnthropic(
                 api_key=api_key("anthropic", options.base_url),
                 base_url=options.base_url,
                 timeout=options.timeout,
                 max_retries=0,
-                http_client=shared or tuned_http_client(sdk.DefaultAsyncHttpxClient),
-            )
-            for _ in range(1 if shared is not None else options.connection_pools)
-        ]
-        self._turn = itertools.count()
+                http_client=http_client,
+            ),
+            options,
+            sdk.DefaultAsyncHttpxClient,
+        )
 
     @property
     def name(self) -> str:
@@ -90,17 +86,13 @@ class AnthropicModel:
         return f"anthropic:{self._model}"
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
-        for client in self._clients:
-            await client.close()
-
-    def _next_client(self) -> Any:
-        return self._clients[next(self._turn) % len(self._clients)]
+        """Close the HTTP clients."""
+        await self._pool.aclose()
 
     async def _attempt(self, kwargs: dict[str, Any]) -> Any:
         sdk = self._sdk
         try:
-            return await self._next_client().messages.create(**kwargs)
+            return await self._pool.next().messages.create(**kwargs)
         except sdk.APIStatusError as exc:
             raise ProviderFailure(
                 classify_status(exc.status_code, str(exc.message)),

@@ -6,7 +6,6 @@ so ``--base-url`` points the same provider at any of them.
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
@@ -20,7 +19,7 @@ from mcp_resili.client.model import (
     UserMessage,
 )
 from mcp_resili.client.providers.names import ToolNameMap
-from mcp_resili.client.providers.options import ProviderOptions, api_key, name_map, tuned_http_client
+from mcp_resili.client.providers.options import ProviderOptions, SDKClientPool, api_key, name_map
 from mcp_resili.client.providers.retry import (
     ProviderFailure,
     classify_status,
@@ -89,20 +88,17 @@ class OpenAIModel:
         self._model = model
         self._options = options
         # SDK retries are off: ours classify failures and keep provider trouble out of agent scores.
-        # A few SDK clients in turn rather than one: each connection pool scans all its connections on
-        # every request, so one pool of 512 connections costs more CPU than the model wait it serves.
-        shared = options.http_client
-        self._clients = [
-            sdk.AsyncOpenAI(
+        self._pool = SDKClientPool(
+            lambda http_client: sdk.AsyncOpenAI(
                 api_key=api_key("openai", options.base_url),
                 base_url=options.base_url,
                 timeout=options.timeout,
                 max_retries=0,
-                http_client=shared or tuned_http_client(sdk.DefaultAsyncHttpxClient),
-            )
-            for _ in range(1 if shared is not None else options.connection_pools)
-        ]
-        self._turn = itertools.count()
+                http_client=http_client,
+            ),
+            options,
+            sdk.DefaultAsyncHttpxClient,
+        )
 
     @property
     def name(self) -> str:
@@ -110,12 +106,8 @@ class OpenAIModel:
         return f"openai:{self._model}"
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
-        for client in self._clients:
-            await client.close()
-
-    def _next_client(self) -> Any:
-        return self._clients[next(self._turn) % len(self._clients)]
+        """Close the HTTP clients."""
+        await self._pool.aclose()
 
     async def _attempt(self, kwargs: dict[str, Any]) -> Any:
         sdk = self._sdk
@@ -123,7 +115,7 @@ class OpenAIModel:
             # `post` with a ready wire body skips the SDK's typed-params transform, which walks every tool
             # schema on every request (~20 ms of CPU for 30 tools): at high concurrency that, not the
             # model, would bound throughput. Errors, retries-off, auth and parsing are the SDK's as usual.
-            return await self._next_client().post("/chat/completions", body=kwargs, cast_to=self._completion)
+            return await self._pool.next().post("/chat/completions", body=kwargs, cast_to=self._completion)
         except sdk.APIStatusError as exc:
             message = f"{exc.message} {getattr(exc, 'code', None) or ''}".strip()
             raise ProviderFailure(

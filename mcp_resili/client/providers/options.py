@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import socket
 from collections.abc import Callable
@@ -100,3 +101,26 @@ def tuned_http_client(factory: Callable[..., Any]) -> Any:
         socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
     )
     return factory(transport=transport)
+
+
+class SDKClientPool:
+    """A few SDK clients used in turn, each built by ``make(http_client)`` with SDK retries off.
+
+    One client's connection pool scans all its connections on every request, so one pool of 512
+    connections costs more CPU than the model wait it serves; a shared test ``http_client`` gets one.
+    """
+
+    def __init__(self, make: Callable[[Any], Any], options: ProviderOptions, sdk_http_client: Any) -> None:
+        shared = options.http_client
+        count = 1 if shared is not None else options.connection_pools
+        self._clients = [make(shared or tuned_http_client(sdk_http_client)) for _ in range(count)]
+        self._turn = itertools.count()
+
+    def next(self) -> Any:
+        """The client for the next request."""
+        return self._clients[next(self._turn) % len(self._clients)]
+
+    async def aclose(self) -> None:
+        """Close every client."""
+        for client in self._clients:
+            await client.close()

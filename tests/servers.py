@@ -274,3 +274,36 @@ def http_server(*serve_args: str, workdir: Path) -> Iterator[HttpServer]:
         yield server
     finally:
         server.stop()
+
+
+def run_inspector(inspector: Path, home: Path, *args: str, accept_tool_errors: bool = False) -> Any:
+    """Run ``mcp-inspector --cli ARGS``; return its stdout parsed as JSON, or fail with its output.
+
+    The target comes last in ``ARGS``: everything after its ``--`` is the server's command line.
+    ``HOME`` and the catalog point into ``home`` so the Inspector writes nothing outside the test.
+    With ``accept_tool_errors`` an ``isError`` result (the Inspector exits 5) is an answer, not a failure.
+    """
+    import json
+
+    import pytest
+
+    env = child_env(HOME=str(home), MCP_CATALOG_PATH=str(home / "mcp.json"))
+    command = [str(inspector), "--cli", *args]
+    proc = subprocess.run(
+        command,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    accepted = (0, 5) if accept_tool_errors else (0,)
+    assert proc.returncode in accepted, (
+        f"{command} exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    )
+    start = proc.stdout.find("{")  # some servers print a banner first
+    try:
+        return json.loads(proc.stdout[start:] if start >= 0 else proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"the Inspector printed no JSON:\n{proc.stdout}\n{proc.stderr}", pytrace=False)

@@ -7,14 +7,11 @@ missing or failing npm fails these tests loudly rather than skipping them.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from servers import CLI_TIMEOUT, child_env, http_server, serve_command
+from servers import child_env, http_server, run_inspector, serve_command
 
 from mcp_resili import DISCOVERY_TOOLS, META_EVENT
 from mcp_resili.registry import resilibench_library
@@ -41,30 +38,6 @@ def target(request: pytest.FixtureRequest) -> list[str]:
         ]
     url: str = request.getfixturevalue("http_url")
     return ["--transport", "http", "--server-url", url]
-
-
-def run_inspector(inspector: Path, home: Path, *args: str) -> Any:
-    """Run ``mcp-inspector --cli ARGS``; return its stdout parsed as JSON, or fail with its output.
-
-    The target comes last in ``ARGS``: everything after its ``--`` is the server's command line.
-    ``HOME`` and the catalog point into ``home`` so the Inspector writes nothing outside the test.
-    """
-    env = child_env(HOME=str(home), MCP_CATALOG_PATH=str(home / "mcp.json"))
-    command = [str(inspector), "--cli", *args]
-    proc = subprocess.run(
-        command,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=CLI_TIMEOUT,
-        check=False,
-    )
-    assert proc.returncode == 0, f"{command} exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    try:
-        return json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"the Inspector printed no JSON:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
 
 
 def test_inspector_lists_the_30_resilibench_tools_and_finish(

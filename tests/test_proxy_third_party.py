@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from servers import CLI_TIMEOUT, REPO_ROOT, child_env, cli_command
+from servers import CLI_TIMEOUT, REPO_ROOT, child_env, cli_command, run_inspector
 
 EVERYTHING = REPO_ROOT / "tests" / "peers" / "node_modules" / "@modelcontextprotocol" / "server-everything"
 UPSTREAM = ["node", str(EVERYTHING / "dist" / "index.js"), "stdio"]
@@ -28,22 +28,9 @@ TIMEOUT_ECHO = [{"tool": "echo", "fault": {"type": "error", "code": "TIMEOUT"}}]
 
 
 def inspect(inspector: Path, home: Path, *args: str) -> dict:
-    """Like `run_inspector`, but an ``isError`` result (the Inspector exits 5) is an answer, not a failure."""
-    env = child_env(HOME=str(home), MCP_CATALOG_PATH=str(home / "mcp.json"))
-    command = [str(inspector), "--cli", *args]
-    proc = subprocess.run(
-        command,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=CLI_TIMEOUT,
-        check=False,
-    )
-    assert proc.returncode in (0, 5), (
-        f"{command} exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    )
-    return json.loads(proc.stdout[proc.stdout.index("{") :])
+    """The Inspector's JSON answer; an ``isError`` result is an answer here, not a failure."""
+    result: dict = run_inspector(inspector, home, *args, accept_tool_errors=True)
+    return result
 
 
 def without_meta(result: dict) -> dict:

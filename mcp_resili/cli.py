@@ -24,10 +24,6 @@ if TYPE_CHECKING:
     from mcp_resili.client.runner import RunConfig
 
 
-class UnknownRunError(UserError, LookupError):
-    """A run id (or results database) that does not exist."""
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-resili",

@@ -173,13 +173,6 @@ class Store:
             for r in rows
         ]
 
-    def run_suite(self, run_id: str) -> str:
-        """The suite a stored run played."""
-        row = self._db.execute("SELECT suite FROM runs WHERE id = ?", (run_id,)).fetchone()
-        if row is None:
-            raise KeyError(f"no run {run_id!r} in {self.path}")
-        return str(row[0])
-
     def episode_ids(self, run_id: str) -> set[str]:
         """Ids of the episodes of ``run_id`` already stored (what a resume skips)."""
         rows = self._db.execute("SELECT episode_id FROM episodes WHERE run_id = ?", (run_id,)).fetchall()

@@ -123,6 +123,8 @@ def test_calls_inspect_refused_itself_are_in_the_scored_trace(evaluated):
 def test_the_eval_reports_the_suite_metrics_and_removes_its_temporary_traces(evaluated):
     log = evaluated["stdio"]
     rows = evaluated["runner"].values()
+    (per_epoch,) = [s for s in log.results.scores if s.reducer is None]
+    assert set(per_epoch.metrics) == {"pass^1", "pass^2"}  # ResiliBench has no suite summary
     metrics = {(s.name, name): m.value for s in log.results.scores for name, m in s.metrics.items()}
     assert metrics["value", "mean"] == pytest.approx(sum(r.value for r in rows) / len(rows))
     assert metrics["full", "mean"] == pytest.approx(sum(r.label == "full" for r in rows) / len(rows))
@@ -385,12 +387,20 @@ def test_suite_metrics_hand_every_epoch_to_the_suites_own_summary():
 
 def test_summary_numbers_are_named_by_path_and_pooled_records_stand_for_their_list():
     summary = {
-        "pooled": [
+        "marginals": [
             {"mode": "NP", "level": "C1", "tsr": 0.5, "ok": True},
-            {"mode": "all", "level": "all", "tsr": 0.75, "note": "text"},
+            {"mode": "NP", "level": "all", "tsr": 0.25, "note": "text"},
+            {"mode": "all", "level": "C1", "tsr": 0.75},
         ],
+        "pooled": [{"mode": "NP", "rc": 0.5}, {"mode": "all", "rc": 0.1}],
         "curve": [{"k": 1, "value": 0.9, "ci95": [0.1, 0.9]}, {"k": 2, "value": None}],
         "one": [{"name": "x", "n": 3}],
         "deep": {"a": {"b": {"c": 1}}},
     }
-    assert numbers(summary) == {"pooled.tsr": 0.75, "curve.k=1.value": 0.9, "one.n": 3.0}
+    assert numbers(summary) == {
+        "marginals.NP.tsr": 0.25,
+        "marginals.C1.tsr": 0.75,
+        "pooled.rc": 0.1,
+        "curve.k=1.value": 0.9,
+        "one.n": 3.0,
+    }

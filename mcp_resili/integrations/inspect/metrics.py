@@ -76,10 +76,11 @@ MAX_PATH_PARTS = 3
 def numbers(summary: object, prefix: str = "") -> dict[str, float]:
     """The numeric leaves of a suite summary, named by their path (``toolmaze.tsr``).
 
-    In a list of records, each record is named after the fields that tell it apart (text values as
-    they are, numbers as ``key=value``; a single record adds nothing to the path), and when some
-    records pool the others (every such text field is ``all``) only those are kept. Booleans, text,
-    None, lists of plain values (intervals) and paths of more than `MAX_PATH_PARTS` parts are left out.
+    In a list of records, each record is named after the text fields that tell it apart, else after
+    an integer field that does, as ``key=value`` (a single record adds nothing to the path). When records pool
+    others (a text field ``all``), only the most pooled ones are kept, named without their ``all``s
+    (``toolmaze.NP.tsr``: mode NP over all levels). Booleans, text, None, lists of plain values
+    (intervals) and paths of more than `MAX_PATH_PARTS` parts are left out.
     """
     found: dict[str, float] = {}
     if prefix.count(".") >= MAX_PATH_PARTS:
@@ -99,22 +100,34 @@ def _named_records(records: list[Mapping[str, Any]]) -> list[tuple[str, Mapping[
     """(name, record) pairs: see `numbers`."""
     if len(records) == 1:
         return [("", records[0])]
-    keys = [
+    text = [
         key
         for key in records[0]
-        if all(isinstance(r.get(key), str | int | float) for r in records)
-        and len({r[key] for r in records}) > 1
+        if all(isinstance(r.get(key), str) for r in records) and len({r[key] for r in records}) > 1
     ]
-    text = [k for k in keys if all(isinstance(r[k], str) for r in records)]
-    pooled = [r for r in records if text and all(r[k] == "all" for k in text)]
-    if len(pooled) == 1:
-        return [("", pooled[0])]
+    # Records told apart by no text field may be by a counter (pass^k's ``k``).
+    counters = [
+        key
+        for key in records[0]
+        if all(isinstance(r.get(key), int) and not isinstance(r.get(key), bool) for r in records)
+        and len({r[key] for r in records}) == len(records)
+    ]
+    keys = text or counters[:1]
+    pooling = max((sum(r[k] == "all" for k in text) for r in records), default=0)
+    if pooling:
+        # Breakdowns that also pool (ToolMaze: per mode over all levels, per level over all modes):
+        # the most pooled records stand for the list, named by what they do not pool.
+        records = [r for r in records if sum(r[k] == "all" for k in text) == pooling]
 
     def name(record: Mapping[str, Any]) -> str:
-        return ".".join(str(record[k]) if k in text else f"{k}={record[k]}" for k in keys)
+        return ".".join(
+            (str(record[k]) if k in text else f"{k}={record[k]}")
+            for k in keys
+            if record[k] != "all" or k not in text
+        )
 
     names = [name(r) for r in records]
-    if not keys or len(set(names)) != len(names):
+    if len(set(names)) != len(names) or (len(names) > 1 and "" in names):
         return [(str(n), r) for n, r in enumerate(records)]
     # The fields that name a record are in its name already.
     return [(n, {k: v for k, v in r.items() if k not in keys}) for n, r in zip(names, records, strict=True)]

@@ -29,6 +29,7 @@ from inspect_ai.tool import ToolChoice, ToolInfo
 from inspect_ai.util import store
 
 from mcp_resili.integrations.inspect.episode import EPISODE_KEY, SampleEpisode
+from mcp_resili.integrations.inspect.errors import ArgumentError
 
 if TYPE_CHECKING:
     from mcp_resili.client.model import Message, Model, ToolDefinition, ToolResult
@@ -105,7 +106,7 @@ class ScriptedAgentAPI(ModelAPI):
 
         factory = scripted_agent(model_name)
         if factory is None:
-            raise ValueError(
+            raise ArgumentError(
                 f"unknown scripted agent {model_name!r}; one of: "
                 + ", ".join(f"mcp_resili/{n}" for n in scripted_agent_names())
             )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inspect_ai.model import ChatMessage, ChatMessageAssistant, ChatMessageTool
-from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
+from inspect_ai.scorer import Metric, Score, Scorer, Target, mean, scorer
 from inspect_ai.solver import TaskState
 
 from mcp_resili.integrations.inspect.episode import EPISODE_KEY, OUTCOME_KEY, Outcome, SampleEpisode
@@ -122,13 +122,17 @@ def episode_trace(
     return Trace(header=trace.header.model_copy(update=update), events=trace.events)
 
 
-@scorer(
-    metrics=[
-        {"value": [mean()], "full": [mean()], "partial": [mean()]},
-        pass_hat_k(),
-        suite_metrics(),
-    ]
-)
+def resili_metrics(suite_summary: bool = True) -> list[Metric | dict[str, list[Metric]]]:
+    """The metrics of `resili_scorer`: means of the value keys, pass^k, and the suite's own summary.
+
+    ``suite_summary=False`` leaves out `suite_metrics` (a suite without ``summarize`` would show an
+    empty group).
+    """
+    means: dict[str, list[Metric]] = {"value": [mean()], "full": [mean()], "partial": [mean()]}
+    return [means, pass_hat_k(), *([suite_metrics()] if suite_summary else [])]
+
+
+@scorer(metrics=resili_metrics())
 def resili_scorer() -> Scorer:
     """Score the sample's episode with its suite's own scorer (``mcp-resili score`` on its trace).
 

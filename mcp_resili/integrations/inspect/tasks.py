@@ -30,7 +30,8 @@ from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.solver import TaskState
 
 from mcp_resili.integrations.inspect.episode import EPISODE_KEY, SampleEpisode
-from mcp_resili.integrations.inspect.scorer import resili_scorer
+from mcp_resili.integrations.inspect.errors import ArgumentError
+from mcp_resili.integrations.inspect.scorer import resili_metrics, resili_scorer
 from mcp_resili.integrations.inspect.solver import resili_agent
 
 #: `mcp_resili.registry.suites.ENTRY_POINT_GROUP`, read here without importing the registry.
@@ -72,6 +73,21 @@ def _flag(name: str, value: object) -> bool:
 
 def suite_task(
     suite_name: str,
+    **arguments: Any,
+) -> Task:
+    """The inspect task of suite ``suite_name``; every argument is checked here, before any server starts.
+
+    ``arguments`` are the ``-T`` arguments (see the module). A bad one raises `ArgumentError`, one
+    line naming it (a server that exits at start would only show inspect's "Connection closed").
+    """
+    try:
+        return _suite_task(suite_name, **arguments)
+    except ValueError as exc:  # `UserError`s included
+        raise ArgumentError(f"mcp_resili/{suite_name}: {exc}") from None
+
+
+def _suite_task(
+    suite_name: str,
     *,
     faults: str | list[Any] | None = None,
     variant: str = "baseline",
@@ -82,11 +98,6 @@ def suite_task(
     trace_dir: str | None = None,
     server: str | None = None,
 ) -> Task:
-    """The inspect task of suite ``suite_name``; every argument is checked here, before any server starts.
-
-    A bad argument raises one line naming it (a server that exits at start would only show inspect's
-    "Connection closed").
-    """
     from mcp_resili.faults import parse_fault_spec
     from mcp_resili.registry.suites import get_suite
 
@@ -126,6 +137,7 @@ def suite_task(
         dataset=MemoryDataset(samples, name=suite.name),
         solver=resili_agent(fields, _number("time_scale", time_scale, float)),
         scorer=resili_scorer(),
+        metrics=resili_metrics(suite.summarize is not None),
         cleanup=remove_temporary_trace,
         metadata={"suite": suite.name, "faults": spec, "variant": variant, "seed": fields["seed"]},
     )

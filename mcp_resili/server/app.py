@@ -35,6 +35,7 @@ from mcp_resili.server.pipeline import (
     result_text,
 )
 from mcp_resili.server.protocol import ProtocolLayer, note_call
+from mcp_resili.tasks.model import Task
 from mcp_resili.trace import TraceEvent, TraceHeader, event_to_dict, event_to_meta
 
 logger = logging.getLogger(__name__)
@@ -263,9 +264,29 @@ class ResiliServer:
             _meta=self._meta(event),
         )
 
+    def _prompt(self, task: Task) -> types.Prompt:
+        """A task as an MCP prompt (its id is the prompt's name)."""
+        return types.Prompt(
+            name=task.id,
+            title=f"{task.task_type} ({task.complexity})",
+            description=task.description,
+            arguments=[
+                types.PromptArgument(
+                    name="variant",
+                    description=f"One of: {', '.join(self.suite.variants)}"
+                    + (" (flawed:TYPE[:SEVERITY[:METHOD]])" if "flawed" in self.suite.variants else ""),
+                    required=False,
+                )
+            ],
+        )
+
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
+        """The suite's tasks as prompts, paginated; a server bound to a task offers that task only."""
+        if self.default_task is not None:
+            # `serve --task T`: picking any other prompt would bind the episode to another task.
+            return types.ListPromptsResult(prompts=[self._prompt(self.default_task)])
         tasks = self.suite.tasks
         try:
             start = int(params.cursor) if params and params.cursor else 0
@@ -275,22 +296,7 @@ class ResiliServer:
             ) from None
         page = tasks[start : start + PROMPT_PAGE_SIZE]
         end = start + len(page)
-        prompts = [
-            types.Prompt(
-                name=t.id,
-                title=f"{t.task_type} ({t.complexity})",
-                description=t.description,
-                arguments=[
-                    types.PromptArgument(
-                        name="variant",
-                        description=f"One of: {', '.join(self.suite.variants)}"
-                        + (" (flawed:TYPE[:SEVERITY[:METHOD]])" if "flawed" in self.suite.variants else ""),
-                        required=False,
-                    )
-                ],
-            )
-            for t in page
-        ]
+        prompts = [self._prompt(t) for t in page]
         return types.ListPromptsResult(prompts=prompts, next_cursor=str(end) if end < len(tasks) else None)
 
     async def _get_prompt(

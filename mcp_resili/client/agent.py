@@ -144,9 +144,24 @@ async def reflect(model: Model, episode: EpisodeSpec, outcome: EpisodeOutcome, t
     )
 
 
+#: Definitions already built, by the identity of the tool list they came from (which they keep alive).
+_DEFINITIONS: dict[int, tuple[Sequence[types.Tool], tuple[ToolDefinition, ...]]] = {}
+
+
 def tool_definitions(tools: Sequence[types.Tool]) -> tuple[ToolDefinition, ...]:
-    """MCP tools as offered to a model."""
-    return tuple(ToolDefinition(t.name, t.description or "", dict(t.input_schema)) for t in tools)
+    """MCP tools as offered to a model.
+
+    A run lists its tools once and plays every episode with that list: the definitions are built once
+    per list, not per episode (models read them and never change them).
+    """
+    hit = _DEFINITIONS.get(id(tools))
+    if hit is not None and hit[0] is tools:
+        return hit[1]
+    definitions = tuple(ToolDefinition(t.name, t.description or "", dict(t.input_schema)) for t in tools)
+    if len(_DEFINITIONS) >= 64:  # lists of finished runs: drop them rather than grow
+        _DEFINITIONS.clear()
+    _DEFINITIONS[id(tools)] = (tools, definitions)
+    return definitions
 
 
 async def call_tool(

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import jsonschema
 
 from mcp_resili.faults import BasePlan, CallContext, CallOutcome, FaultInjector, ToolOutcome
+from mcp_resili.registry.validator import CompiledSchema
 from mcp_resili.server.backend import ToolBackend
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
@@ -113,7 +113,7 @@ class CallPipeline:
         self.time_scale = time_scale
         # A proxy leaves validation to the upstream so that its own errors pass through unchanged.
         self._validators = (
-            {name: jsonschema.Draft202012Validator(spec.input_schema) for name, spec in self.specs.items()}
+            {name: CompiledSchema(spec.input_schema) for name, spec in self.specs.items()}
             if validate_arguments
             else {}
         )

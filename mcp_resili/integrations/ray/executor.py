@@ -1,0 +1,240 @@
+"""`RayExecutor`: a run's episodes played by a pool of Ray actors, results streamed home to the driver.
+
+The driver keeps the plan and the store (`runner.execute`); this executor only plays. It starts or
+joins a Ray instance, starts one `EpisodeWorker` actor per CPU of the cluster (or ``workers``), a
+`BudgetKeeper` actor when the run has a cost cap or rate limits, and sends the work items in batches,
+a few calls in flight per worker. Each finished batch comes back as `EpisodeResult` s and is delivered
+to the driver, which stores it.
+
+Fault tolerance: when a worker dies (its process killed, its node lost), the calls it had in flight
+fail; their episodes, which were never delivered, go back in the queue and are played again by
+another worker, with the same seed and so the same draws (the driver also refuses an episode id it
+has stored). A replacement actor takes the dead one's place. An item whose worker died
+``MAX_ATTEMPTS`` times ends the run with an error rather than killing workers forever.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import os
+import secrets
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from mcp_resili.client.executor import Deliver, RunJob, WorkItem
+from mcp_resili.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+#: How the extra is installed; named by every error about a missing Ray.
+RAY_EXTRA = "pip install 'mcp-resili[ray]'"
+#: Times one work item may be lost with its worker before the run gives up.
+MAX_ATTEMPTS = 3
+#: Calls in flight per worker: one playing while the next batch travels.
+WINDOW = 2
+#: Largest batch of work items per call (amortises Ray's per-call cost, ~1-2 ms here).
+MAX_BATCH = 16
+#: Environment for a Ray instance this process starts: no usage statistics, every port on loopback,
+#: and a token of this process only (nothing written under ~/.ray). Read when ray is first imported.
+LOCAL_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "token",
+}
+
+
+class RayUnavailableError(UserError):
+    """``--executor ray`` without Ray installed, or a Ray cluster that cannot be reached."""
+
+
+class RayRunError(UserError):
+    """The run could not finish on Ray (every worker died, or one item killed its workers)."""
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or `RayUnavailableError` naming the extra."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError:
+        raise RayUnavailableError(f"--executor ray needs Ray: {RAY_EXTRA}") from None
+
+
+def prepare_local_env(address: str | None) -> None:
+    """Set `LOCAL_ENV` before Ray is imported, when this process will start its own instance."""
+    if address is None:
+        for key, value in LOCAL_ENV.items():
+            os.environ.setdefault(key, value)
+        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+
+
+@dataclass
+class _Slot:
+    """One worker place in the pool: its current actor and how many times it was replaced."""
+
+    actor: Any
+    pid: int | None = None
+    generation: int = 0
+
+
+class RayExecutor:
+    """Plays a run's episodes on Ray actors (``address``: a cluster, or None to start or join locally)."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        workers: int | None = None,
+        on_dispatch: Callable[[int, int | None, int], None] | None = None,
+    ) -> None:
+        if workers is not None and workers < 1:
+            raise RayRunError(f"--ray-workers must be at least 1, got {workers}")
+        self.address = address
+        self.workers = workers
+        #: Called after each batch is sent: (worker index, worker pid, episodes in the batch).
+        self.on_dispatch = on_dispatch
+        #: Work items played again because their worker died with them in flight.
+        self.replayed = 0
+        #: Worker actors that replaced dead ones.
+        self.replaced = 0
+        #: Worker pids, by slot, once known.
+        self.pids: list[int | None] = []
+        self._spent: float | None = None
+        self._keeper: Any = None
+
+    def spent(self) -> float | None:
+        """The run's spend as last read from the budget actor (None without limits)."""
+        return self._spent
+
+    def _connect(self, ray: Any) -> bool:
+        """Join ``address`` or a running local instance, else start one; True when we started it."""
+        if ray.is_initialized():
+            return False
+        options: dict[str, Any] = {
+            "namespace": "mcp-resili",
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "configure_logging": False,
+        }
+        try:
+            if self.address is not None:
+                ray.init(address=self.address, **options)
+            else:
+                ray.init(num_cpus=os.cpu_count() or 1, num_gpus=0, **options)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = self.address or "a local instance"
+            raise RayUnavailableError(f"cannot start or reach Ray at {where}: {exc}") from None
+        return True
+
+    async def run(self, job: RunJob, items: Sequence[WorkItem], deliver: Deliver) -> None:
+        """Play ``items`` on the pool; returns when every episode's result was delivered."""
+        prepare_local_env(self.address)
+        ray = import_ray()
+        started = self._connect(ray)
+        actors: list[Any] = []
+        try:
+            count = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+            keeper_name = None
+            if job.limits.active:
+                from mcp_resili.integrations.ray.budget import BudgetKeeper
+
+                keeper_name = f"mcp-resili-budget-{job.run_id}-{secrets.token_hex(3)}"
+                self._keeper = (
+                    ray.remote(BudgetKeeper).options(name=keeper_name, num_cpus=0).remote(job.limits)
+                )
+                actors.append(self._keeper)
+            await self._play(ray, job, items, deliver, count, keeper_name, actors)
+            if self._keeper is not None:
+                self._spent = await self._keeper.spent.remote()
+        finally:
+            for actor in actors:
+                ray.kill(actor)
+            if started:
+                ray.shutdown()
+
+    async def _play(
+        self,
+        ray: Any,
+        job: RunJob,
+        items: Sequence[WorkItem],
+        deliver: Deliver,
+        count: int,
+        keeper: str | None,
+        actors: list[Any],
+    ) -> None:
+        from mcp_resili.integrations.ray.worker import EpisodeWorker
+
+        config = job.config
+        per_worker = max(1, math.ceil(config.concurrency / count))
+        batch = max(1, min(MAX_BATCH, per_worker // WINDOW or 1))
+        worker_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(EpisodeWorker)
+
+        def new_actor() -> Any:
+            actor = worker_class.remote(job, keeper, per_worker)
+            actors.append(actor)
+            return actor
+
+        slots = [_Slot(new_actor()) for _ in range(count)]
+        # Wait for every worker process (also what a caller's on_dispatch sees as the pid).
+        for slot in slots:
+            slot.pid = await slot.actor.pid.remote()
+        self.pids = [slot.pid for slot in slots]
+        queue: deque[WorkItem] = deque(items)
+        attempts: dict[int, int] = {}
+        failures: list[BaseException] = []
+
+        async def feeder(index: int) -> None:
+            slot = slots[index]
+            while queue and not failures:
+                chunk = [queue.popleft() for _ in range(min(batch, len(queue)))]
+                generation = slot.generation
+                call = slot.actor.play_batch.remote(chunk)
+                if self.on_dispatch is not None:
+                    self.on_dispatch(index, slot.pid, sum(len(i.chain) for i in chunk))
+                try:
+                    results = await call
+                except ray.exceptions.RayActorError as exc:
+                    self._requeue(chunk, queue, attempts, exc)
+                    if slot.generation == generation:
+                        # The first of this slot's calls to notice: one replacement per death.
+                        slot.actor, slot.pid, slot.generation = new_actor(), None, generation + 1
+                        self.replaced += 1
+                    continue
+                except ray.exceptions.RayTaskError as exc:
+                    # The worker raised (e.g. a model key missing on its node): the run stops with it.
+                    cause = getattr(exc, "cause", None)
+                    failures.append(cause if isinstance(cause, BaseException) else exc)
+                    return
+                for result in results:
+                    deliver(result)
+
+        async with anyio.create_task_group() as tg:
+            for index in range(count):
+                for _ in range(WINDOW):
+                    tg.start_soon(feeder, index)
+        if failures:
+            raise failures[0]
+        if queue:
+            raise RayRunError(f"{len(queue)} work items were not played on Ray; finish with --resume")
+
+    def _requeue(
+        self, chunk: list[WorkItem], queue: deque[WorkItem], attempts: dict[int, int], exc: BaseException
+    ) -> None:
+        for item in chunk:
+            attempts[id(item)] = attempts.get(id(item), 0) + 1
+            if attempts[id(item)] >= MAX_ATTEMPTS:
+                first = item.chain[0]
+                raise RayRunError(
+                    f"episode {first.task_id}/{first.trial} ({first.model}) lost its Ray worker "
+                    f"{MAX_ATTEMPTS} times ({type(exc).__name__}); stopping"
+                )
+        logger.warning("a Ray worker died (%s); replaying its %d work items", type(exc).__name__, len(chunk))
+        self.replayed += len(chunk)
+        queue.extendleft(reversed(chunk))

@@ -235,13 +235,12 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
 
 def make_executor(args: argparse.Namespace) -> Executor:
     """The executor ``--executor`` names (Ray is imported only when a run starts on it)."""
-    from mcp_resili.client.executor import LocalExecutor
-    from mcp_resili.client.runner import RunConfigError
+    from mcp_resili.client.runner import RunConfigError, local_executor
 
     if args.executor == "local":
         if args.ray_address is not None or args.ray_workers is not None:
             raise RunConfigError("--ray-address and --ray-workers go with --executor ray")
-        return LocalExecutor()
+        return local_executor()
     from mcp_resili.integrations.ray import RayExecutor, import_ray
     from mcp_resili.integrations.ray.executor import prepare_local_env
 

@@ -52,6 +52,7 @@ __all__ = [
     "execute",
     "get_suite",
     "load_run_config",
+    "local_executor",
     "plan_episodes",
     "stop_rules_for",
 ]
@@ -161,6 +162,11 @@ def _model_factory(spec: str, **options: Any) -> Model:
     return create_model(spec, **options)
 
 
+def local_executor(model_options: dict[str, Any] | None = None) -> LocalExecutor:
+    """The executor of this process, building models with this module's `create_model`."""
+    return LocalExecutor(model_factory=_model_factory, model_options=model_options)
+
+
 def _check_resume(config: RunConfig, resume: str) -> None:
     stored = load_run_config(config.db, resume)
     changed = [f for f in MATRIX_FIELDS if getattr(stored, f) != getattr(config, f)]
@@ -195,7 +201,7 @@ async def execute(
     if resume is not None:
         _check_resume(config, resume)
     if executor is None:
-        executor = LocalExecutor(model_factory=_model_factory, model_options=model_options)
+        executor = local_executor(model_options)
     store = Store(config.db)
     run_id = resume or f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     result = RunResult(run_id, config, executor=executor.name)

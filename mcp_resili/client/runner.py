@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import anyio
 
 from mcp_resili.client.executor import Executor, LocalExecutor, RunJob, WorkItem, remember
 from mcp_resili.client.limits import LimitSpec
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-#: Finished episodes are written in batches of this many, or after this many seconds.
+#: Finished episodes are written in batches of this many, and at least this often (seconds).
 WRITE_BATCH = 64
 WRITE_EVERY = 1.0
 
@@ -166,6 +167,13 @@ def _model_factory(spec: str, **options: Any) -> Model:
     return create_model(spec, **options)
 
 
+async def _flush_every(seconds: float, flush: Callable[[], None]) -> None:
+    """Write finished episodes at least every ``seconds`` (a killed run then loses only that much)."""
+    while True:
+        await anyio.sleep(seconds)
+        flush()
+
+
 def local_executor(model_options: dict[str, Any] | None = None) -> LocalExecutor:
     """The executor of this process, building models with this module's `create_model`."""
     return LocalExecutor(model_factory=_model_factory, model_options=model_options)
@@ -223,14 +231,12 @@ async def execute(
             on_estimate(await _estimate_planned(config, suite, todo))
         memory = _stored_memory(result.rows)
         unwritten: list[EpisodeRow] = []
-        last_write = [time.monotonic()]
 
         def flush() -> None:
             # One transaction per batch of episodes: a commit per episode was a few % of the CPU.
             if unwritten:
                 store.add_episodes(unwritten)
                 unwritten.clear()
-            last_write[0] = time.monotonic()
 
         items = [WorkItem(tuple(c), memory.get(chain_key(c[0]), ())) for c in chains(config, todo)]
 
@@ -250,7 +256,7 @@ async def execute(
                 return
             stored.add(row.episode_id)
             unwritten.append(row)
-            if len(unwritten) >= WRITE_BATCH or time.monotonic() - last_write[0] > WRITE_EVERY:
+            if len(unwritten) >= WRITE_BATCH:
                 flush()
             result.rows.append(row)
             if on_episode is not None:
@@ -264,7 +270,10 @@ async def execute(
         )
         try:
             if items:
-                await executor.run(RunJob(config, run_id, limits), items, deliver)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_flush_every, WRITE_EVERY, flush)
+                    await executor.run(RunJob(config, run_id, limits), items, deliver)
+                    tg.cancel_scope.cancel()
         finally:
             flush()  # episodes already delivered are stored even if the run stops early
         spent = executor.spent()

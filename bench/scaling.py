@@ -20,6 +20,7 @@ import platform
 import secrets
 import statistics
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,12 +34,8 @@ START, END = "<!-- scaling:start -->", "<!-- scaling:end -->"
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu(root: int) -> float:
-    """CPU seconds of ``root`` and its descendants, from /proc, reaped ones included.
-
-    A process that exited and was waited for leaves its CPU time in its parent's ``cutime``/``cstime``
-    (Ray's workers are children of its raylet), so those count too.
-    """
+def _tree(root: int) -> dict[int, float]:
+    """CPU seconds (user + system) of ``root`` and each of its live descendants, from /proc."""
     stats: dict[int, tuple[int, float]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -48,16 +45,51 @@ def tree_cpu(root: int) -> float:
                 rest = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        stats[int(entry)] = (int(rest[1]), sum(int(x) for x in rest[11:15]) / _TICK)
+        stats[int(entry)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / _TICK)
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [root]
+    out, todo = {}, [root]
     while todo:
         pid = todo.pop()
-        total += stats.get(pid, (0, 0.0))[1]
+        if pid in stats:
+            out[pid] = stats[pid][1]
         todo.extend(children.get(pid, []))
-    return total
+    return out
+
+
+class TreeCPU:
+    """CPU used by this process tree between `start` and `stop`, sampled every 0.2 s.
+
+    Ray's worker processes end with the run; a process's CPU is its last sample, so one that exits
+    between two samples loses at most 0.2 s of its time.
+    """
+
+    def __init__(self) -> None:
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _take(self, initial: bool = False) -> None:
+        for pid, cpu in _tree(os.getpid()).items():
+            # A process born during the run counts from zero.
+            self.first.setdefault(pid, cpu if initial else 0.0)
+            self.last[pid] = cpu
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            self._take()
+
+    def start(self) -> None:
+        self._take(initial=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self._take()
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
 
 
 @dataclass
@@ -88,10 +120,12 @@ async def play(setting: Setting, tasks: tuple[str, ...], concurrency: int, tmp: 
     def on_episode(_row: object) -> None:
         stamps.append(time.perf_counter())
 
-    cpu0, t0 = tree_cpu(os.getpid()), time.perf_counter()
+    meter = TreeCPU()
+    meter.start()
+    t0 = time.perf_counter()
     result = await execute(config, executor=executor, on_episode=on_episode)
     t1 = time.perf_counter()
-    cpu = tree_cpu(os.getpid()) - cpu0
+    cpu = meter.stop()
     n = len(result.rows)
     setting.episodes = n
     setting.wall.append(t1 - t0)

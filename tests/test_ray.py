@@ -158,3 +158,22 @@ def test_the_ray_executor_without_ray_installed_is_one_line_naming_the_extra(mon
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install 'mcp-resili[ray]'" in err
     assert not db.exists()
+
+
+def test_the_cluster_examples_parse_and_pin_the_ray_version_the_extra_installs():
+    import tomllib
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["ray"]
+    (pin,) = extra  # ray>=2.60,<2.61
+    low, high = (tuple(int(x) for x in part.split(".")) for part in pin.removeprefix("ray>=").split(",<"))
+    kuberay = yaml.safe_load((root / "examples/ray/kuberay.yaml").read_text())
+    version = tuple(int(x) for x in kuberay["spec"]["rayVersion"].split("."))
+    assert kuberay["kind"] == "RayCluster" and low <= version < high
+    launcher = yaml.safe_load((root / "examples/ray/ray-cluster.yaml").read_text())
+    assert any("mcp-resili[ray]" in command for command in launcher["setup_commands"])
+    head = kuberay["spec"]["headGroupSpec"]["rayStartParams"]
+    assert head["num-cpus"] == "0"  # the driver's node plans and stores; workers play

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -93,14 +94,21 @@ def start_fake(latency: float, kind: str = "lean") -> tuple[subprocess.Popen[str
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-async def measure(concurrency: int, latency: float, waves: int, fake: str = "lean") -> Measurement:
+async def measure(
+    concurrency: int, latency: float, waves: int, fake: str = "lean", task_set: str = "full"
+) -> Measurement:
     from mcp_resili.client.runner import RunConfig, execute
     from mcp_resili.registry.suites import get_suite
 
     # Exactly waves × concurrency episodes, so the last wave is full and no tail skews the rate.
+    # The fake answers the same whatever the task: "full" draws the tasks from the suite's full list
+    # (5,040 tasks loaded, ~157 MB), "default" from its 40 default tasks (the full list never loads).
     wanted = concurrency * waves
-    limit = next(n for n in range(len(get_suite().tasks), 0, -1) if wanted % n == 0)
-    trials = wanted // limit
+    suite = get_suite()
+    pool = suite.tasks if task_set == "full" else suite.default_tasks
+    count = next(n for n in range(len(pool), 0, -1) if wanted % n == 0)
+    tasks = tuple(t.id for t in pool[:count])
+    trials = wanted // count
     proc, url = start_fake(latency, fake)
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -109,7 +117,7 @@ async def measure(concurrency: int, latency: float, waves: int, fake: str = "lea
                 models=("openai:bench",),
                 faults=("none",),
                 trials=trials,
-                limit=limit,
+                tasks=tasks,
                 concurrency=concurrency,
                 base_url=url,
                 max_turns=TURNS_PER_EPISODE,
@@ -177,19 +185,28 @@ def section(
         " beside it. As the ideal approaches that ceiling, the shortfall is CPU, not waiting.",
     ]
     if rss:
-        base = rss[0]
         lines += [
             "",
-            "Peak resident memory of the runner process (a fresh process per row, 2 s per turn):",
+            "Peak resident memory of the runner process (a fresh process per row, 2 s per turn), for this"
+            " revision and the baseline revision in the same run. *Tasks*: `default` plays the suite's 40"
+            " default tasks; `full` draws from its full 5,040-task list, which costs ~157 MB of task"
+            " objects once, whatever the concurrency. *In-flight cost*: the row minus the same revision"
+            " and task set at concurrency 8.",
             "",
-            "| episodes in flight | episodes | peak RSS MB | × the concurrency-8 baseline |",
-            "|---:|---:|---:|---:|",
+            "| revision | tasks | episodes in flight | episodes | peak RSS MB | in-flight cost MB |",
+            "|---|---|---:|---:|---:|---:|",
         ]
+        floor = {(r["revision"], r["task_set"]): r["rss_mb"] for r in rss if r["concurrency"] == 8}
         for r in rss:
-            ratio = r["rss_mb"] / base["rss_mb"]
-            lines.append(
-                f"| {r['concurrency']:.0f} | {r['episodes']:.0f} | {r['rss_mb']:.0f} | {ratio:.2f}× |"
-            )
+            extra = r["rss_mb"] - floor[(r["revision"], r["task_set"])]
+            cells = [
+                str(r["revision"]),
+                str(r["task_set"]),
+                f"{r['concurrency']:.0f}",
+                f"{r['episodes']:.0f}",
+            ]
+            cells += [f"**{r['rss_mb']:.0f}**", f"{extra:.0f}"]
+            lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Reproduce: `python bench/throughput.py --rss 1000 --write-docs`.", END]
     return "\n".join(lines)
 
@@ -205,21 +222,44 @@ def write_docs(text: str) -> None:
     DOC.write_text(updated, encoding="utf-8")
 
 
-def rss_child(concurrency: int, waves: int, fake: str) -> dict[str, float]:
-    """Peak RSS of a fresh process playing ``waves`` × ``concurrency`` episodes at 2 s per turn."""
-    proc = subprocess.run(
-        [sys.executable, __file__, "--rss-child", str(concurrency), "--waves", str(waves), "--fake", fake],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
+def rss_child(
+    concurrency: int, waves: int, fake: str, task_set: str, tree: Path | None = None
+) -> dict[str, float]:
+    """Peak RSS of a fresh process playing ``waves`` × ``concurrency`` episodes at 2 s per turn.
+
+    ``tree``: import mcp-resili from that source tree (a baseline revision) instead of this one.
+    """
+    argv = [sys.executable, __file__, "--rss-child", str(concurrency), "--waves", str(waves)]
+    argv += ["--fake", fake, "--task-set", task_set]
+    env = {**os.environ, "PYTHONPATH": str(tree)} if tree is not None else None
+    proc = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=tree or ROOT, env=env)
     data: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
     return data
 
 
+def measure_rss(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Peak RSS for this revision and ``--rss-base``, both task sets, concurrency 8 and ``--rss``."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from episode_cpu import export_revision
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {
+            "this revision": None,
+            f"baseline `{args.rss_base}`": export_revision(args.rss_base, Path(tmp)),
+        }
+        for task_set in ("default", "full"):
+            for revision, tree in trees.items():
+                for c in [8, *args.rss]:
+                    row: dict[str, Any] = dict(rss_child(c, args.rss_waves, args.fake, task_set, tree))
+                    row.update(revision=revision, task_set=task_set)
+                    rows.append(row)
+                    print(f"peak RSS {revision} {task_set} c={c}: {row['rss_mb']:.0f} MB", flush=True)
+    return rows
+
+
 async def _rss_child_main(args: argparse.Namespace) -> None:
-    m = await measure(args.rss_child, 2.0, args.waves, args.fake)
+    m = await measure(args.rss_child, 2.0, args.waves, args.fake, args.task_set)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"concurrency": m.concurrency, "episodes": m.episodes, "rss_mb": peak_kb / 1024}))
 
@@ -250,10 +290,7 @@ async def main_async(args: argparse.Namespace) -> None:
             f" fake {1000 * m.fake_cpu / m.episodes:.2f}",
             flush=True,
         )
-    rss = []
-    for c in [8, *args.rss] if args.rss else []:
-        rss.append(rss_child(c, args.waves_large, args.fake))
-        print(f"peak RSS at concurrency {c}: {rss[-1]['rss_mb']:.0f} MB", flush=True)
+    rss = measure_rss(args) if args.rss else []
     text = section(results, baseline, rss, args.fake)
     if args.write_docs:
         write_docs(text)
@@ -281,6 +318,9 @@ def main() -> None:
     parser.add_argument("--fake", choices=sorted(FAKES), default="lean", help="the fake model server")
     parser.add_argument("--rss", type=int, nargs="*", default=[], help="concurrency levels for peak RSS")
     parser.add_argument("--rss-child", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--task-set", choices=("default", "full"), default="full", help=argparse.SUPPRESS)
+    parser.add_argument("--rss-base", default="afbcb14", help="baseline revision for the RSS rows")
+    parser.add_argument("--rss-waves", type=int, default=2, help="waves of the RSS runs")
     parser.add_argument("--write-docs", action="store_true")
     anyio.run(main_async, parser.parse_args())
 

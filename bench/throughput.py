@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -260,7 +259,9 @@ def measure_rss(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 async def _rss_child_main(args: argparse.Namespace) -> None:
     m = await measure(args.rss_child, 2.0, args.waves, args.fake, args.task_set)
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # VmHWM, not getrusage's ru_maxrss: the latter keeps the parent's peak across fork and exec.
+    with open("/proc/self/status") as status:
+        peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
     print(json.dumps({"concurrency": m.concurrency, "episodes": m.episodes, "rss_mb": peak_kb / 1024}))
 
 

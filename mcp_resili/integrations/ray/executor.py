@@ -38,6 +38,8 @@ RAY_EXTRA = "pip install 'mcp-resili[ray]'"
 MAX_ATTEMPTS = 3
 #: Calls in flight per worker: one playing while the next batch travels.
 WINDOW = 2
+#: Seconds between two readings of the run's spend from the budget actor (for the progress line).
+SPEND_EVERY = 1.0
 #: Largest batch of work items per call (amortises Ray's per-call cost, ~1-2 ms here).
 MAX_BATCH = 16
 #: Environment for a Ray instance this process starts: no usage statistics, every port on loopback,
@@ -124,10 +126,8 @@ class RayExecutor:
             "configure_logging": False,
         }
         try:
-            if self.address is not None:
-                ray.init(address=self.address, **options)
-            else:
-                ray.init(num_cpus=os.cpu_count() or 1, num_gpus=0, **options)
+            # No address: Ray joins the instance `ray start` runs on this machine, else starts one.
+            ray.init(address=self.address, **options)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = self.address or "a local instance"
             raise RayUnavailableError(f"cannot start or reach Ray at {where}: {exc}") from None
@@ -215,10 +215,19 @@ class RayExecutor:
                 for result in results:
                     deliver(result)
 
+        async def watch_spend() -> None:
+            # The driver's progress shows the whole run's spend, calls still in flight included.
+            while self._keeper is not None:
+                self._spent = await self._keeper.spent.remote()
+                await anyio.sleep(SPEND_EVERY)
+
         async with anyio.create_task_group() as tg:
-            for index in range(count):
-                for _ in range(WINDOW):
-                    tg.start_soon(feeder, index)
+            tg.start_soon(watch_spend)
+            async with anyio.create_task_group() as feeders:
+                for index in range(count):
+                    for _ in range(WINDOW):
+                        feeders.start_soon(feeder, index)
+            tg.cancel_scope.cancel()
         if failures:
             raise failures[0]
         if queue:

@@ -140,7 +140,12 @@ class RayExecutor:
         started = self._connect(ray)
         actors: list[Any] = []
         try:
-            count = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+            cpus = int(ray.cluster_resources().get("CPU", 0))
+            if self.workers is None and cpus < 1:
+                raise RayRunError(
+                    "the Ray cluster has no CPU for a worker; add worker nodes or --ray-workers"
+                )
+            count = self.workers or cpus
             keeper_name = None
             if job.limits.active:
                 from mcp_resili.integrations.ray.budget import BudgetKeeper
@@ -182,17 +187,19 @@ class RayExecutor:
             return actor
 
         slots = [_Slot(new_actor()) for _ in range(count)]
-        # Wait for every worker process (also what a caller's on_dispatch sees as the pid).
-        for slot in slots:
-            slot.pid = await slot.actor.pid.remote()
-        self.pids = [slot.pid for slot in slots]
+        self.pids = [None] * count
         queue: deque[WorkItem] = deque(items)
         attempts: dict[int, int] = {}
         failures: list[BaseException] = []
+        undelivered = sum(len(item.chain) for item in items)
 
-        async def feeder(index: int) -> None:
+        async def feeder(index: int, scope: anyio.CancelScope) -> None:
+            nonlocal undelivered
             slot = slots[index]
             while queue and not failures:
+                if slot.pid is None:
+                    # Waits while Ray places the worker (a worker that never fits is simply not fed).
+                    slot.pid = self.pids[index] = await slot.actor.pid.remote()
                 chunk = [queue.popleft() for _ in range(min(batch, len(queue)))]
                 generation = slot.generation
                 call = slot.actor.play_batch.remote(chunk)
@@ -201,7 +208,11 @@ class RayExecutor:
                 try:
                     results = await call
                 except ray.exceptions.RayActorError as exc:
-                    self._requeue(chunk, queue, attempts, exc)
+                    try:
+                        self._requeue(chunk, queue, attempts, exc)
+                    except RayRunError as gave_up:
+                        failures.append(gave_up)
+                        break
                     if slot.generation == generation:
                         # The first of this slot's calls to notice: one replacement per death.
                         slot.actor, slot.pid, slot.generation = new_actor(), None, generation + 1
@@ -211,9 +222,12 @@ class RayExecutor:
                     # The worker raised (e.g. a model key missing on its node): the run stops with it.
                     cause = getattr(exc, "cause", None)
                     failures.append(cause if isinstance(cause, BaseException) else exc)
-                    return
+                    break
                 for result in results:
                     deliver(result)
+                undelivered -= len(results)
+            if undelivered == 0 or failures:
+                scope.cancel()  # feeders still waiting for a worker that was never placed
 
         async def watch_spend() -> None:
             # The driver's progress shows the whole run's spend, calls still in flight included.
@@ -226,12 +240,12 @@ class RayExecutor:
             async with anyio.create_task_group() as feeders:
                 for index in range(count):
                     for _ in range(WINDOW):
-                        feeders.start_soon(feeder, index)
+                        feeders.start_soon(feeder, index, feeders.cancel_scope)
             tg.cancel_scope.cancel()
         if failures:
             raise failures[0]
-        if queue:
-            raise RayRunError(f"{len(queue)} work items were not played on Ray; finish with --resume")
+        if undelivered:
+            raise RayRunError(f"{undelivered} episodes were not played on Ray; finish with --resume")
 
     def _requeue(
         self, chunk: list[WorkItem], queue: deque[WorkItem], attempts: dict[int, int], exc: BaseException

@@ -1,26 +1,40 @@
-"""Check every flaw method at every severity on all 5,040 tasks: the flawed plan must differ visibly.
+"""What each flaw type costs an agent that trusts its plan, and whether every flaw changes the plan.
 
-``apply_flaw`` raises when a plan comes out unchanged; this counts those and times the sweep.
-Usage: python bench/resilibench_flaws.py [--every K]  (K: use every K-th task; default 1 = all)
+``rates`` (default): the plan-follower (``scripted:plan-follower``, which calls the printed plan's
+tools with the printed arguments) on a sample of the full suite, once with the optimal plan and
+once per (flaw type, severity) with the default method, all under the default fault model and
+meeting the same fault draws (same seed, same fault keys). Prints a markdown table of the full rate
+with its 95% Wilson interval beside the optimal plan's, per severity and pooled per type, and
+whether the intervals overlap. The same-run baseline is the optimal-plan row.
+
+``visible``: every (type, method, severity) on every task: ``apply_flaw`` raises when a plan comes
+out unchanged; this counts those and times the sweep.
+
+Usage:
+    python bench/resilibench_flaws.py [rates] [--tasks N] [--trials K]   (default 200 tasks x 2 trials)
+    python bench/resilibench_flaws.py visible [--every K]
 """
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 
+import anyio
+
+from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.registry.search import ToolIndex
+from mcp_resili.report import wilson_interval
 from mcp_resili.suites.resilibench.flaws import FLAW_METHODS, SEVERITIES, FlawError, apply_flaw, optimal_plan
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.prompts import render_plan
 from mcp_resili.suites.resilibench.tasks import full_tasks
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--every", type=int, default=1)
-    args = parser.parse_args()
+def visible(every):
     library = resilibench_library()
     index = ToolIndex(library.specs)
-    tasks = full_tasks()[:: args.every]
+    tasks = full_tasks()[::every]
     start = time.perf_counter()
     checked = unchanged = 0
     for task in tasks:
@@ -42,6 +56,62 @@ def main():
         f"{len(tasks)} tasks x {checked // len(tasks)} (type, method, severity) = {checked} flawed plans; "
         f"unchanged: {unchanged}; {elapsed:.1f} s"
     )
+
+
+def cell(full, n):
+    low, high = wilson_interval(full, n)
+    return f"{100 * full / n:.1f} ({100 * low:.1f}–{100 * high:.1f})", (low, high)
+
+
+def rates(n_tasks, trials):
+    tasks = full_tasks()
+    step = max(1, len(tasks) // n_tasks)
+    sample = tuple(t.id for t in tasks[::step][:n_tasks])
+    variants = ("optimal", *(f"flawed:{f}:{s}" for f in FLAW_METHODS for s in SEVERITIES))
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = RunConfig(
+            db=Path(tmp) / "flaws.db",
+            models=("scripted:plan-follower",),
+            variants=variants,
+            tasks=sample,
+            trials=trials,
+            concurrency=16,
+        )
+        result = anyio.run(execute, config)
+    elapsed = time.perf_counter() - start
+    full = {v: 0 for v in variants}
+    n = {v: 0 for v in variants}
+    for row in result.rows:
+        n[row.variant] += 1
+        full[row.variant] += row.label == "full"
+    base_text, (base_low, _) = cell(full["optimal"], n["optimal"])
+    print(
+        f"plan-follower, default faults, {len(sample)} tasks (every {step}th of the full suite) x {trials} "
+        f"trials = {n['optimal']} episodes per severity; {len(result.rows)} episodes in {elapsed:.0f} s"
+    )
+    print()
+    print("| flaw type | severity | full % (95% CI) | optimal plan full % (95% CI) | intervals overlap |")
+    print("|---|---|---:|---:|---|")
+    for flaw in FLAW_METHODS:
+        rows = [(s, full[f"flawed:{flaw}:{s}"], n[f"flawed:{flaw}:{s}"]) for s in SEVERITIES]
+        rows.append(("pooled", sum(r[1] for r in rows), sum(r[2] for r in rows)))
+        for severity, k, m in rows:
+            text, (_, high) = cell(k, m)
+            print(f"| {flaw} | {severity} | {text} | {base_text} | {'yes' if high >= base_low else 'no'} |")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", nargs="?", choices=("rates", "visible"), default="rates")
+    parser.add_argument("--every", type=int, default=1, help="visible: use every K-th task")
+    parser.add_argument("--tasks", type=int, default=200, help="rates: tasks sampled from the full suite")
+    parser.add_argument("--trials", type=int, default=2, help="rates: trials per task")
+    args = parser.parse_args()
+    if args.mode == "visible":
+        visible(args.every)
+    else:
+        rates(args.tasks, args.trials)
 
 
 if __name__ == "__main__":

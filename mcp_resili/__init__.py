@@ -2,11 +2,19 @@
 
 __version__ = "0.1.0"
 
-#: Key of the request ``_meta`` entry our runner sends with every ``tools/call``: the episode id, or an
-#: object ``{"id", "task", "fault_key", "seed"}``.
+#: Key of the request ``_meta`` entry naming the episode a ``tools/call`` belongs to: the episode id, or
+#: an object ``{"id", "task", "trial", "seed"}`` (our runner also sends ``fault_key``).
 META_EPISODE = "mcp-resili/episode"
-#: Key of the ``_meta`` entry our server attaches to every tool result: the recorded trace event.
+#: HTTP header carrying the same as `META_EPISODE`, for clients that can set headers but not ``_meta``.
+EPISODE_HEADER = "x-mcp-resili-episode"
+#: Key of the ``_meta`` entry with the recorded trace event: attached to tool results only by a server
+#: started with ``--expose-faults`` (it reveals the fault decision, so it is off by default).
 META_EVENT = "mcp-resili/event"
+#: Runner-only JSON-RPC method: closes an episode and returns its recorded events. Any later call to the
+#: episode is refused, so a model-facing harness cannot peek at fault decisions and carry on.
+TRACE_METHOD = "mcp-resili/episode_trace"
+#: Environment variable an HTTP server reads its bearer token from (instead of ``--auth-token``).
+AUTH_TOKEN_ENV = "MCP_RESILI_AUTH_TOKEN"
 #: Discovery tools (``search_tools``, ``tool_info``): never faulted, never scored, not counted by the
 #: termination rules.
 DISCOVERY_TOOLS = ("search_tools", "tool_info")

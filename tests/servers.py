@@ -27,7 +27,7 @@ from mcp_resili import META_EPISODE, META_EVENT
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 #: Bound on how long a server may take to start accepting connections, and on any one CLI run.
-START_TIMEOUT = 20.0
+START_TIMEOUT = 60.0
 CLI_TIMEOUT = 60.0
 #: Times an HTTP server is restarted on a new port when the free port was taken in between.
 PORT_ATTEMPTS = 3
@@ -122,7 +122,7 @@ def new_episode(prefix: str, **fields: Any) -> dict[str, Any]:
 
 
 def event_of(result: Any) -> dict[str, Any]:
-    """The trace event the server attached to a ``CallToolResult``."""
+    """The trace event a server started with ``--expose-faults`` attached to a ``CallToolResult``."""
     meta = result.meta or {}
     assert META_EVENT in meta, f"result carries no {META_EVENT}: {result!r}"
     event: dict[str, Any] = meta[META_EVENT]

@@ -3,10 +3,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mcp_types as types
 import pytest
 from mcp import Client
 
-from mcp_resili.check import check_server, sample_arguments, strict_mode_problems
+from mcp_resili.check import CheckError, check_server, check_target, sample_arguments, strict_mode_problems
 from mcp_resili.cli.config import ClientConfigError, render_config, server_entry, write_config
 from mcp_resili.faults import NoFaults
 from mcp_resili.registry.suites import get_suite
@@ -14,6 +15,7 @@ from mcp_resili.server.app import ResiliServer
 
 BROKEN = Path(__file__).parent / "fakes" / "broken_server.py"
 RAW = Path(__file__).parent / "fakes" / "raw_server.py"
+DYING = Path(__file__).parent / "fakes" / "dying_server.py"
 pytest_plugins = ["mcp_resili.check.pytest_plugin"]
 
 
@@ -26,15 +28,10 @@ async def test_our_server_passes_every_contract_check_including_calls():
     assert report.tools == 33 and report.calls > 33  # 30 tools, finish, search_tools, tool_info
 
 
-def test_check_fails_on_a_broken_server_with_a_clear_report():
-    proc = subprocess.run(
-        [sys.executable, "-m", "mcp_resili", "check", "--server", f"{sys.executable} {BROKEN}", "--call"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    out = proc.stdout
+@pytest.mark.anyio
+async def test_check_fails_on_a_broken_server_with_a_clear_report():
+    report = await check_target(f"{sys.executable} {BROKEN}", call_tools=True)
+    out = report.render()
     assert out.splitlines()[-1].startswith("FAIL")
     for needle in (
         "mcp-name [bad name]",
@@ -45,24 +42,39 @@ def test_check_fails_on_a_broken_server_with_a_clear_report():
         assert needle in out, needle
 
 
-def test_check_reports_a_listing_that_breaks_the_mcp_schema():
-    proc = subprocess.run(
-        [sys.executable, "-m", "mcp_resili", "check", "--server", f"{sys.executable} {RAW}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 1
-    assert "tools/list-schema" in proc.stdout and "tools[0].inputSchema.type" in proc.stdout
+@pytest.mark.anyio
+async def test_check_reports_a_listing_that_breaks_the_mcp_schema_and_checks_the_valid_tools():
+    report = await check_target(f"{sys.executable} {RAW}")
+    by_check = {(f.check, f.tool): f.message for f in report.findings}
+    assert "tools[0].inputSchema.type" in by_check["tools/list-schema", "array_root"]
+    assert report.tools == 2 and ("mcp-name", "spaced name") in by_check  # the valid ones were checked
+    assert "raw server 0.0.1 starting" in by_check["stdout", None]  # stdout is for JSON-RPC only
+    assert not report.ok()
 
 
-def test_check_json_report_is_machine_readable():
+@pytest.mark.anyio
+async def test_check_says_in_one_line_why_a_server_that_dies_could_not_be_checked():
+    with pytest.raises(CheckError) as caught:
+        await check_target(f"{sys.executable} {DYING}")
+    message = str(caught.value)
+    assert "\n" not in message and "closed the connection during tools/call" in message
+    assert message.endswith("its last stderr line: fatal: crashed on purpose")
+
+
+@pytest.mark.anyio
+async def test_check_gives_up_on_a_server_that_never_answers():
+    with pytest.raises(CheckError, match="did not answer initialize in time"):
+        await check_target(f"{sys.executable} -c 'import sys; sys.stdin.read()'", timeout=0.5)
+
+
+def test_check_json_report_is_machine_readable_and_violations_exit_1():
     proc = subprocess.run(
         [sys.executable, "-m", "mcp_resili", "check", "--server", f"{sys.executable} {BROKEN}", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
     )
+    assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] is False and report["tools"] == 3
     assert {f["check"] for f in report["findings"] if f["severity"] == "error"} >= {"mcp-name", "pagination"}
@@ -72,6 +84,12 @@ def test_pytest_fixture_reports_contract_failures(mcp_contract):
     report = mcp_contract(f"{sys.executable} {BROKEN}")
     with pytest.raises(AssertionError, match="mcp-name"):
         report.assert_ok()
+
+
+def test_pytest_fixture_fails_in_one_line_when_the_server_cannot_be_checked(mcp_contract):
+    with pytest.raises(pytest.fail.Exception, match="could not check") as caught:
+        mcp_contract("no-such-command-mcp-resili")
+    assert "command not found" in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_sample_arguments_satisfy_their_schema():
@@ -125,3 +143,24 @@ def test_write_config_merges_and_keeps_other_servers(tmp_path):
     with pytest.raises(ClientConfigError, match="not valid JSON"):
         write_config("claude-desktop", "chaos", server_entry(), path)
     assert path.read_text() == "{broken"
+
+
+def test_a_listing_broken_outside_its_tools_is_a_finding_and_its_tools_are_kept():
+    from mcp_types import methods
+    from pydantic import ValidationError
+
+    from mcp_resili.check.contract import _schema_findings
+    from mcp_resili.check.report import CheckReport
+
+    raw = {"tools": [{"name": "ok", "inputSchema": {"type": "object"}}], "nextCursor": 5}
+    with pytest.raises(ValidationError) as caught:
+        methods.validate_server_result("tools/list", "2025-11-25", raw)
+    report = CheckReport(target="raw")
+    valid = _schema_findings(report, "tools/list", caught.value, raw, "tools", types.Tool, "2025-11-25")
+    assert [tool.name for tool in valid] == ["ok"]
+    (finding,) = report.findings
+    assert (
+        finding.check == "tools/list-schema"
+        and "nextCursor" in finding.message
+        and "got 5" in finding.message
+    )

@@ -46,3 +46,18 @@ def test_config_refuses_impossible_http_entries_in_one_line(argv, message, capsy
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["config", "vscode", "--faults", "nope"], "unknown fault spec 'nope'"),
+        (
+            ["config", "vscode", "--upstream", "npx server", "--faults", "toolmaze:P1"],
+            "works only with suite",
+        ),
+    ],
+)
+def test_config_refuses_a_fault_spec_the_server_would_refuse_at_every_start(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

@@ -69,5 +69,5 @@ def test_inspector_calls_a_reader_and_gets_its_content(
     assert result["isError"] is False
     assert "content" in result["content"][0]["text"]
     assert result["structuredContent"]["data"]["source"] == "data/x.csv"
-    event = result["_meta"][META_EVENT]
-    assert (event["tool"], event["is_error"], event["fault"]) == ("file_operations_reader", False, None)
+    # No answer key on the wire: the recorded event (fault decision included) stays on the server.
+    assert META_EVENT not in (result.get("_meta") or {})

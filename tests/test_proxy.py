@@ -1,13 +1,18 @@
 import json
 import sys
+from pathlib import Path
 
+import anyio
+import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.server import Server
+from mcp.shared.exceptions import MCPError
 
 from mcp_resili import META_EVENT
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.faults import ErrorFault, NoFaults, RuleFaults
-from mcp_resili.proxy import ProxyServer
+from mcp_resili.proxy import ClientRelay, ProxyServer, UpstreamError, connect_upstream, run_proxy
 from mcp_resili.registry.suites import get_suite
 from mcp_resili.report import summarize
 from mcp_resili.server.app import ResiliServer
@@ -41,14 +46,17 @@ async def test_proxy_exposes_the_upstream_surface_unchanged():
             )
             plain = await direct.call_tool("file_operations_reader", args, meta={"mcp-resili/episode": "d1"})
     assert proxied.content == plain.content and proxied.structured_content == plain.structured_content
-    assert proxied.meta[META_EVENT]["fault"] is None
 
 
 async def test_request_side_fault_never_reaches_the_upstream(tmp_path):
     upstream = ResiliServer(get_suite("resilibench"), NoFaults(), trace_dir=tmp_path / "upstream")
     async with Client(upstream.mcp) as direct:
         proxy = await ProxyServer.create(
-            direct, first_call_times_out("file_*"), upstream="in-memory", trace_dir=tmp_path / "proxy"
+            direct,
+            first_call_times_out("file_*"),
+            upstream="in-memory",
+            trace_dir=tmp_path / "proxy",
+            expose_faults=True,
         )
         async with Client(proxy.mcp) as client:
             meta = {"mcp-resili/episode": "e"}
@@ -97,7 +105,7 @@ async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_pat
         )
     )
     inner = f"{sys.executable} -m mcp_resili serve --faults none"
-    server = f"{sys.executable} -m mcp_resili proxy --upstream '{inner}' --faults {faults}"
+    server = f"{sys.executable} -m mcp_resili proxy --upstream '{inner}' --faults {faults} --expose-faults"
     result = await execute(RunConfig(server=server, trials=1, limit=3, db=tmp_path / "r.db"))
     by_model = {s.model: s for s in summarize(result.rows)}
     assert by_model["scripted:oracle"].levels["full"].value == 1.0
@@ -106,3 +114,106 @@ async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_pat
     )  # the parser's first call fails, and it never retries
     trace = Trace.from_lines(result.rows[0].trace.splitlines())
     assert any(c.fault is not None for c in trace.tool_calls)
+
+
+def marker_upstream() -> Server:
+    """An upstream whose one tool returns its own ``_meta``, logs, and announces list changes."""
+
+    async def list_tools(ctx, params):
+        return types.ListToolsResult(tools=[types.Tool(name="mark", input_schema={"type": "object"})])
+
+    async def call_tool(ctx, params):
+        log = types.LoggingMessageNotificationParams(level="info", data="marking")
+        await ctx.session.send_notification(types.LoggingMessageNotification(params=log), ctx.request_id)
+        await ctx.session.send_tool_list_changed()
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text="ok")],
+            structured_content={"n": 1},
+            _meta={"upstream/marker": "kept"},
+        )
+
+    return Server("marker", version="1.2.3", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def test_results_keep_the_upstream_meta_and_notifications_pass_through():
+    relay = ClientRelay()
+    seen: list[str] = []
+    arrived = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, Exception):
+            return
+        seen.append(message.method)
+        if {"notifications/message", "notifications/tools/list_changed"} <= set(seen):
+            arrived.set()
+
+    async with Client(marker_upstream(), mode="legacy", **relay.client_options()) as upstream:
+        plain = await ProxyServer.create(upstream, NoFaults(), upstream="mem", relay=relay)
+        exposed = await ProxyServer.create(upstream, NoFaults(), upstream="mem", expose_faults=True)
+        async with Client(plain.mcp, mode="legacy", message_handler=on_message) as client:
+            assert client.server_info.name == "marker" and client.server_info.version == "1.2.3"
+            result = await client.call_tool("mark", {"x": 1})
+            with anyio.fail_after(5):
+                await arrived.wait()
+        async with Client(exposed.mcp, mode="legacy") as client:
+            with_faults = await client.call_tool("mark", {"x": 1})
+    assert result.meta == {"upstream/marker": "kept"} and result.structured_content == {"n": 1}
+    assert with_faults.meta["upstream/marker"] == "kept"
+    assert (
+        with_faults.meta[META_EVENT]["arguments"] == {"x": 1}
+        and with_faults.meta[META_EVENT]["fault"] is None
+    )
+
+
+async def test_a_faulted_result_carries_no_meta_unless_faults_are_exposed():
+    async with Client(marker_upstream(), mode="legacy") as upstream:
+        proxy = await ProxyServer.create(upstream, first_call_times_out("mark"), upstream="mem")
+        async with Client(proxy.mcp, mode="legacy") as client:
+            faulted = await client.call_tool("mark", {})
+            untouched = await client.call_tool("mark", {})
+    assert faulted.is_error and faulted.meta is None
+    assert not untouched.is_error and untouched.meta == {"upstream/marker": "kept"}
+
+
+async def test_an_upstream_json_rpc_error_reaches_the_client_as_sent_and_is_recorded(tmp_path):
+    async def list_tools(ctx, params):
+        return types.ListToolsResult(tools=[types.Tool(name="refuse", input_schema={"type": "object"})])
+
+    async def call_tool(ctx, params):
+        raise MCPError(types.INVALID_PARAMS, "refused on purpose")
+
+    upstream_server = Server("refuser", on_list_tools=list_tools, on_call_tool=call_tool)
+    async with Client(upstream_server, mode="legacy") as upstream:
+        proxy = await ProxyServer.create(upstream, NoFaults(), upstream="mem", trace_dir=tmp_path)
+        async with Client(proxy.mcp, mode="legacy") as client:
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("refuse", {})
+    assert caught.value.code == types.INVALID_PARAMS and caught.value.error.message == "refused on purpose"
+    (trace_file,) = tmp_path.iterdir()
+    (call,) = Trace.read(trace_file).tool_calls
+    assert call.is_error and call.error_code == f"JSONRPC_{types.INVALID_PARAMS}"
+
+
+DYING = Path(__file__).parent / "fakes" / "dying_server.py"
+
+
+async def test_proxy_stops_with_one_line_when_its_upstream_dies():
+    answers = []
+
+    async def serve(proxy):
+        async with Client(proxy.mcp, mode="legacy") as client:
+            answers.append(await client.list_tools())
+            with pytest.raises(MCPError) as died:  # the call the upstream died on: the client gets an error
+                await client.call_tool("crash", {})
+            assert died.value.code == types.CONNECTION_CLOSED
+            await anyio.sleep_forever()  # the proxy, not the client, ends this
+
+    with anyio.fail_after(20), pytest.raises(UpstreamError, match="closed the connection"):
+        await run_proxy(f"{sys.executable} {DYING}", NoFaults(), serve)
+    assert [t.name for t in answers[0].tools] == ["crash"]
+
+
+async def test_connecting_to_a_missing_upstream_fails_with_one_line():
+    with pytest.raises(UpstreamError, match="command not found"):
+        async with connect_upstream("no-such-command-mcp-resili"):
+            pass

@@ -125,6 +125,36 @@ async def test_two_workers_one_killed_mid_run_store_exactly_the_local_rows_each_
     assert len(set(executor.pids)) == 2 and os.getpid() not in executor.pids
 
 
+async def test_reflexion_chains_stay_whole_on_two_workers_so_later_trials_start_with_the_first_ones_lesson(
+    ray_cluster, tmp_path
+):
+    # The first call of every tool meets a connection reset: the learner's first trial fails, and
+    # only a trial that starts with that trial's reflection (played after it, same memory) passes.
+    faults = tmp_path / "first-calls.json"
+    faults.write_text(
+        '{"kind": "rules", "rules": [{"tool": "*", "calls": [1], "fault": {"type": "connection_reset"}}]}'
+    )
+    config = {
+        "suite": "reliabilitybench",
+        "models": ("scripted:learner",),
+        "faults": (str(faults),),
+        "architecture": "reflexion",
+        "trials": 3,
+        "limit": 2,
+        "time_scale": 0.0,
+    }
+    local = await execute(RunConfig(db=tmp_path / "l.db", **config))
+    executor = RayExecutor(workers=2)
+    result = await execute(RunConfig(db=tmp_path / "r.db", **config), executor=executor)
+    assert comparable(result) == comparable(local) and executor.replayed == 0
+    assert sorted((r.trial, r.label) for r in result.rows) == [(0, "failure")] * 2 + [
+        (1, "full"),
+        (1, "full"),
+        (2, "full"),
+        (2, "full"),
+    ]
+
+
 async def test_the_cost_cap_holds_for_the_whole_run_across_ray_workers_even_with_one_never_placed(
     ray_cluster, tmp_path
 ):

@@ -180,7 +180,7 @@ async def test_high_latency_returns_the_real_result_and_waits_only_by_the_time_s
 
 async def test_a_cascading_failure_also_fails_the_next_calls_without_new_rolls():
     plan = ChaosFaults(level=0.3, rate=1.0, weights={"CascadingFailure": 1.0})
-    server = ResiliServer(SUITE, plan, seed=0, time_scale=0)
+    server = ResiliServer(SUITE, plan, seed=0, time_scale=0, expose_faults=True)
     async with Client(server.mcp) as client:
         results = [await client.call_tool("check_calendar", {"date": DATE}, meta=meta("e")) for _ in range(6)]
     events = [r.meta["mcp-resili/event"]["decision"] for r in results]

@@ -2,6 +2,7 @@
 
 import pytest
 from mcp import Client
+from resilibench_gold import gold_run
 
 from mcp_resili import META_EPISODE
 from mcp_resili.faults import NoFaults, parse_fault_spec
@@ -68,7 +69,7 @@ def test_discovery_calls_do_not_count_for_scoring_or_termination():
     )
     events = []
     seq = 0
-    for step in task.workflow.steps:
+    for gold in gold_run(task):
         for _ in range(3):  # many discovery calls, as a searching agent makes
             seq += 1
             events.append(
@@ -78,7 +79,14 @@ def test_discovery_calls_do_not_count_for_scoring_or_termination():
             )
         seq += 1
         events.append(
-            ToolCallEvent(episode="e", seq=seq, tool=step.tool, arguments={}, is_error=False, result={})
+            ToolCallEvent(
+                episode="e",
+                seq=seq,
+                tool=gold.tool,
+                arguments=gold.arguments,
+                is_error=False,
+                result=gold.result,
+            )
         )
     events.append(FinishEvent(episode="e", seq=seq + 1, status="completed"))
     result = score(task, Trace(header=header, events=tuple(events)))

@@ -143,3 +143,13 @@ def test_bad_variants_and_runs_exit_2_naming_the_value(argv, capsys, tmp_path):
     assert main([*argv, "--db", str(db)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mcp-resili: error:") and argv[-1].split(":")[-1] in err
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_a_toolmaze_fault_spec_on_resilibench_exits_2_before_anything_runs(command, capsys, tmp_path):
+    db = tmp_path / "x.db"
+    argv = [command, "--faults", "toolmaze:P1"] + (["--db", str(db)] if command == "run" else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mcp-resili: error:") and "toolmaze:P1" in err and "'resilibench'" in err
+    assert not db.exists()  # nothing ran, nothing was stored

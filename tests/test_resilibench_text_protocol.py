@@ -87,19 +87,6 @@ async def test_text_only_agent_completes_tasks_through_tags_and_phrases(tmp_path
     assert result.rows[0].score["components"]["discovery_calls"] == 1
 
 
-@pytest.mark.anyio
-async def test_plan_follower_pays_for_flawed_plans_and_not_for_the_optimal_one(tmp_path):
-    variants = ("optimal", "flawed:missing_step:severe", "flawed:tool_misuse:severe")
-    result = await execute(
-        RunConfig(
-            db=tmp_path / "r.db", models=("scripted:plan-follower",), variants=variants, trials=1, limit=20
-        )
-    )
-    full = {v: sum(r.label == "full" for r in result.rows if r.variant == v) for v in variants}
-    assert full["optimal"] >= 17
-    assert full["flawed:missing_step:severe"] == 0 and full["flawed:tool_misuse:severe"] <= 2
-
-
 class Ponderer:
     """Talks without acting on its first turn, then behaves like the text oracle."""
 

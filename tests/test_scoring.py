@@ -1,45 +1,37 @@
+import networkx as nx
 import pytest
+from resilibench_gold import call_event, finish, gold_run, trace_from, turn
 
-from mcp_resili.faults import ErrorFault
 from mcp_resili.registry.suites import get_suite
-from mcp_resili.scoring.termination import termination_index
+from mcp_resili.scoring.termination import termination_index, within_budget
 from mcp_resili.suites.resilibench.scoring import score
-from mcp_resili.trace import FinishEvent, ModelTurnEvent, ToolCallEvent, Trace, TraceHeader
+from mcp_resili.tasks import StepBinding
+from mcp_resili.trace import ToolCallEvent
 
 SUITE = get_suite("resilibench")
 
 
-def task_with(n_tools):
-    return next(t for t in SUITE.tasks if len(t.required_tools) == n_tools)
-
-
-def trace_of(task, outcomes, finish="completed", text=""):
-    """outcomes: list of (tool, ok) in call order."""
-    header = TraceHeader(
-        suite="resilibench", task=task.id, episode="e", seed=0, fault_plan={"kind": "none"}, fault_key="k"
+def task_with(n_tools, *tools):
+    return next(
+        t for t in SUITE.tasks if len(t.required_tools) == n_tools and set(tools) <= set(t.required_tools)
     )
-    events = [ModelTurnEvent(episode="e", turn=1, text=text)]
-    for seq, (tool, ok) in enumerate(outcomes, 1):
-        events.append(
-            ToolCallEvent(
-                episode="e",
-                seq=seq,
-                tool=tool,
-                arguments={},
-                is_error=not ok,
-                fault=None if ok else ErrorFault(code="TIMEOUT"),
-                result={},
-            )
-        )
-    if finish:
-        events.append(FinishEvent(episode="e", seq=len(outcomes) + 1, status=finish))
-    return Trace(header=header, events=tuple(events))
+
+
+def trace_of(task, outcomes, finish_status="completed", text="", max_turns=None):
+    """outcomes: (tool, ok) in call order; every call carries the ground-truth arguments and result."""
+    gold = {g.tool: g for g in gold_run(task)}
+    events = [turn(text)]
+    events += [call_event(0, t, gold[t].arguments, gold[t].result, ok) for t, ok in outcomes]
+    if finish_status:
+        events.append(finish(finish_status))
+    return trace_from(task, events, max_turns=max_turns)
 
 
 def test_all_tools_in_dag_order_with_completion_is_full():
     task = task_with(3)
     result = score(task, trace_of(task, [(t, True) for t in task.required_tools]))
     assert result.label == "full" and result.value == 1.0 and result.reasons == ()
+    assert result.components["data_flow_ok"] is True and result.components["steps_on_wrong_data"] == ""
 
 
 def test_retries_after_faults_still_reach_full():
@@ -53,36 +45,58 @@ def test_retries_after_faults_still_reach_full():
 
 def test_missing_completion_signal_is_not_full():
     task = task_with(3)
-    result = score(task, trace_of(task, [(t, True) for t in task.required_tools], finish=None))
+    result = score(task, trace_of(task, [(t, True) for t in task.required_tools], finish_status=None))
     assert result.label == "partial" and "no completion signal" in result.reasons
 
 
 def test_completion_phrase_in_text_counts_as_a_signal():
     task = task_with(3)
-    trace = trace_of(task, [(t, True) for t in task.required_tools], finish=None, text="Task completed.")
+    trace = trace_of(
+        task, [(t, True) for t in task.required_tools], finish_status=None, text="Task completed."
+    )
     assert score(task, trace).label == "full"
 
 
 def test_aborted_finish_is_not_a_completion_signal():
     task = task_with(3)
-    result = score(task, trace_of(task, [(t, True) for t in task.required_tools], finish="aborted"))
+    result = score(task, trace_of(task, [(t, True) for t in task.required_tools], finish_status="aborted"))
     assert result.label == "partial" and result.components["completion_signal"] is False
 
 
-def test_out_of_order_successes_break_full():
+def test_a_step_run_before_its_upstream_ran_cannot_have_the_right_data():
     task = next(t for t in SUITE.tasks if len(t.required_tools) >= 3 and t.workflow.edges)
     a, b = task.workflow.edges[0]
     first, second = task.workflow.step(a).tool, task.workflow.step(b).tool
     rest = [t for t in task.required_tools if t not in (first, second)]
     result = score(task, trace_of(task, [(second, True), (first, True)] + [(t, True) for t in rest]))
-    assert result.label == "partial" and not result.components["order_ok"]
+    assert result.label == "partial" and b in result.components["steps_on_wrong_data"].split(",")
+
+
+def test_a_valid_alternative_order_is_full():
+    task = next(
+        t
+        for t in SUITE.tasks
+        if any(
+            not {(a, b), (b, a)} & set(t.workflow.edges)
+            for i, a in enumerate(s.id for s in t.workflow.steps)
+            for b in [s.id for s in t.workflow.steps][i + 1 :]
+        )
+        and len(t.workflow.steps) >= 4
+    )
+    gold = gold_run(task)
+    graph = task.workflow.graph()
+    orders = [o for _, o in zip(range(50), nx.all_topological_sorts(graph), strict=False)]
+    other = next(o for o in orders if o != [g.step for g in gold])
+    by_step = {g.step: g for g in gold}
+    events = [call_event(0, by_step[s].tool, by_step[s].arguments, by_step[s].result) for s in other]
+    assert score(task, trace_from(task, [*events, finish()])).label == "full"
 
 
 def test_one_required_tool_short_is_partial_and_half_is_failure():
     task = task_with(5)
     tools = list(task.required_tools)
     assert score(task, trace_of(task, [(t, True) for t in tools[:4]])).label == "partial"
-    assert score(task, trace_of(task, [(tools[0], True)], finish=None)).label == "failure"
+    assert score(task, trace_of(task, [(tools[0], True)], finish_status=None)).label == "failure"
 
 
 def test_five_consecutive_failures_terminate_as_failure_even_if_work_continued():
@@ -114,3 +128,161 @@ def test_scoring_is_pure():
     task = task_with(3)
     trace = trace_of(task, [(t, True) for t in task.required_tools])
     assert score(task, trace) == score(task, trace)
+
+
+# --- data flow ----------------------------------------------------------------------------------
+
+
+def test_a_fabricated_input_never_earns_full_even_when_the_server_let_it_through():
+    """An outside server that checks nothing: the trace says success, the data says otherwise."""
+    task = task_with(3, "file_operations_reader")
+    gold = gold_run(task)
+    events = [
+        call_event(
+            0, g.tool, {**g.arguments, "source": "data/archive_old.bin"} if i == 0 else g.arguments, g.result
+        )
+        for i, g in enumerate(gold)
+    ]
+    result = score(task, trace_from(task, [*events, finish()]))
+    assert result.label != "full" and result.components["data_flow_ok"] is False
+    wrong = result.components["steps_on_wrong_data"].split(",")
+    assert wrong[0] == gold[0].step
+    # Everything whose data comes from the fabricated read ran on wrong data too.
+    fed = {b for b in nx.descendants(task.workflow.graph(), gold[0].step)}
+    assert fed and set(wrong) >= {gold[0].step} | {
+        s for s in fed if any(isinstance(b, StepBinding) for b in task.workflow.step(s).arguments.values())
+    }
+    assert any("source is not the task's value" in r for r in result.reasons)
+
+
+def test_a_fabricated_payload_for_a_later_step_is_named_with_its_argument():
+    task = task_with(4, "data_processing_parser")
+    gold = gold_run(task)
+    index = next(i for i, g in enumerate(gold) if g.tool == "data_processing_parser")
+    fake = {"content": "id,name,category,value\n1,x,alpha,1.0\n", "format": "csv"}
+    events = [
+        call_event(0, g.tool, {**g.arguments, "data": fake} if i == index else g.arguments, g.result)
+        for i, g in enumerate(gold)
+    ]
+    result = score(task, trace_from(task, [*events, finish()]))
+    assert result.label != "full"
+    assert result.components["steps_on_wrong_data"].split(",")[0] == gold[index].step
+    assert any(
+        f"{gold[index].step} data_processing_parser (data is not the data" in r for r in result.reasons
+    )
+
+
+def test_a_wrong_data_run_followed_by_a_right_one_is_a_recovery():
+    task = task_with(3, "file_operations_reader")
+    gold = gold_run(task)
+    wrong = call_event(0, gold[0].tool, {**gold[0].arguments, "source": "data/other.csv"}, gold[0].result)
+    events = [wrong] + [call_event(0, g.tool, g.arguments, g.result) for g in gold]
+    result = score(task, trace_from(task, [*events, finish()]))
+    assert result.label == "full" and result.components["steps_on_wrong_data"] == ""
+
+
+def test_downstream_steps_may_use_any_output_the_agent_received_from_a_right_run():
+    task = next(
+        t
+        for t in SUITE.tasks
+        if any(isinstance(b, StepBinding) for s in t.workflow.steps for b in s.arguments.values())
+        and t.workflow.steps[1].tool == "data_processing_parser"
+    )
+    gold = gold_run(task)
+    first, second = gold[0], gold[1]
+    # The upstream step ran twice on the right data and answered differently (say, the file changed).
+    changed = {
+        **first.result,
+        "data": {**first.result["data"], "content": "id,name,category,value\n9,zed,beta,1.5\n"},
+    }
+    second_args = {**second.arguments, "data": changed["data"]}
+    events = [
+        call_event(0, first.tool, first.arguments, first.result),
+        call_event(0, first.tool, first.arguments, changed),
+        call_event(0, second.tool, second_args, second.result),
+        *[call_event(0, g.tool, g.arguments, g.result) for g in gold[2:]],
+        finish(),
+    ]
+    result = score(task, trace_from(task, events))
+    assert result.label == "full", result.reasons
+
+
+def test_only_the_fields_a_tool_declares_are_compared():
+    task = task_with(3, "data_processing_parser", "data_processing_transformer")
+    gold = gold_run(task)
+    events = []
+    for g in gold:
+        arguments = dict(g.arguments)
+        if g.tool == "data_processing_transformer":  # the parser's record_count left out
+            arguments["data"] = {"records": g.arguments["data"]["records"]}
+        events.append(call_event(0, g.tool, arguments, g.result))
+    assert score(task, trace_from(task, [*events, finish()])).label == "full"
+    records = [dict(r) for r in gold[1].result["data"]["records"]]
+    records[0]["value"] = records[0]["value"] + 1
+    events[2] = call_event(
+        0, gold[2].tool, {**gold[2].arguments, "data": {"records": records}}, gold[2].result
+    )
+    assert score(task, trace_from(task, [*events, finish()])).label != "full"
+
+
+# --- the call budget ------------------------------------------------------------------------------
+
+
+def test_calls_past_the_budget_do_not_count():
+    """The issue's case: a budget of 10, ten calls, then finish: the finish is the eleventh call."""
+    task = task_with(3)
+    tools = list(task.required_tools)
+    calls = (
+        [(tools[0], False)] * 4
+        + [(tools[0], True)]
+        + [(tools[1], False)] * 3
+        + [(tools[1], True), (tools[2], True)]
+    )
+    assert len(calls) == 10
+    result = score(task, trace_of(task, calls, max_turns=10))
+    assert result.label != "full" and result.components["calls_over_budget"] == 1
+    assert result.components["completion_signal"] is False
+    assert any("past the budget of 10" in r for r in result.reasons)
+    assert score(task, trace_of(task, calls, max_turns=11)).label == "full"
+
+
+def test_without_an_override_the_budget_is_the_tasks():
+    task = task_with(3)
+    budget = task.constraints.max_turns
+    tools = list(task.required_tools)
+    calls = [(tools[0], False), (tools[0], False), (tools[0], True)] * (budget // 3) + [
+        (t, True) for t in tools
+    ]
+    result = score(task, trace_of(task, calls))
+    assert result.components["budget"] == budget and result.components["calls_over_budget"] > 0
+    assert result.label != "full"
+
+
+def test_nothing_after_the_first_finish_counts():
+    task = task_with(3)
+    gold = gold_run(task)
+    events = [finish()] + [call_event(0, g.tool, g.arguments, g.result) for g in gold] + [finish()]
+    result = score(task, trace_from(task, events))
+    assert result.label != "full" and result.components["calls_after_finish"] == len(gold) + 1
+
+
+def test_a_completion_phrase_needs_a_call_of_the_budget_left():
+    task = task_with(3)
+    tools = list(task.required_tools)
+    calls = [(t, True) for t in tools]
+    said = trace_of(task, calls, finish_status=None, text="", max_turns=3)
+    events = [*said.events, turn("Task completed.")]
+    assert score(task, trace_from(task, events, max_turns=3)).label != "full"
+    assert score(task, trace_from(task, events, max_turns=4)).label == "full"
+
+
+def test_discovery_calls_are_free_and_finish_costs_a_call():
+    task = task_with(3)
+    gold = gold_run(task)
+    search = ToolCallEvent(episode="e", seq=0, tool="search_tools", arguments={"query": "x"}, is_error=False)
+    events = [search, search] + [call_event(0, g.tool, g.arguments, g.result) for g in gold] + [finish()]
+    cut = within_budget(events, len(gold) + 1)
+    assert cut.spent == len(gold) + 1 and cut.over_budget == 0 and len(cut.events) == len(events)
+    assert within_budget(events, len(gold)).over_budget == 1
+    with pytest.raises(ValueError, match="at least 1"):
+        within_budget(events, 0)

@@ -1,3 +1,5 @@
+import threading
+
 import anyio
 import mcp_types as types
 import pytest
@@ -12,7 +14,9 @@ from mcp_resili.faults import (
     RuleFaults,
     parse_fault_spec,
 )
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.faults.chaos import SchemaDrift
+from mcp_resili.registry import ToolLibrary, ToolSpec
+from mcp_resili.registry.suites import Suite, get_suite
 from mcp_resili.server.app import PROMPT_PAGE_SIZE, EpisodeRequest, ResiliServer
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
 from mcp_resili.suites.resilibench.library import resilibench_library
@@ -22,6 +26,8 @@ pytestmark = pytest.mark.anyio
 
 
 def make_server(plan=None, **kw):
+    # These tests read each call's recorded event from its result (--expose-faults).
+    kw.setdefault("expose_faults", True)
     return ResiliServer(get_suite("resilibench"), plan or NoFaults(), **kw)
 
 
@@ -226,3 +232,174 @@ async def test_invalid_finish_is_recorded_with_its_event(tmp_path):
     assert bad.is_error and bad.meta[META_EVENT]["error_code"] == "INVALID_INPUT"
     (trace_file,) = tmp_path.iterdir()
     assert [c.tool for c in Trace.read(trace_file).tool_calls] == ["finish"]
+
+
+# --- no answer key on the wire ---------------------------------------------------------------------
+
+
+async def test_results_carry_no_fault_decision_unless_the_server_exposes_faults():
+    plan = RuleFaults(rules=({"tool": "file_operations_reader", "fault": ErrorFault(code="TIMEOUT")},))
+    for expose in (False, True):
+        async with Client(make_server(plan, expose_faults=expose).mcp) as client:
+            faulted = await client.call_tool("file_operations_reader", {"source": "a.csv"}, meta=meta("e"))
+            clean = await client.call_tool("file_operations_scanner", {"source": "data"}, meta=meta("e"))
+        assert faulted.is_error and faulted.content[0].text.startswith("Error TIMEOUT")
+        for result in (faulted, clean):
+            assert (META_EVENT in (result.meta or {})) is expose
+
+
+# --- no tool can crash or hang the server ----------------------------------------------------------
+
+
+def hand_made_suite(*specs_and_simulators):
+    """A suite of hand-made tools: (ToolSpec, simulator) pairs."""
+    specs = tuple(spec for spec, _ in specs_and_simulators)
+    library = ToolLibrary("hand-made", specs, {spec.name: sim for spec, sim in specs_and_simulators})
+    return Suite(
+        name="hand-made",
+        description="tools for server tests",
+        library=library,
+        load_tasks=tuple,
+        render_prompt=lambda task, variant: "",
+        score=lambda task, trace: None,
+    )
+
+
+def spec(name, **properties):
+    schema = {"type": "object", "properties": properties, "additionalProperties": False}
+    return ToolSpec(name=name, description=name, input_schema=schema, output_schema={"type": "object"})
+
+
+async def test_a_tool_that_raises_is_tool_crashed_recorded_in_the_trace_and_the_server_keeps_serving():
+    def crash(arguments, state):
+        raise OverflowError("int too large to convert to float")
+
+    suite = hand_made_suite((spec("fragile"), crash), (spec("sturdy"), lambda a, s: {"ok": True}))
+    plan = RuleFaults(rules=({"tool": "fragile", "calls": (1,), "fault": ErrorFault(code="TIMEOUT")},))
+    server = ResiliServer(suite, plan)
+    async with Client(server.mcp) as client:
+        faulted = await client.call_tool("fragile", {}, meta=meta("e"))
+        crashed = await client.call_tool("fragile", {}, meta=meta("e"))
+        other = await client.call_tool("sturdy", {}, meta=meta("e"))
+    assert faulted.content[0].text.startswith("Error TIMEOUT")
+    assert crashed.is_error and crashed.content[0].text.startswith("Error TOOL_CRASHED: fragile failed")
+    assert "int too large" not in crashed.content[0].text  # no raw exception text for the model
+    assert not other.is_error
+    events = server.take_events("e")
+    assert [(e.seq, e.tool, e.error_code) for e in events] == [
+        (1, "fragile", "TIMEOUT"),
+        (2, "fragile", "TOOL_CRASHED"),
+        (3, "sturdy", None),
+    ]
+    assert [e.decision.ordinal for e in events] == [0, 1, 0]  # the crashed call kept its ordinal
+    assert "TOOL_CRASHED" in (await _declared(server, "fragile"))
+
+
+async def _declared(server, name):
+    async with Client(server.mcp) as client:
+        tool = next(t for t in (await client.list_tools()).tools if t.name == name)
+    return tool.meta["mcp-resili/errors"]
+
+
+async def test_a_slow_tool_times_out_while_another_episode_is_answered_and_its_next_call_waits_for_it():
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow(arguments, state):
+        started.set()
+        release.wait(30)
+        state["slow_done"] = True
+        return {"done": True}
+
+    def peek(arguments, state):
+        return {"slow_done": state.get("slow_done", False)}
+
+    suite = hand_made_suite((spec("slow"), slow), (spec("peek"), peek))
+    server = ResiliServer(suite, NoFaults(), call_time_limit=0.5)
+    async with Client(server.mcp) as client:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                results = {}
+
+                async def call(name, episode):
+                    results[episode] = await client.call_tool(name, {}, meta=meta(episode))
+
+                tg.start_soon(call, "slow", "a")
+                await anyio.to_thread.run_sync(started.wait)
+                # While "slow" holds its thread, another episode is served.
+                await call("peek", "b")
+                assert not release.is_set() and "a" not in results
+            assert results["a"].is_error and results["a"].content[0].text.startswith("Error TOOL_TIMEOUT")
+            release.set()
+            # The abandoned call finishes before the episode's next call touches its state.
+            after = await client.call_tool("peek", {}, meta=meta("a"))
+    assert after.structured_content == {"slow_done": True}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"iterations": 10**400},
+        {"iterations": float("nan")},
+        {"iterations": float("inf")},
+        {"iterations": 1e308},
+    ],
+    ids=["10**400", "nan", "inf", "1e308"],
+)
+async def test_numbers_no_tool_can_use_are_refused_up_front_as_invalid_input(options):
+    async with Client(make_server().mcp) as client:
+        result = await client.call_tool(
+            "computation_simulator", {"data": {}, "options": options}, meta=meta("e")
+        )
+        still = await client.call_tool("computation_simulator", {"data": {"values": [1, 2]}}, meta=meta("e"))
+    assert result.is_error and result.content[0].text.startswith("Error INVALID_INPUT")
+    assert "options/iterations" in result.content[0].text
+    assert not still.is_error
+
+
+async def test_work_driving_arguments_have_schema_maxima():
+    async with Client(make_server().mcp) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        too_many = await client.call_tool(
+            "computation_simulator", {"data": {}, "options": {"iterations": 10**6}}, meta=meta("e")
+        )
+    assert (
+        tools["computation_simulator"].input_schema["properties"]["options"]["properties"]["iterations"][
+            "maximum"
+        ]
+        == 10_000
+    )
+    assert too_many.is_error and "INVALID_INPUT" in too_many.content[0].text
+
+
+@pytest.mark.parametrize(
+    ("content", "fmt"),
+    [
+        ("id,name\n1,a\n", "xml"),  # the format-mismatch flaw prescribes exactly this: CSV given as XML
+        ("id,name,category,value\n1,a,b,nan\n", "csv"),
+        ('[{"id": Infinity, "name": "a", "category": "b", "value": 1}]', "json"),
+        ("[" * 5000 + "]" * 5000, "json"),
+    ],
+    ids=["csv-as-xml", "nan-value", "infinite-id", "deep-nesting"],
+)
+async def test_content_the_parser_cannot_use_is_its_own_invalid_input(content, fmt):
+    async with Client(make_server().mcp) as client:
+        arguments = {"data": {"content": content, "format": fmt}}
+        result = await client.call_tool("data_processing_parser", arguments, meta=meta("e"))
+    # Refused by the world check (the declared format contradicts the content) or by the parser itself:
+    # either way the tool's own INVALID_INPUT naming the problem, never a crash or a protocol error.
+    text = result.content[0].text
+    assert result.is_error and text.startswith("Error INVALID_INPUT: ")
+    assert f"cannot parse {fmt}" in text or f"data.format says {fmt!r}" in text
+
+
+async def test_a_fault_that_reshapes_a_strict_result_becomes_response_schema_mismatch_with_the_payload():
+    plan = RuleFaults(rules=({"tool": "file_operations_reader", "fault": SchemaDrift()},))
+    server = make_server(plan)
+    async with Client(server.mcp) as client:  # the client validates structured content: it must not raise
+        result = await client.call_tool("file_operations_reader", {"source": "data/a.csv"}, meta=meta("e"))
+    assert result.is_error and result.structured_content is None
+    text = result.content[0].text
+    assert text.startswith("Error RESPONSE_SCHEMA_MISMATCH") and '"apiVersion": "v2"' in text
+    event = result.meta[META_EVENT]
+    assert event["fault"]["type"] == "schema_drift" and event["result"]["response"]["apiVersion"] == "v2"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,11 +20,16 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(scope="module")
-def invoices_installed():
-    """``pip install examples/third_party_suite`` into this environment, uninstalled afterwards."""
+def invoices_installed(tmp_path_factory):
+    """``pip install examples/third_party_suite`` into this environment, uninstalled afterwards.
+
+    It is built from a copy, so the build leaves nothing behind in the checkout.
+    """
+    source = tmp_path_factory.mktemp("invoices") / "third_party_suite"
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     install = subprocess.run(
-        [*pip, "install", "--no-deps", "--no-build-isolation", str(EXAMPLE)],
+        [*pip, "install", "--no-deps", "--no-build-isolation", str(source)],
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,10 +6,16 @@ import pytest
 from mcp_resili.faults import CallContext, FaultSpecError, ToolOutcome, parse_fault_spec
 from mcp_resili.faults.error import ErrorFault
 from mcp_resili.registry.suites import get_suite
-from mcp_resili.suites.toolmaze.corpus import OUTPUT_SCHEMA
-from mcp_resili.suites.toolmaze.corrupt import CHANGED_FIELDS, CORRUPTIONS, CorruptFault, corrupt_record
+from mcp_resili.suites.toolmaze.corrupt import (
+    CHANGED_FACETS,
+    CORRUPTIONS,
+    CorruptFault,
+    changed_paths,
+    corrupt_record,
+    get_path,
+)
 from mcp_resili.suites.toolmaze.faults import ToolMazeFaults
-from mcp_resili.suites.toolmaze.library import toolmaze_library
+from mcp_resili.suites.toolmaze.library import corpus_index, toolmaze_library
 from mcp_resili.suites.toolmaze.sanity import anomalies
 from mcp_resili.suites.toolmaze.tasks import toolmaze_tasks
 
@@ -23,45 +29,90 @@ def decide(plan, task, tool, ordinal, state):
     return plan.decide(CallContext("k", spec, ordinal, (), task=task, state=state), random.Random(0))
 
 
-CLEAN_ARGS = {"subject": "Paris"}
+def clean_record(tool):
+    op = corpus_index().first_op(tool)
+    args = {corpus_index().domains[op.domain].subject_field: corpus_index().domains[op.domain].subjects[0]}
+    if op.role != "source":
+        args[op.id_arg] = "QU-00c0ffee"
+        args[op.measure_arg] = 42.5
+    if "priority" in toolmaze_library().spec(tool).input_schema["properties"]:
+        args["priority"] = "normal"
+    return args, toolmaze_library().simulate(tool, args, {})
 
 
-def clean_record(unit_tool="search_flights"):
-    return toolmaze_library().simulate(unit_tool, CLEAN_ARGS, {})
+def differences(clean, bad, path=""):
+    """Leaf paths where ``bad`` differs from ``clean``; fails if the key structure differs."""
+    if isinstance(clean, dict):
+        assert isinstance(bad, dict) and bad.keys() == clean.keys(), path
+        return [d for k in clean for d in differences(clean[k], bad[k], f"{path}.{k}" if path else k)]
+    if isinstance(clean, list) and clean and isinstance(clean[0], dict):
+        assert isinstance(bad, list) and len(bad) == len(clean), path
+        return [path] if any(differences(c, b, path) for c, b in zip(clean, bad, strict=True)) else []
+    return [] if clean == bad else [path]
+
+
+VALIDATORS = {s.name: jsonschema.Draft202012Validator(s.output_schema) for s in toolmaze_library()}
 
 
 @pytest.mark.parametrize("corruption", CORRUPTIONS)
-def test_every_corruption_keeps_keys_and_schema_changes_downstream_fields_and_is_noticeable(corruption):
-    for tool in ("search_flights", "get_product_reviews", "read_thermostat"):
-        clean = clean_record(tool)
-        assert anomalies(CLEAN_ARGS, clean) == []
-        bad = corrupt_record(clean, corruption)
-        assert bad.keys() == clean.keys()
-        jsonschema.validate(bad, OUTPUT_SCHEMA)
-        assert "error" not in bad and "is_error" not in bad
-        for field in CHANGED_FIELDS[corruption]:
-            assert bad[field] != clean[field], (corruption, field)
-        assert anomalies(CLEAN_ARGS, bad), (corruption, tool)
-        assert corrupt_record(clean, corruption) == bad  # deterministic from the clean record
+def test_every_tools_corrupted_record_has_its_clean_twins_keys_and_differs_only_where_named(corruption):
+    for tool in corpus_index().tools:
+        args, clean = clean_record(tool)
+        assert anomalies(tool, args, clean) == [], tool
+        bad = corrupt_record(tool, clean, corruption)
+        named = changed_paths(tool, corruption)
+        changed = differences(clean, bad)
+        assert set(changed) <= set(named), (tool, corruption, changed, named)
+        assert named[0] in changed, (tool, corruption)  # the record id always changes
+        assert len(changed) >= min(2, len(named)), (tool, corruption, changed)
+        VALIDATORS[tool].validate(bad)
+        assert not any("error" in key for key in bad), tool
+        assert anomalies(tool, args, bad), (tool, corruption)
+        assert corrupt_record(tool, clean, corruption) == bad  # deterministic from the clean record
 
 
-def test_physics_violation_of_a_percentage_exceeds_100():
-    clean = clean_record("get_product_reviews")
-    assert clean["unit"] == "%"
-    assert corrupt_record(clean, "physics_violation")["value"] > 100
+def test_corruptions_change_the_fields_later_steps_read():
+    for corruption in CORRUPTIONS:
+        facets = CHANGED_FACETS[corruption]
+        assert "id" in facets
+    assert {"measure", "subject"} <= {f for fs in CHANGED_FACETS.values() for f in fs}
+
+
+def test_physics_violations_break_each_units_own_bounds():
+    percent = next(t for t in corpus_index().tools if corpus_index().last_op(t).unit == "%")
+    celsius = next(t for t in corpus_index().tools if corpus_index().last_op(t).unit == "°C")
+    dollars = next(t for t in corpus_index().tools if corpus_index().last_op(t).unit == "USD")
+    for tool, check in (
+        (percent, lambda v: v > 100),
+        (celsius, lambda v: v < -273.15),
+        (dollars, lambda v: v < 0),
+    ):
+        bad = corrupt_record(tool, clean_record(tool)[1], "physics_violation")
+        assert check(get_path(bad, corpus_index().last_op(tool).facets.measure)), tool
+
+
+def test_an_irrelevant_response_is_another_subjects_record():
+    tool = "get_destination_weather"
+    args, clean = clean_record(tool)
+    bad = corrupt_record(tool, clean, "irrelevant_response")
+    assert bad["city"] in corpus_index().domains["travel"].decoys and bad["city"] in str(bad.values())
+    assert any("not 'Paris'" in a for a in anomalies(tool, args, bad))
 
 
 def test_unknown_corruption_is_rejected_by_name():
     with pytest.raises(ValueError, match="bogus"):
-        corrupt_record(clean_record(), "bogus")
+        corrupt_record("search_flights", clean_record("search_flights")[1], "bogus")
 
 
-def test_corrupt_fault_passes_a_tools_own_error_through():
+def test_corrupt_fault_passes_a_tools_own_error_through_and_refuses_foreign_tools():
     fault = CorruptFault(corruption="logic_violation", transient=True)
-    error = ToolOutcome(structured=None, error_code="INVALID_INPUT", message="x")
+    error = ToolOutcome(structured=None, error_code="SOLD_OUT", message="x")
     spec = toolmaze_library().spec("search_flights")
     assert fault.apply(error, CallContext("k", spec, 0, ()), random.Random(0)) is error
     assert fault.explicit is False and fault.side == "response"
+    foreign = spec.model_copy(update={"name": "not_toolmaze"})
+    with pytest.raises(ValueError, match="ToolMaze tools only"):
+        fault.apply(ToolOutcome(structured={"x": 1}), CallContext("k", foreign, 0, ()), random.Random(0))
 
 
 def test_spec_strings_parse_every_mode_and_reject_others():
@@ -114,13 +165,13 @@ def test_the_first_tool_called_in_a_group_becomes_the_victim_whichever_it_is():
     assert not decide(plan, task, group.members[0][0].tool, 0, state).fired
 
 
-def test_c4_arms_each_slot_independently():
-    task = first("C4")
-    a, b = task.alternative_groups
+def test_c4_arms_each_parallel_slot_independently():
+    task = next(t for t in toolmaze_tasks() if t.level == "C4" and len(t.alternative_groups) == 3)
     plan, state = ToolMazeFaults(mode="P1"), {}
-    assert decide(plan, task, a.members[0][0].tool, 0, state).fired
-    assert decide(plan, task, b.members[-1][0].tool, 0, state).fired
-    assert not decide(plan, task, b.members[0][0].tool, 0, state).fired
+    for group in task.alternative_groups:
+        assert decide(plan, task, group.members[-1][0].tool, 0, state).fired
+        assert not decide(plan, task, group.members[0][0].tool, 0, state).fired
+    assert len(state["toolmaze/victims"]) == 3
 
 
 def test_np_and_foreign_tasks_never_fire():

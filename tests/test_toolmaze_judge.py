@@ -6,12 +6,13 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_resili.client.agent import EpisodeSpec, play_episode
+from mcp_resili.client.agent import EpisodeSpec, RecordedEvents, play_episode
 from mcp_resili.client.providers import create_model
 from mcp_resili.faults import parse_fault_spec
 from mcp_resili.registry.suites import get_suite
 from mcp_resili.scoring.model import Score
 from mcp_resili.server.app import ResiliServer
+from mcp_resili.suites.toolmaze.library import corpus_index
 from mcp_resili.suites.toolmaze.scoring import aggregate, metrics_of, optimal_recovery_calls, score
 from mcp_resili.suites.toolmaze.tasks import toolmaze_tasks
 from mcp_resili.trace import Trace, TraceHeader
@@ -20,18 +21,43 @@ MODES = ("NP", "P1", "P2", "P3", "P4")
 AGENTS = ("retry", "switch", "abort", "trusting")
 
 
+def action_ops(tool):
+    index = corpus_index()
+    return sum(1 for op in index.tools[tool].ops if index.ops[op].role == "action")
+
+
+def victims(task):
+    """The tool the scripted agents' first call hits in each armed slot (chain order on s*)."""
+    if task.level == "C1":
+        return [task.perturbations.slots[0].tools[0]]
+    path = dict((n, s.tool) for n, s in reversed(task.path_steps()[task.shortest_path_index()]))
+    return [path[g.step] for g in sorted(task.alternative_groups, key=lambda g: g.step)]
+
+
 def sample_tasks():
-    """Per level, one task per distinct combination of group kinds (at most three)."""
-    chosen, seen = [], set()
-    for task in toolmaze_tasks():
-        signature = (task.level, tuple(g.corpus_group.split(".")[1] for g in task.alternative_groups))
-        if signature not in seen and sum(1 for t in chosen if t.level == task.level) < 3:
-            seen.add(signature)
-            chosen.append(task)
+    """Per level a few tasks: every group kind, C4 with two and three parallel branches, a write victim."""
+    tasks = toolmaze_tasks()
+    chosen = []
+
+    def take(predicate):
+        found = next(t for t in tasks if predicate(t) and t not in chosen)
+        chosen.append(found)
+
+    take(lambda t: t.level == "C1" and action_ops(victims(t)[0]) > 0)
+    take(lambda t: t.level == "C1" and action_ops(victims(t)[0]) == 0)
+    take(
+        lambda t: (
+            t.level == "C2" and t.alternative_groups[0].kind == "one_to_one" and action_ops(victims(t)[0])
+        )
+    )
+    take(lambda t: t.level == "C2" and t.alternative_groups[0].kind == "one_to_many")
+    take(lambda t: t.level == "C3")
+    take(lambda t: t.level == "C4" and len(t.alternative_groups) == 2 and len(t.valid_paths) == 6)
+    take(lambda t: t.level == "C4" and len(t.alternative_groups) == 3)
     return chosen
 
 
-#: MCP_RESILI_TOOLMAZE_ALL=1 checks all 400 tasks (about 8,000 episodes, minutes) instead of the sample.
+#: MCP_RESILI_TOOLMAZE_ALL=1 checks all 400 tasks (8,000 episodes, minutes) instead of the sample.
 SAMPLE = list(toolmaze_tasks()) if os.environ.get("MCP_RESILI_TOOLMAZE_ALL") else sample_tasks()
 
 
@@ -53,7 +79,9 @@ async def play_all(pairs, mode):
                 max_turns=task.constraints.max_turns,
                 stop_rules=suite.stop_rules,
             )
-            outcome = await play_episode(client, create_model(f"scripted:{agent}"), episode, tools)
+            # The server's own record of each call (results carry no fault decision), as the runner reads it.
+            recorded = RecordedEvents(after_call=server.take_events)
+            outcome = await play_episode(client, create_model(f"scripted:{agent}"), episode, tools, recorded)
             header = TraceHeader(
                 suite="toolmaze",
                 task=task.id,
@@ -103,20 +131,25 @@ def switch_costs(task, transient):
 
 
 def expected(agent, mode, task):
-    """(I_succ, I_recov or None when unperturbed, C_rec) by construction."""
+    """(I_succ, I_recov or None if unperturbed, C_rec, C_rec', duplicate writes) by construction."""
     if mode == "NP":
-        return True, None, 0.0
+        return True, None, 0.0, 0.0, 0
     transient, implicit, c1 = mode in ("P1", "P3"), mode in ("P3", "P4"), task.level == "C1"
+    writes = [action_ops(v) for v in victims(task)]
     if agent == "retry" or (agent == "trusting" and not implicit):
-        return (True, True, 0.0) if transient else (False, c1, 1.0)
-    if agent == "trusting":
-        return False, False, 1.0
+        if transient:
+            return True, True, 0.0, 0.0, sum(writes) if implicit else 0
+        # Two retries of the first victim, then an abort: graceful on C1 (C_rec' = 1 - 1/3).
+        return False, c1, 1.0, (1 - 1 / 3) if c1 else 1.0, 2 * writes[0] if implicit else 0
     if agent == "abort":
-        return False, c1 and not transient, 1.0
+        graceful = c1 and not transient
+        return False, graceful, 1.0, 0.0 if graceful else 1.0, 0
+    if agent == "trusting":  # implicit modes: it takes the corrupted record and propagates it
+        return False, False, 1.0, 1.0, 0
     if c1:
-        return False, not transient, 1.0
+        return False, not transient, 1.0, 1.0 if transient else 0.0, 0
     c, c_star = switch_costs(task, transient)
-    return True, True, 1 - c_star / c
+    return True, True, 1 - c_star / c, 1 - c_star / c, sum(writes) if implicit else 0
 
 
 def test_the_sample_covers_every_level_and_group_kind():
@@ -135,7 +168,7 @@ def test_each_scripted_agent_scores_what_it_must_per_trajectory(all_scores, agen
     for mode in MODES:
         for task in SAMPLE:
             got = all_scores[mode][agent, task.id]
-            succ, recov, c_rec = expected(agent, mode, task)
+            succ, recov, c_rec, c_rec_abort, duplicates = expected(agent, mode, task)
             parts = got.components
             where = (agent, mode, task.id, got.reasons)
             assert parts["i_succ"] is succ, where
@@ -143,6 +176,9 @@ def test_each_scripted_agent_scores_what_it_must_per_trajectory(all_scores, agen
             if recov is not None:
                 assert parts["i_recov"] is recov, where
             assert parts["c_rec"] == pytest.approx(c_rec, abs=1e-6), where
+            assert parts["c_rec_abort"] == pytest.approx(c_rec_abort, abs=1e-6), where
+            assert parts["duplicate_writes"] == duplicates, where
+            assert any("duplicate side effect" in r for r in got.reasons) is (duplicates > 0), where
             assert got.reasons, where
 
 
@@ -154,11 +190,21 @@ def test_each_scripted_agent_gets_its_prr_and_rc_for_every_mode_and_level(all_sc
             rows = [expected(agent, mode, t) for t in tasks]
             got = metrics_of([all_scores[mode][agent, t.id] for t in tasks], mode, level)
             assert got.tsr == pytest.approx(sum(r[0] for r in rows) / len(rows))
+            assert got.duplicates == pytest.approx(sum(r[4] > 0 for r in rows) / len(rows))
             if mode == "NP":
-                assert got.prr is None and got.rc == 0
+                assert got.prr is None and got.rc == 0 and got.rc_abort == 0
             else:
                 assert got.prr == pytest.approx(sum(r[1] for r in rows) / len(rows)), (agent, mode, level)
-                assert got.rc == pytest.approx(sum(r[2] for r in rows) / len(rows)), (agent, mode, level)
+                assert got.rc == pytest.approx(sum(r[2] for r in rows) / len(rows), abs=1e-6), (
+                    agent,
+                    mode,
+                    level,
+                )
+                assert got.rc_abort == pytest.approx(sum(r[3] for r in rows) / len(rows), abs=1e-6), (
+                    agent,
+                    mode,
+                    level,
+                )
 
 
 def test_judge_reasons_name_the_branch_that_decided(all_scores):
@@ -179,6 +225,23 @@ def test_an_agent_that_carries_on_after_a_permanent_victim_is_not_recovered():
     got = scores["naive", task.id]
     assert got.components["i_pert"] and not got.components["i_recov"] and not got.components["i_succ"]
     assert any("should have stopped but called other tools after victim" in r for r in got.reasons)
+
+
+def test_a_clean_retry_after_a_corrupted_booking_books_twice_and_the_verdict_flags_it():
+    index = corpus_index()
+
+    def books(tool):
+        return any(index.ops[op].resource and index.ops[op].role == "action" for op in index.tools[tool].ops)
+
+    task = next(t for t in toolmaze_tasks() if t.level == "C2" and books(victims(t)[0]))
+    got = anyio.run(play_all, [("retry", task)], "P3")["retry", task.id]
+    # A valid recovery by the paper's rules (PRR and TSR count it) ...
+    assert got.components["i_recov"] is True and got.components["i_succ"] is True
+    # ... but the booking ran twice, and the state shows two different options taken.
+    assert got.components["duplicate_writes"] == 1
+    reason = next(r for r in got.reasons if r.startswith("duplicate side effect"))
+    first, second = reason.split("; booked ")[1].split(", ")
+    assert first != second and victims(task)[0] in reason
 
 
 def test_optimal_recovery_calls_counts_retry_switch_and_later_slots():
@@ -255,6 +318,9 @@ def test_run_reports_toolmaze_metrics_per_mode_and_level(tmp_path, capsys):
     assert rows["P1", "C1"]["prr"] == 1 and rows["P1", "C2"]["tsr"] == 1 and rows["P1", "all"]["rc"] == 0
     assert rows["P2", "C1"]["prr"] == 1 and rows["P2", "C2"]["prr"] == 0 and rows["P2", "all"]["rc"] == 1
     assert rows["P2", "all"]["composite"] == pytest.approx((0 + 0.5 + 0) / 3)
+    # RC' forgives the graceful abort on C1 (two retries, then abort: 1 - 1/3); the paper's RC does not.
+    assert rows["P2", "C1"]["rc"] == 1 and rows["P2", "C1"]["rc_abort"] == pytest.approx(2 / 3, abs=1e-6)
+    assert rows["P2", "C2"]["rc_abort"] == 1 and rows["P1", "all"]["duplicates"] == 0
 
 
 def test_hint_prompt_adds_failure_awareness_and_the_abort_format():

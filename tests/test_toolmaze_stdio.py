@@ -58,7 +58,7 @@ async def test_p1_victim_fails_exactly_once_then_succeeds():
     text = results[0].content[0].text
     assert task.perturbations.p1.message in text and str(task.perturbations.p1.status) in text
     assert task.perturbations.p1.error_type in text
-    assert anomalies(args, results[1].structured_content) == []
+    assert anomalies(victim_tool, args, results[1].structured_content) == []
 
 
 async def test_p2_victim_fails_every_time_while_its_alternative_works():
@@ -75,7 +75,7 @@ async def test_p2_victim_fails_every_time_while_its_alternative_works():
     assert all(r.is_error for r in failures)
     assert all(task.perturbations.p2.message in r.content[0].text for r in failures)
     assert not any(r.is_error for r in switched)
-    assert anomalies(alt_args, switched[0].structured_content) == []
+    assert anomalies(alternative.tool, alt_args, switched[0].structured_content) == []
 
 
 @pytest.mark.parametrize("mode", ["P3", "P4"])
@@ -91,10 +91,10 @@ async def test_implicit_modes_return_schema_valid_corrupted_records_without_erro
             # mcp.Client validates structured content against the tool's output schema (raises if not).
             results = [await client.call_tool(victim.tool, args) for _ in range(2)]
     assert tools[victim.tool].output_schema is not None
-    assert not results[0].is_error and anomalies(args, results[0].structured_content)
+    assert not results[0].is_error and anomalies(victim.tool, args, results[0].structured_content)
     assert results[0].structured_content.keys() == results[1].structured_content.keys()
     if mode == "P3":
-        assert anomalies(args, results[1].structured_content) == []
+        assert anomalies(victim.tool, args, results[1].structured_content) == []
     else:
-        assert anomalies(args, results[1].structured_content)
+        assert anomalies(victim.tool, args, results[1].structured_content)
         assert results[1].structured_content == results[0].structured_content

@@ -9,22 +9,44 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
-from servers import Target, event_of, new_episode, run_cli, running_http_server, stdio_parameters
+from mcp.client.streamable_http import streamable_http_client
+from servers import (
+    CLI_TIMEOUT,
+    Target,
+    child_env,
+    event_of,
+    new_episode,
+    run_cli,
+    running_http_server,
+    serve_command,
+    stdio_parameters,
+)
 
+from mcp_resili import AUTH_TOKEN_ENV
+from mcp_resili.check.contract import sample_arguments
+from mcp_resili.cli import main
+from mcp_resili.faults import parse_fault_spec
 from mcp_resili.registry.suites import get_suite
+from mcp_resili.server.app import ResiliServer
+from mcp_resili.server.transports import ExposureError, HttpAccess, check_exposure, http_app
+from mcp_resili.trace import Trace
 
 pytestmark = pytest.mark.anyio
 
-PLAIN = ("--faults", "none")
-SEEDED = ("--faults", "resilibench", "--seed", "3")
+# --expose-faults: these tests read each call's recorded event from its result.
+PLAIN = ("--faults", "none", "--expose-faults")
+SEEDED = ("--faults", "resilibench", "--seed", "3", "--expose-faults")
 READER_ARGS = {"source": "data/sales.csv"}
 RECORDS = {"records": [{"id": 1, "name": "ada", "category": "alpha", "value": 1.5}]}
 #: A fixed call sequence of tools without dependencies, long enough for the fault plan to fire a few times.
@@ -277,7 +299,8 @@ async def test_a_plain_stdio_session_replays_the_same_faults_for_the_same_seed()
     """A person's session (no episode _meta) gets draws from the seed, not from a random connection id."""
 
     async def ledger():
-        async with Client(stdio_parameters("--faults", "resilibench:base=0.5", "--seed", "3")) as client:
+        params = stdio_parameters("--faults", "resilibench:base=0.5", "--seed", "3", "--expose-faults")
+        async with Client(params) as client:
             faults = []
             for i in range(12):
                 result = await client.call_tool("file_operations_reader", {"source": f"data/{i % 2}.csv"})
@@ -286,3 +309,178 @@ async def test_a_plain_stdio_session_replays_the_same_faults_for_the_same_seed()
 
     first, second = await ledger(), await ledger()
     assert first == second and any(first) and not all(first)
+
+
+# --- stdio speaks JSON-RPC to the end ---------------------------------------------------------------
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
+
+
+def test_malformed_stdio_lines_get_json_rpc_error_replies_and_the_server_keeps_serving() -> None:
+    lines = [
+        json.dumps(INITIALIZE).encode(),
+        b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+        b"not json at all",
+        b'{"jsonrpc": "2.0", "id": 1, "method": "pi',  # truncated
+        b'{"jsonrpc": "1.0", "id": 2, "method": "ping"}',  # wrong version
+        b'[{"jsonrpc": "2.0", "id": 3, "method": "ping"}]',  # a batch
+        b'{"jsonrpc": "2.0", "id": 4,\x00 "method": "ping"}',  # a NUL byte
+        b"[" * 5000 + b"]" * 5000,  # nested too deep
+        b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": "' + b"y" * (5 * 2**20) + b'"}}',
+        b"7",
+        b'{"jsonrpc": "2.0", "id": 6, "method": "ping"}',
+    ]
+    proc = subprocess.run(
+        serve_command("--faults", "none"),
+        input=b"\n".join(lines) + b"\n",
+        capture_output=True,
+        env=child_env(),
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert replies[0]["id"] == 0 and "result" in replies[0]
+    errors = [(r["id"], r["error"]["code"]) for r in replies[1:-1]]
+    assert errors == [
+        (None, types.PARSE_ERROR),
+        (None, types.PARSE_ERROR),
+        (2, types.INVALID_REQUEST),
+        (None, types.INVALID_REQUEST),
+        (None, types.PARSE_ERROR),
+        (None, types.PARSE_ERROR),
+        (None, types.INVALID_REQUEST),  # longer than the 4 MiB limit: skipped unread
+        (None, types.INVALID_REQUEST),
+    ]
+    assert replies[-1] == {"jsonrpc": "2.0", "id": 6, "result": {}}
+    assert proc.returncode == 0
+
+
+# --- remote serving is a choice with a lock -----------------------------------------------------------
+
+
+def test_a_non_loopback_bind_without_a_token_refuses_to_start_with_one_line() -> None:
+    proc = run_cli("serve", "--transport", "http", "--host", "0.0.0.0")
+
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("mcp-resili: error: refusing to serve")
+    assert "--auth-token" in proc.stderr and "--insecure" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_the_proxy_has_the_same_lock(capsys: pytest.CaptureFixture[str]) -> None:
+    # Refused before the upstream is even started.
+    status = main(["proxy", "--upstream", "python -m nowhere", "--transport", "http", "--host", "0.0.0.0"])
+
+    assert status == 2 and "refusing to serve on 0.0.0.0" in capsys.readouterr().err
+
+
+TOKEN = "s3cret-token-for-the-tests-0123"
+JSON_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+async def test_with_an_auth_token_every_request_needs_it_and_a_foreign_host_is_refused(
+    tmp_path: Path,
+) -> None:
+    async with running_http_server("--faults", "none", "--auth-token", TOKEN, workdir=tmp_path) as server:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            body = json.dumps(INITIALIZE)
+            missing = await http.post(server.url, content=body, headers=JSON_HEADERS)
+            wrong = await http.post(
+                server.url, content=body, headers={**JSON_HEADERS, "authorization": "Bearer nope"}
+            )
+            bearer = {**JSON_HEADERS, "authorization": f"Bearer {TOKEN}"}
+            foreign = await http.post(server.url, content=body, headers={**bearer, "host": "evil.example"})
+        authed = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"}, timeout=30)
+        async with Client(streamable_http_client(server.url, http_client=authed)) as client:
+            result = await client.call_tool("file_operations_reader", READER_ARGS, meta=new_episode("authed"))
+        await authed.aclose()
+
+    assert missing.status_code == wrong.status_code == 401
+    assert missing.headers["www-authenticate"].startswith("Bearer")
+    assert foreign.status_code == 421
+    assert result.is_error is False
+
+
+async def test_a_wildcard_bind_accepts_its_own_names_and_the_allowed_hosts_only() -> None:
+    """Checked on the ASGI app itself: no test binds anything but loopback."""
+    server = ResiliServer(get_suite("resilibench"), parse_fault_spec("none"))
+    access = HttpAccess.from_options(None, insecure=True, allowed_hosts=["mcp.example"], env={})
+    assert check_exposure("0.0.0.0", access) is not None  # the insecure warning
+    app = http_app(server, "0.0.0.0", access)
+    statuses = {}
+    async with app.router.lifespan_context(app):
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://mcp.example:8765") as http:
+            for host in (
+                "evil.example",
+                "mcp.example:8765",
+                "localhost:8765",
+                f"{socket.gethostname()}:8765",
+            ):
+                response = await http.post(
+                    "/mcp", content=json.dumps(INITIALIZE), headers={**JSON_HEADERS, "host": host}
+                )
+                statuses[host.split(":")[0]] = response.status_code
+    assert statuses.pop("evil.example") == 421
+    assert set(statuses.values()) == {200}
+
+
+def test_the_token_comes_from_the_flag_else_the_environment_and_a_short_one_is_refused() -> None:
+    assert HttpAccess.from_options(None, False, env={AUTH_TOKEN_ENV: TOKEN}).auth_token == TOKEN
+    assert HttpAccess.from_options(TOKEN + "x", False, env={AUTH_TOKEN_ENV: TOKEN}).auth_token == TOKEN + "x"
+    with pytest.raises(ExposureError, match="at least 16 characters"):
+        HttpAccess.from_options("hunter2", False, env={})
+    with pytest.raises(ExposureError):
+        check_exposure("192.0.2.1", HttpAccess())
+    assert check_exposure("192.0.2.1", HttpAccess(auth_token=TOKEN)) is None
+
+
+# --- no answer key on the wire ---------------------------------------------------------------------
+
+
+def shape(value: Any) -> Any:
+    """The keys and nesting of a JSON value, without its scalar values."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [shape(item) for item in value[:1]]
+    return "scalar"
+
+
+async def test_an_implicit_corruption_comes_back_in_the_same_shape_as_a_clean_result(tmp_path: Path) -> None:
+    suite = get_suite("toolmaze")
+    task = next(t for t in suite.tasks if t.perturbations.p4 != "logic_violation")
+    victim = task.perturbations.slots[0].tools[0]
+    untouched = next(t for t in suite.tasks if t.perturbations.slot_of(victim) is None)
+    arguments = sample_arguments(suite.library.spec(victim).input_schema)
+    # The connection's episode (named by --episode) plays the task whose victim the tool is; a second
+    # episode, named in _meta, plays a task that leaves the tool alone.
+    args = ("--suite", "toolmaze", "--faults", "toolmaze:P4", "--task", task.id)
+    args += ("--episode", "corrupt", "--trace-dir", str(tmp_path))
+    async with Client(stdio_parameters(*args)) as client:
+        corrupt = await client.call_tool(victim, arguments)
+        clean = await client.call_tool(
+            victim, arguments, meta={"mcp-resili/episode": {"id": "clean", "task": untouched.id}}
+        )
+
+    (fired,) = Trace.read(tmp_path / "corrupt.jsonl").tool_calls
+    (quiet,) = Trace.read(tmp_path / "clean.jsonl").tool_calls
+    assert fired.fault is not None and fired.fault.type == "corrupt" and quiet.fault is None
+    assert corrupt.structured_content != clean.structured_content
+    wire = [r.model_dump(by_alias=True, mode="json", exclude_none=True) for r in (corrupt, clean)]
+    for dumped in wire:
+        dumped.get("_meta", {}).pop("io.modelcontextprotocol/serverInfo", None)
+    assert shape(wire[0]) == shape(wire[1])
+    assert [type(c) for c in corrupt.content] == [type(c) for c in clean.content] == [types.TextContent]
+    assert corrupt.is_error is clean.is_error is False
+    assert not any(key.startswith("mcp-resili") for dumped in wire for key in dumped.get("_meta", {}))

@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from mcp_resili import __version__
 from mcp_resili.cli import check, config, export, report, run, serve, tasks, workflow
@@ -19,9 +20,17 @@ from mcp_resili.errors import UserError
 Handler = Callable[[argparse.Namespace], int]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (with where to find the usage), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` on stderr and exit with status 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line."""
-    parser = argparse.ArgumentParser(
+    """The whole command line (subcommands inherit one-line usage errors)."""
+    parser = OneLineParser(
         prog="mcp-resili",
         description="Chaos engineering and robustness benchmarking for tool-using LLM agents over MCP.",
     )
@@ -32,25 +41,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class OneLineFormatter(logging.Formatter):
+    """Log records on one line each: an exception is named with its message, never as a traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record's line, with ``(ExceptionType: first line of its message)`` appended."""
+        line = super().format(logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None}))
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            line += f" ({type(exc).__name__}{': ' + first if first else ''})"
+        return line
+
+
+def _user_error(exc: BaseException) -> BaseException | None:
+    """The user's mistake in ``exc`` (a `UserError` or `OSError`, maybe inside exception groups)."""
+    if isinstance(exc, (UserError, OSError)):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = _user_error(sub)
+            if found is not None:
+                return found
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status.
 
-    A user's mistake (`UserError`, or an `OSError` such as a busy port or an unreadable file) is one
-    line on stderr and exit status 2; nothing already stored is lost.
+    A user's mistake (`UserError`, or an `OSError` such as a busy port or an unreadable file), also
+    when it surfaces inside an exception group, is one line on stderr and exit status 2; nothing
+    already stored is lost. Log records are one line each (no tracebacks).
     """
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
-    )
+    handler_out = logging.StreamHandler(sys.stderr)
+    handler_out.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler_out])
     handler: Handler = args.handler
     try:
         return handler(args)
-    except UserError as exc:
-        print(f"mcp-resili: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # e.g. a port already in use
-        print(f"mcp-resili: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("mcp-resili: interrupted; finished episodes are stored", file=sys.stderr)
         return 130
+    except Exception as exc:
+        mistake = _user_error(exc)
+        if mistake is None:
+            raise
+        print(f"mcp-resili: error: {_one_line(mistake)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -150,6 +150,8 @@ def config_command(args: argparse.Namespace) -> int:
     elif args.bearer_env is not None:
         raise ClientConfigError("--bearer-env needs --url")
     else:
+        if args.faults is not None:
+            _check_faults(args.faults, proxied=args.upstream is not None)
         entry = server_entry(upstream=args.upstream, faults=args.faults, trace_dir=args.trace_dir)
     if not args.write:
         print(json.dumps(render_config(args.client, args.name, entry), indent=2))
@@ -157,3 +159,11 @@ def config_command(args: argparse.Namespace) -> int:
     path = write_config(args.client, args.name, entry, args.path)
     print(f"wrote server {args.name!r} into {path}", file=sys.stderr)
     return 0
+
+
+def _check_faults(spec: str, *, proxied: bool) -> None:
+    """Refuse now a fault SPEC the configured server would refuse at every start (exit 2)."""
+    from mcp_resili.faults import parse_fault_spec
+    from mcp_resili.registry.suites import DEFAULT_SUITE, get_suite
+
+    parse_fault_spec(spec, None if proxied else get_suite(DEFAULT_SUITE))

@@ -349,20 +349,28 @@ def _summary_payload(config: RunConfig, result: RunResult, summaries: list[Any])
 def _print_summary(config: RunConfig, result: RunResult, args: argparse.Namespace, err: Console) -> None:
     from mcp_resili.registry.suites import get_suite
     from mcp_resili.report import summarize, summary_table
+    from mcp_resili.report.coping import coping_section
+    from mcp_resili.report.terminal import section_tables
 
     suite = get_suite(config.suite)
     summaries = summarize(result.rows, args.by, suite.task_info if args.by else None)
     suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
+    coping = coping_section(result.rows)  # protocol faults: recovery per fault type
     if args.json:
         payload = _summary_payload(config, result, summaries)
         if suite_summary is not None:
             payload["suite_summary"] = suite_summary
+        if coping is not None:
+            payload["coping"] = coping.data["cells"]
         print(json.dumps(payload, indent=2))
         return
     out = stdout_console()
     out.print(summary_table(result.run_id, summaries))
     if suite_summary is not None and suite.summary_table is not None:
         out.print(suite.summary_table(suite_summary))
+    if coping is not None:
+        for table in section_tables([coping]):
+            out.print(table)
     sys.stdout.flush()
     err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     spend = _spend_line(config, result)

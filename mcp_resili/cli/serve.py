@@ -4,13 +4,46 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
+from mcp_resili import AUTH_TOKEN_ENV
 from mcp_resili.cli.common import Commands, add_seed, announce
+from mcp_resili.errors import UserError
 from mcp_resili.registry.suites import DEFAULT_SUITE, suite_names
+
+if TYPE_CHECKING:
+    from mcp_resili.server.transports import HttpAccess
+
+#: Mirrors `mcp_resili.server.app.DEFAULT_CALL_TIME_LIMIT` (not imported: ``--help`` stays fast).
+DEFAULT_CALL_TIME_LIMIT = 10.0
+
+
+def _port_number(text: str) -> int:
+    """A TCP port (0 picks a free one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, got {port}")
+    return port
+
+
+def _non_negative(text: str) -> float:
+    """A number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
 
 
 def _add_network(parser: argparse.ArgumentParser, port: int) -> None:
@@ -20,9 +53,39 @@ def _add_network(parser: argparse.ArgumentParser, port: int) -> None:
         default="stdio",
         help="stdio (default; for clients that start the server) or http (Streamable HTTP at /mcp)",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind with --transport http")
-    parser.add_argument("--port", type=int, default=port, help=f"port for --transport http (default {port})")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind with --transport http; anything but loopback needs --auth-token or --insecure",
+    )
+    parser.add_argument(
+        "--port", type=_port_number, default=port, help=f"port for --transport http (default {port})"
+    )
+    parser.add_argument(
+        "--auth-token",
+        help=f"bearer token every HTTP request must send (default: ${AUTH_TOKEN_ENV}); 16+ characters",
+    )
+    parser.add_argument(
+        "--insecure", action="store_true", help="serve a non-loopback --host without a token (warns)"
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="also accept this Host header (DNS-rebinding protection); repeatable",
+    )
     parser.add_argument("--trace-dir", type=Path, help="write one JSONL trace per episode here")
+
+
+def _http_access(args: argparse.Namespace) -> HttpAccess:
+    """The HTTP lock from the command line, refused now (exit 2) if the bind would be left open."""
+    from mcp_resili.server.transports import HttpAccess, check_exposure
+
+    access = HttpAccess.from_options(args.auth_token, args.insecure, args.allowed_host, os.environ)
+    if args.transport == "http":
+        check_exposure(args.host, access)
+    return access
 
 
 def register(commands: Commands) -> None:
@@ -37,7 +100,32 @@ def register(commands: Commands) -> None:
     )
     add_seed(serve, what="faults")
     _add_network(serve, 8765)
-    serve.add_argument("--time-scale", type=float, default=1.0, help="multiply injected delays; 0 = none")
+    serve.add_argument(
+        "--time-scale", type=_non_negative, default=1.0, help="multiply injected delays; 0 = none"
+    )
+    serve.add_argument(
+        "--episode",
+        help="id of the stdio connection's episode (its trace is --trace-dir/ID.jsonl); default: random",
+    )
+    serve.add_argument(
+        "--trial",
+        type=int,
+        help="trial every episode plays unless it names its own (fault key TASK/TRIAL, as in `run`); "
+        "default: the k-th episode of a task on this server plays trial k",
+    )
+    serve.add_argument(
+        "--expose-faults",
+        action="store_true",
+        help="attach each call's recorded event (fault decision included) to its result's _meta: "
+        "for debugging only, a model that reads it learns which calls were faulted",
+    )
+    serve.add_argument(
+        "--call-time-limit",
+        type=float,
+        default=DEFAULT_CALL_TIME_LIMIT,
+        help="seconds a tool call may run before it is answered TOOL_TIMEOUT "
+        f"(default {DEFAULT_CALL_TIME_LIMIT:g})",
+    )
     serve.set_defaults(handler=serve_command)
 
     proxy = commands.add_parser("proxy", help="put the fault pipeline in front of any MCP server")
@@ -45,7 +133,16 @@ def register(commands: Commands) -> None:
     proxy.add_argument(
         "--faults", default="none", help="none | lambda=... | resilibench[:...] | PATH.toml|.json"
     )
+    proxy.add_argument(
+        "--expose-faults",
+        action="store_true",
+        help="add the proxy's trace event (with its fault decision) to each result's _meta "
+        "(default: results keep the upstream's _meta untouched)",
+    )
     add_seed(proxy, what="faults")
+    proxy.add_argument(
+        "--time-scale", type=_non_negative, default=1.0, help="multiply injected delays; 0 = none"
+    )
     _add_network(proxy, 8766)
     proxy.set_defaults(handler=proxy_command)
 
@@ -57,10 +154,24 @@ def serve_command(args: argparse.Namespace) -> int:
     from mcp_resili.server.app import ResiliServer
     from mcp_resili.server.transports import serve_http, serve_stdio
 
+    if args.trial is not None and args.trial < 0:
+        raise UserError(f"--trial must be >= 0, got {args.trial}")
+    if args.call_time_limit <= 0:
+        raise UserError(f"--call-time-limit must be positive, got {args.call_time_limit}")
+    access = _http_access(args)
     suite = get_suite(args.suite)
     plan = parse_fault_spec(args.faults or suite.default_faults, suite)
     server = ResiliServer(
-        suite, plan, seed=args.seed, task=args.task, trace_dir=args.trace_dir, time_scale=args.time_scale
+        suite,
+        plan,
+        seed=args.seed,
+        task=args.task,
+        trace_dir=args.trace_dir,
+        time_scale=args.time_scale,
+        episode=args.episode,
+        trial=args.trial,
+        expose_faults=args.expose_faults,
+        call_time_limit=args.call_time_limit,
     )
     if plan.requires_suite is not None and args.task is None:
         # Its faults live in the task's data: episodes that name no task see none.
@@ -69,36 +180,41 @@ def serve_command(args: argparse.Namespace) -> int:
             "(--task ID, a prompt from the prompts list, or the runner's _meta)",
             file=sys.stderr,
         )
+    started = announce("serving MCP")
     try:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)
         else:
-            anyio.run(lambda: serve_http(server, args.host, args.port, on_started=announce("serving MCP")))
+            anyio.run(lambda: serve_http(server, args.host, args.port, on_started=started, access=access))
     except KeyboardInterrupt:
         pass
     return 0
 
 
 def proxy_command(args: argparse.Namespace) -> int:
-    """Proxy an upstream server until interrupted."""
+    """Proxy an upstream server until its client leaves or the upstream goes away."""
     from mcp_resili.faults import parse_fault_spec
-    from mcp_resili.proxy import ProxyServer, connect_upstream
+    from mcp_resili.proxy import ProxyServer, run_proxy
     from mcp_resili.server.transports import serve_http, serve_stdio
 
+    access = _http_access(args)
     plan = parse_fault_spec(args.faults)
+    # Bound before the upstream starts: a busy port is one line, and no upstream is left running.
+    sock = socket.create_server((args.host, args.port)) if args.transport == "http" else None
 
-    async def main() -> None:
-        async with connect_upstream(args.upstream) as client:
-            server = await ProxyServer.create(
-                client, plan, upstream=args.upstream, seed=args.seed, trace_dir=args.trace_dir
-            )
-            if args.transport == "stdio":
-                await serve_stdio(server)
-            else:
-                await serve_http(
-                    server, args.host, args.port, on_started=announce(f"proxying {args.upstream}")
-                )
+    async def serve(proxy: ProxyServer) -> None:
+        if sock is None:
+            await serve_stdio(proxy)
+        else:
+            on_started = announce(f"proxying {args.upstream}")
+            await serve_http(proxy, args.host, args.port, sock=sock, on_started=on_started, access=access)
 
+    options = {
+        "seed": args.seed,
+        "trace_dir": args.trace_dir,
+        "expose_faults": args.expose_faults,
+        "time_scale": args.time_scale,
+    }
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(main)
+        anyio.run(lambda: run_proxy(args.upstream, plan, serve, **options))
     return 0

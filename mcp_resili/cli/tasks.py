@@ -23,7 +23,9 @@ def register(commands: Commands) -> None:
     listing.add_argument("--suite", default=DEFAULT_SUITE)
     listing.add_argument("--json", action="store_true", help="a JSON list of task objects")
     listing.set_defaults(handler=tasks_list_command)
-    stats = tasks_sub.add_parser("stats", help="per-level statistics (length, valid paths, groups, domains)")
+    stats = tasks_sub.add_parser(
+        "stats", help="per-level statistics (length, valid paths, width, tools, groups, domains)"
+    )
     stats.add_argument("--suite", default=DEFAULT_SUITE)
     stats.add_argument("--json", action="store_true", help="a JSON list, one object per level")
     stats.set_defaults(handler=tasks_stats_command)
@@ -128,7 +130,18 @@ def tasks_stats_command(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     table = Table(title=f"{args.suite}: task statistics per level", title_justify="left")
-    for column in ("level", "tasks", "mean length", "min/max", "valid paths", "groups", "domains"):
+    columns = (
+        "level",
+        "tasks",
+        "mean length",
+        "min/max",
+        "valid paths",
+        "width",
+        "tools",
+        "groups",
+        "domains",
+    )
+    for column in columns:
         table.add_column(column)
     for r in rows:
         table.add_row(
@@ -137,7 +150,9 @@ def tasks_stats_command(args: argparse.Namespace) -> int:
             f"{r.mean_length:.2f}",
             f"{r.min_length}/{r.max_length}",
             f"{r.mean_valid_paths:g}",
-            " ".join(f"{k}={v}" for k, v in r.group_kinds.items()) or "-",
+            f"{r.mean_width:g}",
+            str(r.tools),
+            " ".join(f"{k}={v}" for k, v in r.groups.items()) or "-",
             " ".join(f"{k}={v}" for k, v in r.domains.items()),
         )
     Console(width=160).print(table)

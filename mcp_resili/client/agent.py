@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -12,9 +12,11 @@ import anyio
 import mcp_types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from mcp_resili import DISCOVERY_TOOLS, META_EPISODE, META_EVENT
+import mcp_resili
+from mcp_resili import DISCOVERY_TOOLS, META_EPISODE, META_EVENT, TRACE_METHOD
 from mcp_resili.client.model import (
     CONTINUE_WITH,
     REFLECTION_CHARS,
@@ -31,20 +33,91 @@ from mcp_resili.client.model import (
     ToolResultsMessage,
     UserMessage,
 )
-from mcp_resili.scoring.termination import COMPLETION_PHRASES, StopRules, resolve_stop_rules
+from mcp_resili.scoring.termination import (
+    COMPLETION_PHRASES,
+    StopRules,
+    counts_against_budget,
+    resolve_stop_rules,
+)
+from mcp_resili.server.app import EpisodeTraceResult
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import (
     EpisodeEndEvent,
     FinishEvent,
     ModelTurnEvent,
+    ProtocolEvent,
     ReflectionEvent,
     ToolCallEvent,
     TraceEvent,
+    event_from_dict,
     event_from_meta,
 )
 
 logger = logging.getLogger(__name__)
 FINISH_TOOL = "finish"
+#: Seconds a tool call may take before the loop stops waiting (a response that never comes).
+CALL_TIMEOUT_SECONDS = 60.0
+#: Longest result text handed to the model; the rest is cut (an oversized result must not flood it).
+MAX_RESULT_CHARS = 100_000
+#: ``error.data["reason"]`` of a refused request that never ran: initialize again, then retry any call.
+_SESSION_GONE = frozenset({"session_expired", "unauthorized"})
+
+
+class ProtocolNotices:
+    """What the server sends a client besides answers, for the loop to cope with.
+
+    Give `client_options()` to the `mcp.Client`: ``notifications/tools/list_changed`` marks the episode
+    it names in ``_meta`` (every episode when it names none) as needing a fresh tool list; an
+    elicitation request is declined and a sampling request answered with a fixed refusal text (a
+    scripted harness has no user and no model to ask).
+    """
+
+    def __init__(self) -> None:
+        self._all = 0
+        self._per_episode: dict[str, int] = {}
+
+    def client_options(self) -> dict[str, Any]:
+        """Callbacks for `mcp.Client` (they also declare elicitation and sampling)."""
+        return {
+            "message_handler": self.on_message,
+            "elicitation_callback": self.on_elicitation,
+            "sampling_callback": self.on_sampling,
+        }
+
+    async def on_message(self, message: Any) -> None:
+        """Note a tool-list change (every other message is left alone)."""
+        if isinstance(message, types.ToolListChangedNotification):
+            meta = message.params.meta if message.params is not None else None
+            named = (meta or {}).get(META_EPISODE)
+            if isinstance(named, str):
+                self._per_episode[named] = self._per_episode.get(named, 0) + 1
+            else:
+                self._all += 1
+
+    def version(self, episode_id: str) -> tuple[int, int]:
+        """How many list changes ``episode_id`` has been told of so far."""
+        return (self._all, self._per_episode.get(episode_id, 0))
+
+    async def on_elicitation(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        """Decline: no user is there to answer."""
+        return types.ElicitResult(action="decline")
+
+    async def on_sampling(
+        self, context: Any, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        """Answer that no model is sampled on a server's behalf.
+
+        An error would fail the tool call itself on 2026-07-28, where the answer travels with the
+        call's retry.
+        """
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(
+                type="text", text="The agent harness does not sample on a server's behalf."
+            ),
+            model="none",
+            stop_reason="endTurn",
+        )
 
 
 @dataclass(frozen=True)
@@ -56,7 +129,11 @@ class EpisodeSpec:
     seed: int
     task: Task | None
     prompt: str
+    #: The episode's budget: at most this many model turns, and at most this many tool calls
+    #: (``finish`` included, discovery excluded; see `mcp_resili.scoring.termination`).
     max_turns: int = 10
+    #: The trial this episode plays (recorded in our server's trace header).
+    trial: int | None = None
     #: ``react`` or ``reflexion``: the loop is the same; Reflexion's trials start with ``memory``.
     architecture: str = "react"
     #: The stop rules that may end the episode early (True: ResiliBench's, False: none).
@@ -67,17 +144,77 @@ class EpisodeSpec:
     max_tokens: int | None = None
     #: Wall-clock seconds the episode may take (model and tool time together).
     time_limit: float | None = None
+    #: Seconds one tool call may take before the loop gives up on its response.
+    call_timeout: float = CALL_TIMEOUT_SECONDS
 
     def meta(self) -> dict[str, Any]:
         """The ``_meta`` our server reads to route and seed the call."""
-        return {
-            META_EPISODE: {
-                "id": self.id,
-                "task": self.task.id if self.task else None,
-                "fault_key": self.fault_key,
-                "seed": self.seed,
-            }
+        named: dict[str, Any] = {
+            "id": self.id,
+            "task": self.task.id if self.task else None,
+            "fault_key": self.fault_key,
+            "seed": self.seed,
         }
+        if self.trial is not None:
+            named["trial"] = self.trial
+        return {META_EPISODE: named}
+
+
+@dataclass(frozen=True)
+class RecordedEvents:
+    """Where the loop reads the server's own record of its calls: never from anything the model sees.
+
+    ``after_call(episode_id)``: the events recorded since the previous call (in process: the server
+    object's recorder). ``at_end(episode_id)``: closes the episode on the server and returns all its
+    recorded events (our server over stdio or HTTP, through `TRACE_METHOD`), or None when the server
+    keeps no such record. Whatever neither provides is built from what came back (`_observed`).
+    """
+
+    after_call: Callable[[str], Sequence[TraceEvent]] | None = None
+    at_end: Callable[[str], Awaitable[Sequence[TraceEvent] | None]] | None = None
+    #: What the server sent besides answers (tool-list changes), when the client was built with it.
+    notices: ProtocolNotices | None = None
+
+
+async def fetch_episode_trace(client: Client, episode_id: str) -> list[TraceEvent] | None:
+    """Close ``episode_id`` on our server and return its recorded events; None from another server."""
+    request = types.Request[dict[str, Any], str](method=TRACE_METHOD, params={"episode": episode_id})
+    try:
+        result = await client.session.send_request(request, EpisodeTraceResult)
+    except MCPError as exc:
+        if exc.code != types.METHOD_NOT_FOUND:
+            logger.warning("%s failed for episode %s: %s", TRACE_METHOD, episode_id, exc.error.message)
+        return None
+    except ValidationError as exc:
+        logger.warning("%s returned an unreadable result for %s: %s", TRACE_METHOD, episode_id, exc)
+        return None
+    try:
+        return [event_from_dict(e) for e in result.events]
+    except ValidationError as exc:
+        logger.warning("%s returned unreadable events for %s: %s", TRACE_METHOD, episode_id, exc)
+        return None
+
+
+def merge_recorded(events: list[TraceEvent], answered: Sequence[int], recorded: Sequence[TraceEvent]) -> None:
+    """Put the server's recorded events in place of the observed ones at ``answered`` positions.
+
+    The server records the calls it answered, in order (discovery calls excepted): each recorded event
+    replaces the next observed event of the same tool; anything unmatched keeps its observed form.
+    """
+    queue = [e for e in recorded if isinstance(e, ToolCallEvent | FinishEvent)]
+    position = 0
+    for index in answered:
+        if position == len(queue):
+            return
+        if _tool_of(queue[position]) == _tool_of(events[index]):
+            events[index] = queue[position]
+            position += 1
+
+
+def _tool_of(event: TraceEvent) -> str | None:
+    if isinstance(event, FinishEvent):
+        return FINISH_TOOL
+    return event.tool if isinstance(event, ToolCallEvent) else None
 
 
 @dataclass(frozen=True)
@@ -164,45 +301,133 @@ def tool_definitions(tools: Sequence[types.Tool]) -> tuple[ToolDefinition, ...]:
     return definitions
 
 
-async def call_tool(
-    client: Client, episode: EpisodeSpec, call: ToolCall, seq: int
-) -> tuple[ToolResult, TraceEvent]:
-    """Call one tool through MCP; return what the model reads and the trace event.
+async def reinitialize(client: Client, episode: EpisodeSpec) -> bool:
+    """Start the episode's session again (``initialize``, or ``server/discover`` on 2026-07-28).
 
-    Our server attaches its own event (with the fault decision) in the result's ``_meta``; for any
-    other server the event is built here from what came back. A JSON-RPC error is shown to the agent
-    as an error result (it is the server's answer); a broken connection raises `InfrastructureError`.
+    The request names the episode, so the server lets it continue. False when the server refused.
     """
+    modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+    meta: dict[str, Any] = episode.meta()
     try:
-        result = await client.call_tool(call.name, call.arguments, meta=episode.meta())  # type: ignore[arg-type]
+        if modern:
+            await client.session.send_request(
+                types.DiscoverRequest(params=types.RequestParams(_meta=meta)),  # type: ignore[arg-type]
+                types.DiscoverResult,
+            )
+        else:
+            params = types.InitializeRequestParams(
+                protocol_version=client.protocol_version,
+                capabilities=types.ClientCapabilities(),
+                client_info=types.Implementation(name="mcp-resili", version=mcp_resili.__version__),
+                _meta=meta,  # type: ignore[arg-type]
+            )
+            await client.session.send_request(types.InitializeRequest(params=params), types.InitializeResult)
     except MCPError as exc:
-        text = f"Error {exc.code}: {exc.error.message}"
-        event: TraceEvent = ToolCallEvent(
-            episode=episode.id,
-            seq=seq,
-            tool=call.name,
-            arguments=call.arguments,
-            is_error=True,
-            error_code=f"JSONRPC_{exc.code}",
-            result={"code": exc.code, "message": exc.error.message},
+        logger.info("re-initialization of %s refused: %s", episode.id, exc.error.message)
+        return False
+    return True
+
+
+def _reason(exc: MCPError) -> str | None:
+    data = exc.error.data
+    reason = data.get("reason") if isinstance(data, dict) else None
+    return reason if isinstance(reason, str) else None
+
+
+async def call_tool(
+    client: Client,
+    episode: EpisodeSpec,
+    call: ToolCall,
+    seq: int,
+    recorded: RecordedEvents | None = None,
+    *,
+    read_only: frozenset[str] = frozenset(),
+    protocol: list[TraceEvent] | None = None,
+) -> tuple[ToolResult, TraceEvent, bool]:
+    """Call one tool through MCP; return what the model reads, the trace event, and whether it answered.
+
+    The event is the one our server recorded when ``recorded.after_call`` has it (in process), else
+    the one a ``--expose-faults`` server attached to the result, else it is built here from what came
+    back (and may be replaced at the episode's end, see `merge_recorded`). A JSON-RPC error is shown to
+    the agent as an error result (it is the server's answer); a broken connection raises
+    `InfrastructureError`.
+
+    Coping with protocol faults: a request refused because the session expired or the token was
+    revoked never ran, so the loop initializes again and retries it (once); a timeout or a dropped
+    connection leaves the outcome unknown, so only a read-only tool (in ``read_only``) is retried.
+    The server's protocol events recorded meanwhile are appended to ``protocol``.
+    """
+    result: types.CallToolResult | None = None
+    error: MCPError | None = None
+    for attempt in range(2):
+        try:
+            result = await client.call_tool(
+                call.name,
+                call.arguments,
+                read_timeout_seconds=episode.call_timeout,
+                meta=episode.meta(),  # type: ignore[arg-type]
+            )
+            error = None
+            break
+        except MCPError as exc:
+            error = exc
+            reason = _reason(exc)
+            if attempt == 1:
+                break
+            if reason in _SESSION_GONE or (reason == "server_restart" and call.name in read_only):
+                if not await reinitialize(client, episode):
+                    break
+            elif not (
+                exc.code in (types.REQUEST_TIMEOUT, types.CONNECTION_CLOSED) and call.name in read_only
+            ):
+                break
+            if recorded is not None and recorded.after_call is not None and protocol is not None:
+                protocol.extend(recorded.after_call(episode.id))  # the failed attempt's record
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, TimeoutError) as exc:
+            raise InfrastructureError(f"MCP connection failed during {call.name}: {exc!r}") from exc
+    own = list(recorded.after_call(episode.id)) if recorded is not None and recorded.after_call else []
+    if protocol is not None:
+        protocol.extend(e for e in own if isinstance(e, ProtocolEvent))
+    own = [e for e in own if isinstance(e, ToolCallEvent | FinishEvent)]
+    if error is not None or result is None:
+        assert error is not None  # one of the two is set after the loop
+        text = f"Error {error.code}: {error.error.message}"
+        event: TraceEvent = (
+            own[-1]
+            if own
+            else ToolCallEvent(
+                episode=episode.id,
+                seq=seq,
+                tool=call.name,
+                arguments=call.arguments,
+                is_error=True,
+                error_code=f"JSONRPC_{error.code}",
+                result={"code": error.code, "message": error.error.message},
+            )
         )
-        return ToolResult(call.id, call.name, text, True), event
-    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, TimeoutError) as exc:
-        raise InfrastructureError(f"MCP connection failed during {call.name}: {exc!r}") from exc
+        return ToolResult(call.id, call.name, text, True), event, bool(own)
+    if protocol is not None and len(own) > 1:
+        protocol.extend(own[:-1])  # earlier attempts of a retried call
+        own = own[-1:]
     text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+    if len(text) > MAX_RESULT_CHARS:
+        cut = f"[result cut: {len(text)} characters, the first {MAX_RESULT_CHARS} shown]"
+        text = f"{text[:MAX_RESULT_CHARS]}\n{cut}"
     raw_event = (result.meta or {}).get(META_EVENT)
     try:
-        event = (
-            event_from_meta(raw_event, call.arguments, result.structured_content)
-            if raw_event is not None
-            else _observed(episode, call, result, seq)
-        )
+        if len(own) == 1:
+            event = own[0]
+        elif raw_event is not None:
+            event = event_from_meta(raw_event, call.arguments, result.structured_content)
+        else:
+            event = _observed(episode, call, result, seq)
     except ValidationError:
         event = _observed(episode, call, result, seq)
     if call.name == FINISH_TOOL and not isinstance(event, FinishEvent):
         # e.g. behind a proxy, whose event is a plain tool call: the signal is what counts.
         event = _observed(episode, call, result, seq)
-    return ToolResult(call.id, call.name, text, bool(result.is_error), result.structured_content), event
+    answer = ToolResult(call.id, call.name, text, bool(result.is_error), result.structured_content)
+    return answer, event, True
 
 
 def _observed(episode: EpisodeSpec, call: ToolCall, result: types.CallToolResult, seq: int) -> TraceEvent:
@@ -227,6 +452,8 @@ def _observed(episode: EpisodeSpec, call: ToolCall, result: types.CallToolResult
 @dataclass
 class _LoopState:
     events: list[TraceEvent] = field(default_factory=list)
+    #: Positions in ``events`` of tool events built from a server's answer (see `merge_recorded`).
+    answered: list[int] = field(default_factory=list)
     calls: list[ToolCallEvent] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     termination: str = "max_turns"
@@ -234,16 +461,26 @@ class _LoopState:
     stop_rule: str | None = None
     turn: int = 0
     tokens: int = 0
+    #: Calls spent of the episode's call budget.
+    spent: int = 0
+    #: The tools as last listed (a list change makes the loop list them again). The run's own list
+    #: object until then: `tool_definitions` builds definitions once per list object.
+    tools: Sequence[types.Tool] = field(default_factory=list)
 
 
 async def play_episode(
-    client: Client, model: Model, episode: EpisodeSpec, tools: Sequence[types.Tool]
+    client: Client,
+    model: Model,
+    episode: EpisodeSpec,
+    tools: Sequence[types.Tool],
+    recorded: RecordedEvents | None = None,
 ) -> EpisodeOutcome:
     """Run ``model`` on ``episode`` until it finishes, stops, breaks a limit, or the provider fails.
 
-    Limits: ``max_turns`` model turns, ``max_tokens`` tokens, ``time_limit`` seconds. A provider that
-    fails after retries ends the episode as ``infrastructure_error`` (void, not scored); a conversation
-    that outgrows the context ends it as ``context_exceeded`` (scored: the agent's doing).
+    Limits: ``max_turns`` model turns and as many tool calls, ``max_tokens`` tokens, ``time_limit``
+    seconds. A provider that fails after retries ends the episode as ``infrastructure_error`` (void,
+    not scored); a conversation that outgrows the context ends it as ``context_exceeded`` (scored:
+    the agent's doing).
     """
     state = _LoopState()
     state.events.extend(
@@ -252,11 +489,21 @@ async def play_episode(
     )
     rules = resolve_stop_rules(episode.stop_rules)
     definitions = tool_definitions(tools)
+    state.tools = tools
     limit = episode.time_limit if episode.time_limit is not None else math.inf
     with anyio.move_on_after(limit) as scope:
-        await _loop(client, model, episode, definitions, rules, state)
+        await _loop(client, model, episode, definitions, rules, state, recorded)
+    definitions = tool_definitions(state.tools)
     if scope.cancelled_caught:
         state.termination, state.detail = "time_limit", f"episode exceeded {episode.time_limit}s"
+    if recorded is not None and recorded.at_end is not None:
+        try:
+            final = await recorded.at_end(episode.id)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, TimeoutError) as exc:
+            logger.warning("could not read the recorded events of %s: %r", episode.id, exc)
+            final = None
+        if final is not None:
+            merge_recorded(state.events, state.answered, final)
     state.events.append(
         EpisodeEndEvent(
             episode=episode.id,
@@ -277,6 +524,32 @@ async def play_episode(
     )
 
 
+def _read_only(tools: Sequence[types.Tool]) -> frozenset[str]:
+    """Tools that declare themselves read-only: safe to call again when an outcome is unknown."""
+    return frozenset(t.name for t in tools if t.annotations is not None and t.annotations.read_only_hint)
+
+
+async def _relist(
+    client: Client, episode: EpisodeSpec, recorded: RecordedEvents | None, events: list[TraceEvent]
+) -> list[types.Tool] | None:
+    """The episode's tools listed again (every page), or None when the server refused."""
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    try:
+        for _ in range(100):
+            page = await client.list_tools(cursor=cursor, meta=episode.meta(), cache_mode="refresh")  # type: ignore[arg-type]
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    except MCPError as exc:
+        logger.info("listing the tools of %s again failed: %s", episode.id, exc.error.message)
+        tools = []
+    if recorded is not None and recorded.after_call is not None:
+        events.extend(recorded.after_call(episode.id))  # the server's record of the listing
+    return tools or None
+
+
 async def _loop(
     client: Client,
     model: Model,
@@ -284,11 +557,21 @@ async def _loop(
     definitions: tuple[ToolDefinition, ...],
     rules: StopRules,
     state: _LoopState,
+    recorded: RecordedEvents | None,
 ) -> None:
     messages = state.messages
     messages.append(UserMessage(with_memory(episode.prompt, episode.memory)))
     events, calls = state.events, state.calls
+    notices = recorded.notices if recorded is not None else None
+    seen = notices.version(episode.id) if notices is not None else (0, 0)
     for turn in range(1, episode.max_turns + 1):
+        if notices is not None and notices.version(episode.id) != seen:
+            # notifications/tools/list_changed: list again, and offer the model the new tools.
+            seen = notices.version(episode.id)
+            fresh = await _relist(client, episode, recorded, events)
+            if fresh is not None:
+                state.tools = fresh
+                definitions = tool_definitions(fresh)
         state.turn = turn
         request = ModelRequest(
             messages=tuple(messages),
@@ -332,9 +615,27 @@ async def _loop(
         finished: FinishEvent | None = None
         try:
             for call in response.tool_calls:
-                result, event = await call_tool(client, episode, call, seq=len(events) + 1)
+                if state.spent >= episode.max_turns:  # the call budget is spent: no more calls
+                    break
+                protocol: list[TraceEvent] = []
+                result, event, answered = await call_tool(
+                    client,
+                    episode,
+                    call,
+                    seq=len(events) + 1,
+                    recorded=recorded,
+                    read_only=_read_only(state.tools),
+                    protocol=protocol,
+                )
+                # The server's protocol events in its own order: what it recorded after the call follows it.
+                seq = getattr(event, "seq", 0)
+                events.extend(p for p in protocol if getattr(p, "seq", 0) < seq)
                 results.append(result)
+                if answered:
+                    state.answered.append(len(events))
                 events.append(event)
+                events.extend(p for p in protocol if getattr(p, "seq", 0) >= seq)
+                state.spent += counts_against_budget(event)
                 if isinstance(event, ToolCallEvent) and event.tool not in DISCOVERY_TOOLS:
                     calls.append(event)
                 elif isinstance(event, FinishEvent) and finished is None:
@@ -350,6 +651,9 @@ async def _loop(
         if stop is not None:
             state.termination, state.stop_rule = stop.termination, stop.rule
             state.detail = f"stop rule {stop.rule} ({rules.name})"
+            return
+        if state.spent >= episode.max_turns:
+            state.termination, state.detail = "max_turns", f"call budget of {episode.max_turns} spent"
             return
         if episode.max_tokens is not None and state.tokens >= episode.max_tokens:
             state.termination = "max_tokens"

@@ -9,7 +9,9 @@ every executor gives the same rows for the same plan.
 
 from __future__ import annotations
 
+import functools
 import shlex
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
@@ -18,10 +20,18 @@ from typing import Any, Literal
 import jsonschema
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.server import Server
 from mcp.server._otel import OpenTelemetryMiddleware
 
-from mcp_resili.client.agent import EpisodeSpec, play_episode, reflect
+from mcp_resili.client.agent import (
+    EpisodeSpec,
+    ProtocolNotices,
+    RecordedEvents,
+    fetch_episode_trace,
+    play_episode,
+    reflect,
+)
 from mcp_resili.client.limits import UNLIMITED, Allowance, BudgetExhaustedError, LimitedModel
 from mcp_resili.client.model import Model, Reflection
 from mcp_resili.client.plan import (
@@ -36,8 +46,10 @@ from mcp_resili.client.pricing import PriceTable, load_price_table
 from mcp_resili.client.providers import ClosableModel, create_model, provider_of
 from mcp_resili.client.providers.options import EPISODES_PER_POOL
 from mcp_resili.faults import parse_fault_spec
+from mcp_resili.proxy.upstream import entered
 from mcp_resili.registry.suites import Suite
 from mcp_resili.registry.validator import CompiledSchema
+from mcp_resili.scoring.coping import with_coping
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.store import EpisodeRow
 from mcp_resili.trace import Trace, TraceHeader
@@ -49,23 +61,48 @@ ModelFactory = Callable[..., Model]
 @asynccontextmanager
 async def connect(config: RunConfig, suite: Suite, fault_spec: str) -> AsyncIterator[Client]:
     """An MCP client for one fault configuration: in-process, a stdio subprocess, or a URL."""
+    async with connect_recorded(config, suite, fault_spec) as (client, _):
+        yield client
+
+
+@asynccontextmanager
+async def connect_recorded(
+    config: RunConfig, suite: Suite, fault_spec: str
+) -> AsyncIterator[tuple[Client, RecordedEvents]]:
+    """`connect`, plus where the loop reads the server's recorded events (no result carries them).
+
+    In process: the server object's own recorder, call by call. Over ``--server``: our server hands
+    them over once the episode is closed (`fetch_episode_trace`); another server keeps none.
+    """
     if config.server is None:
         server = ResiliServer(
             suite, parse_fault_spec(fault_spec, suite), seed=config.seed, time_scale=config.time_scale
         )
         without_idle_tracing(server.mcp)
-        async with Client(server.mcp) as client:
-            yield client
-    elif config.server.startswith(("http://", "https://")):
-        async with Client(config.server, read_timeout_seconds=60) as client:
-            yield client
+
+        async def close(episode_id: str) -> None:
+            server.close_episode(episode_id)  # frees its state; its events were taken call by call
+
+        notices = ProtocolNotices()
+        async with Client(server.mcp, **notices.client_options()) as client:
+            yield client, RecordedEvents(after_call=server.take_events, at_end=close, notices=notices)
+        return
+    notices = ProtocolNotices()
+    if config.server.startswith(("http://", "https://")):
+        remote = entered(
+            Client(config.server, read_timeout_seconds=60, **notices.client_options()), config.server
+        )
     else:
         argv = shlex.split(config.server)
         if not argv:
             raise RunConfigError("--server is empty")
         params = StdioServerParameters(command=argv[0], args=argv[1:])
-        async with Client(params, read_timeout_seconds=60) as client:
-            yield client
+        transport = stdio_client(params, errlog=sys.stderr)  # stderr as it is now, not at import
+        remote = entered(
+            Client(transport, read_timeout_seconds=60, **notices.client_options()), config.server
+        )
+    async with remote as client:
+        yield client, RecordedEvents(at_end=functools.partial(fetch_episode_trace, client), notices=notices)
 
 
 def without_idle_tracing(server: Server[Any]) -> None:
@@ -143,6 +180,8 @@ class EpisodeSession:
         self._model_options = dict(model_options or {})
         self._stack = AsyncExitStack()
         self.clients: dict[str, Client] = {}
+        #: Per fault configuration, where the loop reads the server's own record of each call.
+        self.recorded: dict[str, RecordedEvents] = {}
         self.tools: dict[str, list[types.Tool]] = {}
         self.plans: dict[str, dict[str, Any]] = {}
         self.models: dict[str, Model] = {}
@@ -168,8 +207,11 @@ class EpisodeSession:
     async def _open(self) -> None:
         config = self.config
         for spec in self.fault_specs():
-            client = await self._stack.enter_async_context(connect(config, self.suite, spec))
+            client, recorded = await self._stack.enter_async_context(
+                connect_recorded(config, self.suite, spec)
+            )
             self.clients[spec] = client
+            self.recorded[spec] = recorded
             self.tools[spec] = list((await client.list_tools()).tools)
             compile_output_checks(client, self.tools[spec])
             self.plans[spec] = (
@@ -203,6 +245,7 @@ class EpisodeSession:
                 self.plans[planned.faults],
                 self.models[planned.model],
                 memory,
+                self.recorded.get(planned.faults),
             )
         except BudgetExhaustedError:
             return EpisodeResult(planned, "budget_stopped")
@@ -220,6 +263,7 @@ async def play_planned(
     fault_plan: dict[str, Any],
     model: Model,
     memory: tuple[Reflection, ...] = (),
+    recorded: RecordedEvents | None = None,
 ) -> tuple[EpisodeRow, Reflection | None]:
     """Play and score one episode; under Reflexion a failed trial ends with the model's reflection."""
     task = suite.task(planned.task_id)
@@ -236,8 +280,9 @@ async def play_planned(
         memory=memory,
         max_tokens=config.max_tokens,
         time_limit=config.time_limit if config.time_limit is not None else task.constraints.timeout,
+        trial=planned.trial,
     )
-    outcome = await play_episode(client, model, spec, tools)
+    outcome = await play_episode(client, model, spec, tools, recorded)
     header = TraceHeader(
         suite=suite.name,
         task=task.id,
@@ -252,7 +297,11 @@ async def play_planned(
         architecture=config.architecture,
     )
     trace = Trace(header=header, events=outcome.events)
-    score = None if outcome.termination == "infrastructure_error" else suite.score(task, trace)
+    score = (
+        None
+        if outcome.termination == "infrastructure_error"
+        else with_coping(suite.score(task, trace), trace)
+    )
     reflection = None
     if config.architecture == "reflexion" and score is not None and score.label != "full":
         written = await reflect(model, spec, outcome, planned.trial)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, ValidationError
 
-from mcp_resili.errors import UserError
+from mcp_resili.errors import UserError, error_path, shown_value
 from mcp_resili.registry.spec import ToolSpec
 
 if TYPE_CHECKING:
@@ -24,7 +24,15 @@ if TYPE_CHECKING:
 
 
 class FaultSpecError(UserError):
-    """A fault SPEC, fault file or recorded fault that cannot be used; the message says what and where."""
+    """A fault SPEC, fault file or recorded fault that cannot be used; the message says what and where.
+
+    ``problems`` lists (path inside the fault, what is wrong) when the error comes from a fault's
+    fields, so that a plan holding the fault can name the full path.
+    """
+
+    def __init__(self, message: str, problems: list[tuple[tuple[int | str, ...], str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
 
 
 @dataclass(frozen=True)
@@ -134,25 +142,85 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 
 def _lookup(registry: dict[str, type[_Model]], tag: object, what: str, field_name: str) -> type[_Model]:
-    if isinstance(tag, str) and tag not in registry:
+    if not isinstance(tag, str) or tag not in registry:
         # A suite's own types are registered when its package is imported: import them all once.
         from mcp_resili.registry.suites import load_all_suites
 
         load_all_suites()
+    known = ", ".join(sorted(registry)) or "none"
+    if tag is None:
+        raise FaultSpecError(f"a {what} needs a '{field_name}' (one of: {known})")
     if not isinstance(tag, str) or tag not in registry:
-        raise FaultSpecError(
-            f"unknown {what} {field_name} {tag!r}; known: {', '.join(sorted(registry)) or 'none'}"
-        )
+        raise FaultSpecError(f"unknown {what} {field_name} {tag!r}; known: {known}")
     return registry[tag]
 
 
-def _plain(exc: ValidationError, what: str) -> str:
-    """A pydantic error in plain words: ``key: problem`` for each, no internals."""
-    problems = []
+#: Pydantic error types in plain words (what was expected), by error type.
+_EXPECTED = {
+    "missing": "is required but missing",
+    "extra_forbidden": "is not a known key",
+    "string_type": "expected a string",
+    "int_type": "expected a whole number",
+    "int_parsing": "expected a whole number",
+    "int_from_float": "expected a whole number",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "tuple_type": "expected a list",
+    "list_type": "expected a list",
+    "dict_type": "expected a table/object",
+    "model_type": "expected a table/object",
+    "model_attributes_type": "expected a table/object",
+}
+_BOUNDS = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}
+
+
+class _Problems(ValueError):
+    """A nested fault's problems, kept apart so the enclosing error can name their full path."""
+
+    def __init__(self, problems: list[tuple[tuple[int | str, ...], str]]) -> None:
+        super().__init__("; ".join(f"{error_path(loc)}: {text}" for loc, text in problems))
+        self.problems = problems
+
+
+def _problems(exc: ValidationError) -> list[tuple[tuple[int | str, ...], str]]:
+    """Each pydantic error as (where, what was expected, in plain words), nested faults expanded."""
+    found: list[tuple[tuple[int | str, ...], str]] = []
     for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or what
-        problems.append(f"{where}: {error['msg']}")
-    return "; ".join(problems)
+        loc = tuple(error["loc"])
+        kind = error["type"]
+        context = error.get("ctx") or {}
+        nested = context.get("error")
+        if isinstance(nested, _Problems):
+            found.extend((loc + inner, text) for inner, text in nested.problems)
+            continue
+        if kind in _EXPECTED:
+            text = _EXPECTED[kind]
+        elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+            bound = next(iter(context.items()), ("", ""))
+            text = f"must be {_BOUNDS.get(bound[0], bound[0])} {bound[1]}"
+        elif kind == "value_error" and nested is not None:
+            text = str(nested)
+        else:
+            text = error["msg"].replace("Input should be", "expected")
+        if kind not in ("missing", "extra_forbidden", "value_error"):
+            text += f" (got {shown_value(error['input'])})"
+        found.append((loc, text))
+    return found
+
+
+def _plain(exc: ValidationError, what: str, model: type[BaseModel] | None = None) -> str:
+    """A pydantic error in plain words: ``where: what was expected (got ...)``, no internals.
+
+    An unknown top-level key of ``model`` is followed by the keys it does know.
+    """
+    known = f" (known keys: {', '.join(model.model_fields)})" if model is not None else ""
+    unknown_key = _EXPECTED["extra_forbidden"]
+    return "; ".join(
+        f"{error_path(loc) or what}: {text}{known if len(loc) == 1 and text == unknown_key else ''}"
+        for loc, text in _problems(exc)
+    )
 
 
 def parse_fault(raw: object) -> BaseFault:
@@ -161,11 +229,15 @@ def parse_fault(raw: object) -> BaseFault:
         return raw
     if not isinstance(raw, dict):
         raise FaultSpecError(f"a fault must be a table/object with a 'type', got {raw!r}")
-    cls = _lookup(_FAULT_TYPES, raw.get("type"), "fault", "type")
+    try:
+        cls = _lookup(_FAULT_TYPES, raw.get("type"), "fault", "type")
+    except FaultSpecError as exc:
+        raise FaultSpecError(str(exc), [(("type",), str(exc))]) from None
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
-        raise FaultSpecError(f"fault {raw.get('type')!r}: {_plain(exc, 'fault')}") from None
+        problems = _problems(exc)
+        raise FaultSpecError(f"fault {raw.get('type')!r}: {_plain(exc, 'fault', cls)}", problems) from None
 
 
 def parse_plan(raw: object) -> BasePlan:
@@ -178,7 +250,7 @@ def parse_plan(raw: object) -> BasePlan:
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
-        raise FaultSpecError(f"fault plan {raw.get('kind')!r}: {_plain(exc, 'plan')}") from None
+        raise FaultSpecError(f"fault plan {raw.get('kind')!r}: {_plain(exc, 'plan', cls)}") from None
 
 
 def _validator(parse: Callable[[object], _Model]) -> Callable[[object], _Model]:
@@ -186,7 +258,8 @@ def _validator(parse: Callable[[object], _Model]) -> Callable[[object], _Model]:
         try:
             return parse(raw)
         except FaultSpecError as exc:
-            raise ValueError(str(exc)) from None  # pydantic reports ValueErrors as validation errors
+            # pydantic reports ValueErrors as validation errors; the problems keep their own paths.
+            raise _Problems(exc.problems or [((), str(exc))]) from None
 
     return validate
 

@@ -1,7 +1,9 @@
 """Fault SPEC strings and fault files.
 
 A SPEC is ``NAME``, ``NAME:ARGS`` or ``NAME=ARGS`` for a registered name, or the path of a TOML/JSON
-fault file holding one plan. The generic names (`GENERIC_SPECS`: ``none``, ``lambda``) work for every
+fault file holding one plan. ``protocol:LEVEL[+SPEC]`` is a protocol-fault profile (``light``,
+``medium``, ``heavy``), over the plan of another SPEC when one follows the ``+``.
+The generic names (`GENERIC_SPECS`: ``none``, ``lambda``) work for every
 suite; a suite adds its own through `Suite.fault_specs` (``resilibench``, ``toolmaze:P1``...). A plan
 that needs one suite's tasks (`BasePlan.requires_suite`) is refused, before anything runs, for any
 other suite.
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_resili.faults.base import BasePlan, FaultSpecError, parse_plan
 from mcp_resili.faults.chaos import lambda_profile
+from mcp_resili.faults.protocol import PROFILES, protocol_profile
 from mcp_resili.faults.rules import NoFaults
 
 if TYPE_CHECKING:
@@ -59,8 +62,23 @@ def _lambda(spec: str, args: str) -> BasePlan:
         raise FaultSpecError(f"fault spec {spec!r}: {exc}") from None
 
 
+def _protocol(spec: str, args: str, suite: Suite | None = None) -> BasePlan:
+    level, plus, rest = args.partition("+")
+    if level not in PROFILES:
+        raise FaultSpecError(
+            f"fault spec {spec!r}: protocol takes a profile, one of {', '.join(PROFILES)} "
+            "(e.g. protocol:medium, or protocol:light+resilibench over a suite's own faults)"
+        )
+    base = None
+    if plus:
+        if not rest or rest.startswith("protocol"):
+            raise FaultSpecError(f"fault spec {spec!r}: after '+' give another SPEC (e.g. resilibench)")
+        base = parse_fault_spec(rest, suite)
+    return protocol_profile(level, base)
+
+
 #: SPEC names every suite (and the proxy) accepts.
-GENERIC_SPECS: dict[str, FaultSpecParser] = {"none": _none, "lambda": _lambda}
+GENERIC_SPECS: dict[str, FaultSpecParser] = {"none": _none, "lambda": _lambda, "protocol": _protocol}
 
 
 def _installed_specs() -> dict[str, tuple[str, FaultSpecParser]]:
@@ -98,6 +116,10 @@ def parse_fault_spec(spec: str, suite: Suite | None = None) -> BasePlan:
     """Turn a SPEC into a validated fault plan that fits ``suite``, or raise `FaultSpecError`."""
     match = re.match(r"^([A-Za-z][\w-]*)(?:[:=](.*))?$", spec)
     name, args = (match.group(1), match.group(2) or "") if match else ("", "")
+    if name == "protocol":  # its base plan (after '+') is parsed for the same suite
+        plan = _protocol(spec, args, suite)
+        check_plan_fits(plan, suite, spec)
+        return plan
     parser: FaultSpecParser | None = GENERIC_SPECS.get(name)
     if parser is None and suite is not None:
         parser = suite.fault_specs.get(name)
@@ -107,6 +129,9 @@ def parse_fault_spec(spec: str, suite: Suite | None = None) -> BasePlan:
         plan = parser(spec, args)
     else:
         path = Path(spec)
+        if not path.is_file() and (path.suffix.lower() in (".toml", ".json") or "/" in spec):
+            what = "is a directory" if path.is_dir() else "does not exist"
+            raise FaultSpecError(f"fault file {spec} {what}")
         if not path.is_file():
             names = ", ".join(spec_names(suite))
             raise FaultSpecError(

@@ -1,81 +1,130 @@
-"""A fault-injecting MCP proxy: the upstream's tools, prompts and resources, with our pipeline in between."""
+"""A fault-injecting MCP proxy: the upstream exactly as it is, with our pipeline on ``tools/call``.
+
+Every request but ``initialize`` and ``ping`` is forwarded as raw JSON-RPC and its result returned
+unchanged (completion, subscriptions, logging levels, tasks, methods we do not know); the handshake
+answers with the upstream's own capabilities, server info and instructions. Only ``tools/call`` passes
+our `CallPipeline` (fault decision, trace); an untouched call returns the upstream's result as sent,
+``_meta`` included, and the proxy adds its trace event to ``_meta`` only with ``expose_faults``.
+Notifications and server-to-client requests travel through `ClientRelay`.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import mcp_types as types
 from mcp import Client
 from mcp.server import Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from mcp.shared.exceptions import MCPError
+from mcp_types import methods as protocol
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 import mcp_resili
 from mcp_resili import META_EVENT
-from mcp_resili.faults import BasePlan, ToolOutcome
-from mcp_resili.proxy.upstream import UpstreamBackend, list_all_tools
+from mcp_resili.faults import BasePlan, ProtocolFault, ToolOutcome, has_protocol_faults
+from mcp_resili.proxy.relay import ClientRelay
+from mcp_resili.proxy.upstream import (
+    FORWARDED_CALL,
+    ForwardedCall,
+    UpstreamBackend,
+    forward,
+    spec_of,
+    upstream_params,
+)
 from mcp_resili.server.episodes import EpisodeTable, episode_request
 from mcp_resili.server.pipeline import CallPipeline, Episode, TraceRecorder, result_text
+from mcp_resili.server.protocol import ProtocolLayer, note_call
 from mcp_resili.trace import ToolCallEvent, TraceHeader, event_to_dict
 
 PROXY_SUITE = "proxy"
+#: Requests the proxy answers itself (everything else goes upstream as it came).
+_LOCAL = frozenset({"initialize", "server/discover", "ping"})
+#: Pages of ``tools/list`` read at start to learn the upstream's tools (more are learnt as listed).
+_MAX_START_PAGES = 100
 
 
 class ProxyServer:
     """Serves an upstream server's surface unchanged; every ``tools/call`` passes our `CallPipeline`.
 
-    Arguments are not validated here (the upstream's own errors pass through), and no ``finish``
-    tool is added: the surface is exactly the upstream's.
+    ``client`` is connected to the upstream; give it ``relay.client_options()`` so that its
+    notifications and requests reach the client behind the proxy. Arguments are not validated
+    here (the upstream's own errors pass through), and no ``finish`` tool is added.
     """
 
     def __init__(
         self,
         client: Client,
-        tools: list[types.Tool],
         plan: BasePlan,
         *,
         upstream: str,
+        relay: ClientRelay | None = None,
         seed: int = 0,
         trace_dir: Path | None = None,
         time_scale: float = 1.0,
+        expose_faults: bool = False,
     ) -> None:
         self.client = client
         self.upstream = upstream
-        self.tools = tools
+        self.relay = relay or ClientRelay()
+        self.expose_faults = expose_faults
         self._episodes = EpisodeTable(default_seed=seed)
         self.recorder = TraceRecorder(trace_dir, self._header)
         self.pipeline = CallPipeline(
-            UpstreamBackend(client, tools),
+            UpstreamBackend(client),
             plan,
             enforce_dependencies=False,
             recorder=self.recorder,
             time_scale=time_scale,
             validate_arguments=False,
         )
-        capabilities = client.server_capabilities
-        handlers: dict[str, Any] = {}
-        if capabilities.prompts is not None:
-            handlers.update(on_list_prompts=self._list_prompts, on_get_prompt=self._get_prompt)
-        if capabilities.resources is not None:
-            handlers.update(
-                on_list_resources=self._list_resources,
-                on_read_resource=self._read_resource,
-                on_list_resource_templates=self._list_resource_templates,
-            )
         info = client.server_info
         self.mcp: Server[Any] = Server(
             info.name if info else "mcp-resili-proxy",
             version=info.version if info else mcp_resili.__version__,
             instructions=client.instructions,
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-            **handlers,
+            get_tool_input_schema=self._input_schema,
         )
+        #: Protocol faults: the same MCP layer as our own server's, outside the relay (`server.protocol`).
+        self.protocol: ProtocolLayer | None = None
+        if has_protocol_faults(self.pipeline.plan_dict):
+            self.protocol = ProtocolLayer(self.pipeline, self._episodes)
+            self.mcp.middleware.append(self.protocol.middleware)
+        self.mcp.middleware.append(self._middleware)
 
     @classmethod
     async def create(cls, client: Client, plan: BasePlan, *, upstream: str, **options: Any) -> ProxyServer:
-        """Read the upstream's tools (all pages), then build the proxy."""
-        return cls(client, await list_all_tools(client), plan, upstream=upstream, **options)
+        """Build the proxy and learn the upstream's tools (all pages) before serving."""
+        proxy = cls(client, plan, upstream=upstream, **options)
+        if client.server_capabilities.tools is not None:
+            cursor: str | None = None
+            for _ in range(_MAX_START_PAGES):
+                page = await forward(client, "tools/list", {"cursor": cursor} if cursor else None)
+                proxy.learn_tools(page)
+                cursor = page.get("nextCursor") if isinstance(page.get("nextCursor"), str) else None
+                if not cursor:
+                    break
+        return proxy
+
+    @property
+    def tools(self) -> list[str]:
+        """Names of the upstream tools the proxy knows of."""
+        return sorted(self.pipeline.specs)
+
+    def learn_tools(self, listing: Mapping[str, Any]) -> None:
+        """Register the tools of a ``tools/list`` result (raw JSON) with the pipeline."""
+        tools = listing.get("tools")
+        for tool in tools if isinstance(tools, list) else []:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                self.pipeline.specs[tool["name"]] = spec_of(tool)
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        spec = self.pipeline.specs.get(name)
+        return spec.input_schema if spec is not None else None
 
     def _header(self, episode: Episode) -> TraceHeader:
         return TraceHeader(
@@ -85,62 +134,125 @@ class ProxyServer:
             seed=episode.seed,
             fault_plan={**self.pipeline.plan_dict, "upstream": self.upstream},
             fault_key=episode.fault_key,
+            trial=episode.trial,
         )
 
-    async def _list_tools(
-        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=self.tools)
+    async def _middleware(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        if ctx.request_id is None:  # a notification from the client
+            await call_next(ctx)
+            self.relay.seen(ctx)
+            if ctx.method == "notifications/roots/list_changed" or (
+                # The upstream asked for roots before this client was there: let it ask again.
+                ctx.method == "notifications/initialized" and self.relay.client_has_roots(ctx)
+            ):
+                await self.client.session.send_notification(types.RootsListChangedNotification())
+            return None
+        if ctx.method in _LOCAL:
+            result = await call_next(ctx)
+            return self._handshake(ctx.method, result) if ctx.method != "ping" else result
+        if ctx.method == "tools/call":
+            # What the upstream sends while a tool runs belongs to that call (its stream, over HTTP).
+            with self.relay.handling(ctx):
+                answer = await self._call_tool(ctx)
+                await self.relay.settle()
+        else:
+            self.relay.seen(ctx)
+            progress = self.relay.progress_relay(ctx)
+            answer = await forward(self.client, ctx.method, upstream_params(ctx.params), on_progress=progress)
+            await self.relay.settle()
+            if ctx.method == "tools/list":
+                self.learn_tools(answer)
+        return _for_client(ctx, answer)
 
-    async def _call_tool(
-        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    def _handshake(self, method: str, result: HandlerResult) -> HandlerResult:
+        """Our ``initialize``/``server/discover`` answer with the upstream's capabilities and identity."""
+        if not isinstance(result, dict):
+            return result
+        session = self.client.session
+        capabilities = self.client.server_capabilities.model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        )
+        answer = {**result, "capabilities": capabilities}
+        if self.client.instructions is not None:
+            answer["instructions"] = self.client.instructions
+        if method == "initialize" and session.initialize_result is not None:
+            answer["serverInfo"] = session.initialize_result.server_info.model_dump(
+                by_alias=True, mode="json", exclude_none=True
+            )
+        return answer
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+        params = dict(ctx.params or {})
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str):
+            raise MCPError(types.INVALID_PARAMS, "tools/call needs a string 'name'")
+        if arguments is not None and not isinstance(arguments, dict):
+            raise MCPError(types.INVALID_PARAMS, "tools/call 'arguments' must be an object")
+        if name not in self.pipeline.specs:  # not listed (yet): still faulted and recorded
+            self.pipeline.specs[name] = spec_of({"name": name})
         episode = self._episodes.get(episode_request(ctx))
-        event, outcome = await self.pipeline.call_with_outcome(
-            episode, params.name, params.arguments, ctx.meta
+        forwarded = upstream_params(ctx.params) or {}
+        token = FORWARDED_CALL.set(ForwardedCall(forwarded, self.relay.progress_relay(ctx)))
+        try:
+            event, outcome = await self.pipeline.call_with_outcome(episode, name, arguments, ctx.meta)
+        finally:
+            FORWARDED_CALL.reset(token)
+        note_call(episode, event)
+        return render(event, outcome, expose_faults=self.expose_faults)
+
+
+#: What a 2026-07-28 result must carry that a handshake-era upstream never sends (never cached: the
+#: upstream's answers may change at any time). The version's own model drops what does not apply.
+_MODERN_DEFAULTS = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+
+
+def _for_client(ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:
+    """The upstream's (handshake-era) result as the client's protocol version has it."""
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return result
+    try:
+        shaped = protocol.serialize_server_result(
+            ctx.method, ctx.protocol_version, {**_MODERN_DEFAULTS, **result}
         )
-        return render(event, outcome)
-
-    async def _list_prompts(
-        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListPromptsResult:
-        return await self.client.list_prompts(cursor=params.cursor if params else None)
-
-    async def _get_prompt(
-        self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
-    ) -> types.GetPromptResult:
-        return await self.client.get_prompt(params.name, params.arguments)
-
-    async def _list_resources(
-        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListResourcesResult:
-        return await self.client.list_resources(cursor=params.cursor if params else None)
-
-    async def _list_resource_templates(
-        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListResourceTemplatesResult:
-        return await self.client.list_resource_templates(cursor=params.cursor if params else None)
-
-    async def _read_resource(
-        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
-        return await self.client.read_resource(params.uri)
+    except KeyError:  # not a core method: the upstream's own shape
+        shaped = dict(result)
+    except ValidationError as exc:
+        raise MCPError(
+            types.INTERNAL_ERROR,
+            f"the upstream's {ctx.method} result does not fit {ctx.protocol_version}: {exc}",
+        ) from None
+    shaped.setdefault("resultType", "complete")
+    return shaped
 
 
-def render(event: ToolCallEvent, outcome: ToolOutcome | None) -> types.CallToolResult:
-    """The result the agent sees: the upstream's own result while untouched, else our rendering."""
-    meta = {META_EVENT: event_to_dict(event)}
+def _keeps_result(fault: object) -> bool:
+    """A protocol fault that changes only how the upstream's answer travels (not the answer itself)."""
+    return isinstance(fault, ProtocolFault) and type(fault).apply is ProtocolFault.apply
+
+
+def render(
+    event: ToolCallEvent, outcome: ToolOutcome | None, *, expose_faults: bool = False
+) -> dict[str, Any]:
+    """The raw result the agent sees: the upstream's own while untouched, else our rendering.
+
+    With ``expose_faults`` the proxy's trace event (fault decision included) is added to ``_meta``.
+    """
     upstream = outcome.upstream if outcome is not None else None
-    if event.fault is None and isinstance(upstream, types.CallToolResult):
-        merged = {**(upstream.meta or {}), **meta}
-        return upstream.model_copy(update={"meta": merged})
-    if event.is_error:
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=result_text(event))], is_error=True, _meta=meta
-        )
-    structured = event.result or {}
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=json.dumps(structured, sort_keys=True))],
-        structured_content=structured,
-        _meta=meta,
-    )
+    untouched = event.fault is None or _keeps_result(event.fault)
+    if untouched and isinstance(upstream, MCPError):
+        raise upstream  # the upstream's JSON-RPC error, as it sent it (recorded in the trace)
+    if untouched and isinstance(upstream, dict):
+        result = dict(upstream)
+    elif event.is_error:
+        result = {"content": [{"type": "text", "text": result_text(event)}], "isError": True}
+    else:
+        structured = event.result or {}
+        result = {
+            "content": [{"type": "text", "text": json.dumps(structured, sort_keys=True)}],
+            "structuredContent": structured,
+        }
+    if expose_faults:
+        upstream_meta = result.get("_meta")
+        kept = upstream_meta if isinstance(upstream_meta, dict) else {}
+        result["_meta"] = {**kept, META_EVENT: event_to_dict(event)}
+    return result

@@ -1,44 +1,331 @@
-"""Connecting to an upstream MCP server and running calls on it."""
+"""Connecting to an upstream MCP server: start or dial it, notice when it goes away, say why in one line."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import sys
+import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TextIO
 
+import anyio
+import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp_types.jsonrpc import JSONRPCResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_resili.errors import UserError
 from mcp_resili.faults import ToolOutcome
 from mcp_resili.registry import ToolSpec, ToolState
 
 UPSTREAM_ERROR = "UPSTREAM_ERROR"
+#: How long the upstream may take to answer ``initialize`` (and, for `check`, any request).
+CONNECT_TIMEOUT = 30.0
+
+
+class RawResult(BaseModel):
+    """A JSON-RPC result kept exactly as the upstream sent it (every key an extra)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def raw(self) -> dict[str, Any]:
+        """The result's JSON object."""
+        return dict(self.model_extra or {})
 
 
 class UpstreamError(UserError):
-    """An upstream target that cannot be used (empty command, ...)."""
+    """An upstream that cannot be used: not startable, unreachable, died, or not answering; one line."""
+
+
+@dataclass
+class WireTap:
+    """What the upstream's read stream showed: its end, the last raw result, lines that were no JSON-RPC."""
+
+    closed: anyio.Event = field(default_factory=anyio.Event)
+    #: The ``result`` object of the last response, as sent (a check reads listings the SDK refuses).
+    last_result: dict[str, Any] | None = None
+    #: Messages the transport could not parse (e.g. a server printing to stdout), first few only.
+    unparsed: list[str] = field(default_factory=list)
+
+    def see(self, item: object) -> None:
+        """Note one item read from the upstream."""
+        if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCResponse):
+            self.last_result = item.message.result
+        elif isinstance(item, Exception) and len(self.unparsed) < MAX_UNPARSED:
+            self.unparsed.append(_unparsed_text(item))
+
+
+MAX_UNPARSED = 5
+
+
+def _unparsed_text(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        for error in exc.errors():
+            if isinstance(error.get("input"), str):
+                return str(error["input"])[:200]
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+
+
+class _WatchedReadStream:
+    """The transport's read stream, reporting what passes to a `WireTap`."""
+
+    def __init__(self, stream: Any, tap: WireTap) -> None:
+        self._stream = stream
+        self._tap = tap
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context, when the wrapped stream carries one (the SDK reads it duck-typed)."""
+        return getattr(self._stream, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        """The next message; the end of the stream marks the upstream closed."""
+        try:
+            item: SessionMessage | Exception = await self._stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._tap.closed.set()
+            raise
+        self._tap.see(item)
+        return item
+
+    async def aclose(self) -> None:
+        """Close the wrapped stream."""
+        await self._stream.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self._tap.closed.set()
+        await self.aclose()
 
 
 @asynccontextmanager
-async def connect_upstream(target: str, *, read_timeout_seconds: float = 60) -> AsyncIterator[Client]:
-    """A client for ``target``: an ``http(s)://`` URL, or a command line started over stdio.
+async def _watched(transport: Any, tap: WireTap) -> AsyncIterator[tuple[Any, Any]]:
+    async with transport as (read, write):
+        yield _WatchedReadStream(read, tap), write
+
+
+@dataclass
+class Upstream:
+    """A connected upstream: its client and what its wire showed (`WireTap`: closed, raw results)."""
+
+    client: Client
+    target: str
+    tap: WireTap = field(default_factory=WireTap)
+    stderr_path: Path | None = None
+
+    @property
+    def closed(self) -> anyio.Event:
+        """Set once the upstream's connection has ended (it exited or hung up)."""
+        return self.tap.closed
+
+    def stderr_tail(self) -> str:
+        """The last line the upstream wrote to stderr, when it was captured ('' otherwise)."""
+        return _last_line(self.stderr_path)
+
+    def lost(self, during: str = "") -> UpstreamError:
+        """The error for an upstream that closed the connection (exited, crashed or hung up)."""
+        return UpstreamError(_closed_reason(self.target, during, self.stderr_tail()))
+
+
+def _last_line(path: Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1].strip()[:300] if lines else ""
+
+
+def _closed_reason(target: str, during: str, tail: str) -> str:
+    when = f" during {during}" if during else ""
+    said = f"; its last stderr line: {tail}" if tail else ""
+    return f"the server {target!r} closed the connection{when} (it exited or crashed){said}"
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def connection_failure(
+    exc: BaseException, target: str, *, during: str = "", stderr_tail: str = ""
+) -> str | None:
+    """One line saying why ``target`` could not be used, or None when ``exc`` is not a connection failure.
+
+    ``exc`` may be an exception group (the SDK's task groups wrap what went wrong).
+    """
+    for leaf in _leaves(exc):
+        if isinstance(leaf, UpstreamError):
+            return str(leaf)
+        if isinstance(leaf, FileNotFoundError):
+            return f"cannot start the server {target!r}: command not found"
+        if isinstance(leaf, PermissionError):
+            return f"cannot start the server {target!r}: permission denied"
+        if isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED:
+            return _closed_reason(target, during, stderr_tail)
+        if isinstance(leaf, TimeoutError) or (
+            isinstance(leaf, MCPError) and leaf.code == types.REQUEST_TIMEOUT
+        ):
+            return f"the server {target!r} did not answer{f' {during}' if during else ''} in time"
+        if isinstance(leaf, httpx2.HTTPStatusError):
+            status = f"{leaf.response.status_code} {leaf.response.reason_phrase}"
+            return f"the server {target!r} answered HTTP {status}"
+        if isinstance(leaf, httpx2.TransportError):
+            return f"cannot connect to {target!r}: {str(leaf) or type(leaf).__name__}"
+        if isinstance(leaf, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)):
+            return _closed_reason(target, during, stderr_tail)
+        if isinstance(leaf, OSError):
+            return f"cannot reach the server {target!r}: {leaf.strerror or leaf}"
+    return None
+
+
+@asynccontextmanager
+async def entered(client: Client, target: str) -> AsyncIterator[Client]:
+    """``async with client``, where failing to start, reach or initialize ``target`` is `UpstreamError`.
+
+    Only entering is translated: errors once connected are the caller's to handle.
+    """
+    stack = AsyncExitStack()
+    try:
+        await stack.enter_async_context(client)
+    except Exception as exc:
+        reason = connection_failure(exc, target, during="initialize")
+        if reason is None:
+            raise
+        raise UpstreamError(reason) from None
+    async with stack:
+        yield client
+
+
+def _stdio_params(target: str) -> StdioServerParameters:
+    try:
+        argv = shlex.split(target)
+    except ValueError as exc:
+        raise UpstreamError(f"cannot parse the server command {target!r}: {exc}") from None
+    if not argv:
+        raise UpstreamError("the server command is empty")
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+
+
+@asynccontextmanager
+async def connect_upstream(
+    target: str,
+    *,
+    read_timeout_seconds: float | None = CONNECT_TIMEOUT,
+    capture_stderr: bool = False,
+    **client_options: Any,
+) -> AsyncIterator[Upstream]:
+    """Connect to ``target``: an ``http(s)://`` URL, or a command line started over stdio.
 
     A proxied command gets the proxy's whole environment: it is the user's own server on the user's
-    machine, and many servers need their own variables (we never record them).
+    machine, and many servers need their own variables (we never record them). With ``capture_stderr``
+    the command's stderr goes to a temporary file (quoted when it dies) instead of ours.
+    ``client_options`` go to `mcp.Client` (callbacks). Any failure to start, reach or keep the
+    connection is raised as `UpstreamError` with one line saying why.
     """
-    if target.startswith(("http://", "https://")):
-        async with Client(target, read_timeout_seconds=read_timeout_seconds, mode="legacy") as client:
-            yield client
-        return
-    argv = shlex.split(target)
-    if not argv:
-        raise UpstreamError("the upstream command is empty")
-    params = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
-    async with Client(params, read_timeout_seconds=read_timeout_seconds, mode="legacy") as client:
-        yield client
+    tap = WireTap()
+    with tempfile.TemporaryDirectory(prefix="mcp-resili-upstream-") as scratch:
+        stderr_path = Path(scratch) / "stderr.log" if capture_stderr else None
+        upstream: Upstream | None = None
+        try:
+            if target.startswith(("http://", "https://")):
+                transport: Any = _http_transport(target)
+                errlog: TextIO | None = None
+            else:
+                params = _stdio_params(target)
+                errlog = stderr_path.open("w", encoding="utf-8") if stderr_path is not None else None
+                # sys.stderr as it is now (the SDK's default is the one it saw at import).
+                transport = stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
+            try:
+                client = Client(
+                    _watched(transport, tap),
+                    read_timeout_seconds=read_timeout_seconds,
+                    mode="legacy",
+                    **client_options,
+                )
+                async with client:
+                    upstream = Upstream(client, target, tap, stderr_path)
+                    yield upstream
+            finally:
+                if errlog is not None:
+                    errlog.close()
+        except Exception as exc:
+            # The SDK's task groups wrap what went wrong: the caller's own one-line errors come first.
+            user_error = next((leaf for leaf in _leaves(exc) if isinstance(leaf, UserError)), None)
+            if user_error is not None:
+                raise user_error from None
+            if upstream is not None and not tap.closed.is_set() and not _connection_lost(exc):
+                raise  # the caller's own error, not the upstream's
+            during = "" if upstream is not None else "initialize"
+            reason = connection_failure(exc, target, during=during, stderr_tail=_last_line(stderr_path))
+            if reason is None:
+                raise
+            raise UpstreamError(reason) from None
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    lost = (anyio.ClosedResourceError, anyio.BrokenResourceError, httpx2.TransportError)
+    return any(
+        isinstance(leaf, lost) or (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED)
+        for leaf in _leaves(exc)
+    )
+
+
+def _http_transport(url: str) -> Any:
+    from mcp.client.streamable_http import streamable_http_client
+
+    return streamable_http_client(url)
+
+
+#: A request whose params are sent as given (the unparametrised generic would drop them).
+_RawRequest = types.Request[dict[str, Any] | None, str]
+
+
+async def forward(
+    client: Client,
+    method: str,
+    params: Mapping[str, Any] | None,
+    *,
+    on_progress: ProgressFnT | None = None,
+) -> dict[str, Any]:
+    """Send ``method`` with ``params`` to the upstream and return its raw result, unchanged.
+
+    No timeout: the client behind the proxy decides how long it waits (cancelling reaches upstream).
+    """
+    request = _RawRequest(method=method, params=dict(params) if params is not None else None)
+    result = await client.session.send_request(
+        request, RawResult, request_read_timeout_seconds=float("inf"), progress_callback=on_progress
+    )
+    return result.raw()
 
 
 async def list_all_tools(client: Client) -> list[types.Tool]:
@@ -53,38 +340,81 @@ async def list_all_tools(client: Client) -> list[types.Tool]:
             return tools
 
 
-def spec_of(tool: types.Tool) -> ToolSpec:
-    """A `ToolSpec` view of an upstream tool, taken as is (its schemas are the upstream's business)."""
-    annotations = tool.annotations
+def spec_of(tool: Mapping[str, Any]) -> ToolSpec:
+    """A `ToolSpec` view of an upstream tool's raw JSON, taken as is (its schemas are its business)."""
+    annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
+    schema = tool.get("inputSchema")
+    output = tool.get("outputSchema")
     return ToolSpec.model_construct(
-        name=tool.name,
-        description=tool.description or "",
-        input_schema=dict(tool.input_schema),
-        output_schema=None if tool.output_schema is None else dict(tool.output_schema),
+        name=str(tool.get("name", "")),
+        description=str(tool.get("description") or ""),
+        input_schema=dict(schema) if isinstance(schema, dict) else {"type": "object"},
+        output_schema=dict(output) if isinstance(output, dict) else None,
         errors=(),
         dependencies=(),
         category="upstream",
         operation="",
-        access="read" if annotations is not None and annotations.read_only_hint else "write",
+        access="read" if (annotations or {}).get("readOnlyHint") else "write",
     )
 
 
-def result_text(result: types.CallToolResult) -> str:
-    """The text blocks of a result, joined."""
-    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+def result_text(result: Mapping[str, Any]) -> str:
+    """The text blocks of a raw ``CallToolResult``, joined."""
+    content = result.get("content")
+    blocks = content if isinstance(content, list) else []
+    return "\n".join(
+        str(block.get("text", ""))
+        for block in blocks
+        if isinstance(block, dict) and block.get("type") == "text"
+    )
+
+
+#: Reserved ``_meta`` keys that belong to one hop (the SDK stamps its own on the upstream connection).
+_HOP_META_PREFIX = "io.modelcontextprotocol/"
+
+
+def upstream_params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The client's params as forwarded: this hop's reserved ``_meta`` keys and progress token removed.
+
+    The progress token is the client's; the upstream request gets the proxy's own and progress is
+    relayed back under the client's token.
+    """
+    if params is None:
+        return None
+    forwarded = dict(params)
+    meta = forwarded.get("_meta")
+    if isinstance(meta, dict):
+        kept = {k: v for k, v in meta.items() if not k.startswith(_HOP_META_PREFIX) and k != "progressToken"}
+        if kept:
+            forwarded["_meta"] = kept
+        else:
+            del forwarded["_meta"]
+    return forwarded
+
+
+@dataclass(frozen=True)
+class ForwardedCall:
+    """The ``tools/call`` being handled, as the client sent it, and where its progress goes."""
+
+    params: Mapping[str, Any]
+    on_progress: ProgressFnT | None = None
+
+
+#: The call the proxy is handling in this task: `UpstreamBackend.run` forwards it as sent (the pipeline
+#: in between only knows the tool name and arguments).
+FORWARDED_CALL: ContextVar[ForwardedCall | None] = ContextVar("mcp_resili_forwarded_call", default=None)
 
 
 class UpstreamBackend:
     """Runs calls on the upstream server (the proxy's `ToolBackend`)."""
 
-    def __init__(self, client: Client, tools: Sequence[types.Tool]) -> None:
+    def __init__(self, client: Client, specs: Sequence[ToolSpec] = ()) -> None:
         self.client = client
-        self.tools = list(tools)
-        self._specs = tuple(spec_of(t) for t in self.tools)
+        self._specs = list(specs)
 
     @property
     def specs(self) -> Sequence[ToolSpec]:
-        """The upstream's tools as specs."""
+        """The upstream tools known when the pipeline was built."""
         return self._specs
 
     async def run(
@@ -94,14 +424,26 @@ class UpstreamBackend:
         state: ToolState,
         meta: Mapping[str, Any] | None = None,
     ) -> ToolOutcome:
-        """Forward the call with the caller's ``_meta``; an upstream error result keeps the original."""
-        forwarded = {k: v for k, v in (meta or {}).items() if not k.startswith("io.modelcontextprotocol/")}
-        result = await self.client.call_tool(spec.name, arguments, meta=forwarded or None)  # type: ignore[arg-type]
-        if result.is_error:
+        """Forward the call; the upstream's raw result is kept for the agent while no fault touches it."""
+        call = FORWARDED_CALL.get()
+        if call is not None and call.params.get("name") == spec.name:
+            params, on_progress = call.params, call.on_progress
+        else:
+            params, on_progress = {"name": spec.name, "arguments": arguments}, None
+        try:
+            result = await forward(self.client, "tools/call", params, on_progress=on_progress)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                raise
+            # The upstream's JSON-RPC error is its answer: recorded, then passed on as it came.
+            return ToolOutcome(
+                structured=None, error_code=f"JSONRPC_{exc.code}", message=exc.error.message, upstream=exc
+            )
+        if result.get("isError"):
             return ToolOutcome(
                 structured=None, error_code=UPSTREAM_ERROR, message=result_text(result), upstream=result
             )
-        structured = result.structured_content
-        if structured is None:
+        structured = result.get("structuredContent")
+        if not isinstance(structured, dict):
             structured = {"text": result_text(result)}
         return ToolOutcome(structured=dict(structured), upstream=result)

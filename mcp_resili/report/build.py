@@ -18,6 +18,7 @@ from typing import Any
 
 from mcp_resili.errors import UserError
 from mcp_resili.registry.suites import Suite, UnknownSuiteError, UnknownTaskError, get_suite
+from mcp_resili.report.coping import coping_section
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.stats import mcnemar_exact, mean_interval
 from mcp_resili.report.summary import LEVELS, rate, summarize
@@ -414,4 +415,7 @@ def build_report(run: RunRow, rows: Sequence[EpisodeRow], by: Sequence[str] = ()
     ]
     if suite is not None and suite.report_sections is not None:
         sections[1:1] = suite.report_sections(rows)
+    coping = coping_section(rows)
+    if coping is not None:
+        sections.insert(1, coping)
     return Report(runs=(run,), sections=tuple(sections), rows=tuple(rows), workflow=scores)

@@ -12,6 +12,16 @@ Sets defined here (suites may define their own):
   than 15 calls have succeeded (``too_many_calls``), or the last 5 successful calls were the same
   tool (``loop``). The default of a suite that does not choose.
 * ``none`` (`NO_STOP_RULES`): only the episode's budgets (turns, tokens, time) and the agent end it.
+
+**The call budget**: an episode may make at most ``budget`` calls (the episode's ``max_turns``).
+Every tool call counts, failed and refused ones included, and so does ``finish`` (the completion
+signal takes a call); discovery calls (``search_tools``, ``tool_info``) do not, as the server does
+not record them. It is a budget of *calls*, not of model turns, because the call is the one unit
+every trace shows: the server sees no model turns, so only a call budget can be enforced on the
+server-side traces of an agent we did not run. With the paper's one call per turn the two are the
+same; a model that makes several calls in one turn spends several. The runner stops making calls
+when the budget is spent (`counts_against_budget`); the scorer ignores whatever an agent did past
+it, and everything after the first ``finish`` (`within_budget`).
 """
 
 from __future__ import annotations
@@ -20,7 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from mcp_resili.trace import ToolCallEvent
+from mcp_resili import DISCOVERY_TOOLS
+from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent
 
 CONSECUTIVE_FAILURES = 5
 MAX_SUCCESSFUL_CALLS = 15
@@ -104,3 +115,46 @@ def resolve_stop_rules(rules: StopRules | bool) -> StopRules:
     if isinstance(rules, StopRules):
         return rules
     return RESILIBENCH_STOP_RULES if rules else NO_STOP_RULES
+
+
+def counts_against_budget(event: TraceEvent) -> bool:
+    """Whether ``event`` spends one call of the budget: any tool call but discovery, and ``finish``."""
+    if isinstance(event, FinishEvent):
+        return True
+    return isinstance(event, ToolCallEvent) and event.tool not in DISCOVERY_TOOLS
+
+
+@dataclass(frozen=True)
+class BudgetCut:
+    """The part of a trace that counts under a call budget."""
+
+    #: The events that count, in order: everything before the first call past the budget, up to
+    #: and including the first ``finish``.
+    events: tuple[TraceEvent, ...]
+    budget: int
+    #: Calls that count against the budget among ``events``.
+    spent: int
+    #: Calls made past the budget (before any ``finish``): ignored.
+    over_budget: int
+    #: Calls made after the first ``finish``: ignored.
+    after_finish: int
+
+
+def within_budget(events: Sequence[TraceEvent], budget: int) -> BudgetCut:
+    """Cut ``events`` to what counts: at most ``budget`` calls, and nothing after the first ``finish``."""
+    if budget < 1:
+        raise ValueError(f"a call budget must be at least 1, got {budget}")
+    kept: list[TraceEvent] = []
+    spent = over = after = 0
+    finished = False
+    for event in events:
+        costs = counts_against_budget(event)
+        if finished:
+            after += costs
+        elif costs and spent >= budget:
+            over += 1
+        elif not over:
+            kept.append(event)
+            spent += costs
+            finished = isinstance(event, FinishEvent)
+    return BudgetCut(tuple(kept), budget, spent, over, after)

@@ -9,29 +9,59 @@ from typing import Any
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from pydantic import Field
 
 import mcp_resili
-from mcp_resili import DISCOVERY_TOOLS, META_EVENT
-from mcp_resili.faults import BasePlan
+from mcp_resili import DISCOVERY_TOOLS, META_EVENT, TRACE_METHOD
+from mcp_resili.faults import BasePlan, has_protocol_faults
 from mcp_resili.registry import ToolSpec
 from mcp_resili.registry.suites import Suite, UnknownTaskError
-from mcp_resili.server.backend import SimulatedBackend
+from mcp_resili.server.backend import TOOL_CRASHED, SimulatedBackend
 from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery
-from mcp_resili.server.episodes import SESSION_FAULT_KEY, EpisodeRequest, EpisodeTable, episode_request
+from mcp_resili.server.episodes import (
+    EpisodeRequest,
+    EpisodeTable,
+    NoEpisodeError,
+    episode_request,
+)
 from mcp_resili.server.pipeline import (
     DEPENDENCY_NOT_MET,
     INVALID_ARGUMENTS,
+    RESPONSE_SCHEMA_MISMATCH,
+    TOOL_TIMEOUT,
     CallPipeline,
     Episode,
     TraceRecorder,
     result_text,
 )
-from mcp_resili.trace import TraceHeader, event_to_meta
+from mcp_resili.server.protocol import ProtocolLayer, note_call
+from mcp_resili.trace import TraceEvent, TraceHeader, event_to_dict, event_to_meta
 
 logger = logging.getLogger(__name__)
 
 FINISH_TOOL = "finish"
 PROMPT_PAGE_SIZE = 100
+#: Seconds a tool call may run before it is answered `TOOL_TIMEOUT` (simulators take microseconds;
+#: this bounds a runaway call, it is no part of any fault).
+DEFAULT_CALL_TIME_LIMIT = 10.0
+
+
+class EpisodeTraceParams(types.RequestParams):
+    """Params of `TRACE_METHOD`: the episode to close (default: the request's own episode)."""
+
+    episode: str | None = None
+
+
+class EpisodeTraceResult(types.Result):
+    """Result of `TRACE_METHOD`: the closed episode's trace header and events (JSON, as in a trace file).
+
+    ``header`` is None (and ``events`` empty) for an episode that never made a call.
+    """
+
+    episode: str
+    header: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = Field(default_factory=list)
+
 
 _FINISH_SPEC = types.Tool(
     name=FINISH_TOOL,
@@ -49,11 +79,17 @@ _FINISH_SPEC = types.Tool(
         "additionalProperties": False,
     },
     annotations=types.ToolAnnotations(read_only_hint=True),
+    _meta={"mcp-resili/errors": [INVALID_ARGUMENTS]},
 )
 
 
 class ResiliServer:
-    """Serves one suite; every ``tools/call`` goes through one `CallPipeline`."""
+    """Serves one suite; every ``tools/call`` goes through one `CallPipeline`.
+
+    Results carry no fault decision (``expose_faults`` adds the recorded event to each result's
+    ``_meta``, for debugging only: a model that reads it is told which calls were faulted). The
+    recorded events reach our runner through the server object (in process) or `TRACE_METHOD`.
+    """
 
     def __init__(
         self,
@@ -64,10 +100,17 @@ class ResiliServer:
         task: str | None = None,
         trace_dir: Path | None = None,
         time_scale: float = 1.0,
+        episode: str | None = None,
+        trial: int | None = None,
+        expose_faults: bool = False,
+        call_time_limit: float | None = DEFAULT_CALL_TIME_LIMIT,
     ) -> None:
         self.suite = suite
         self.seed = seed
         self.default_task = suite.task(task) if task is not None else None
+        #: The episode id of a stdio or in-memory connection that names none (``serve --episode``).
+        self.connection_episode = episode
+        self.expose_faults = expose_faults
         self.recorder = TraceRecorder(trace_dir, self._header)
         self.pipeline = CallPipeline(
             SimulatedBackend(suite.library),
@@ -76,8 +119,9 @@ class ResiliServer:
             recorder=self.recorder,
             time_scale=time_scale,
             initial_state=suite.initial_state,
+            call_time_limit=call_time_limit,
         )
-        self._episodes = EpisodeTable(default_seed=seed)
+        self.episodes = EpisodeTable(default_seed=seed, trial=trial)
         self._tools = [self._tool(spec.name) for spec in suite.library] + [_FINISH_SPEC]
         self.discovery = Discovery(suite.library) if suite.discovery else None
         if self.discovery is not None:
@@ -93,6 +137,14 @@ class ResiliServer:
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
         )
+        self.mcp.add_request_handler(TRACE_METHOD, EpisodeTraceParams, self._episode_trace)
+        #: The MCP layer of protocol faults, installed only when the plan holds any (`server.protocol`).
+        self.protocol: ProtocolLayer | None = None
+        if has_protocol_faults(self.pipeline.plan_dict):
+            self.protocol = ProtocolLayer(
+                self.pipeline, self.episodes, connection_episode=lambda: self.connection_episode
+            )
+            self.mcp.middleware.append(self.protocol.middleware)
 
     # --- episodes --------------------------------------------------------------------------------
 
@@ -104,24 +156,60 @@ class ResiliServer:
             seed=episode.seed,
             fault_plan=self.pipeline.plan_dict,
             fault_key=episode.fault_key,
+            trial=episode.trial,
         )
 
     def episode(self, request: EpisodeRequest) -> Episode:
         """The state of the episode ``request`` names, created on first use."""
-        return self._episodes.get(
-            request, lambda: self.suite.task(request.task) if request.task else self.default_task
-        )
+        try:
+            return self.episodes.get(
+                request, lambda: self.suite.task(request.task) if request.task else self.default_task
+            )
+        except UnknownTaskError as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+
+    def take_events(self, episode_id: str) -> list[TraceEvent]:
+        """Events recorded for a live episode since the previous call (the in-process runner's view)."""
+        live = self.episodes.peek(episode_id)
+        return [] if live is None else self.recorder.take(live)
+
+    def close_episode(self, episode_id: str) -> Episode | None:
+        """Close an episode: later calls naming it are refused. Returns it, or None if it never started."""
+        return self.episodes.close(episode_id)
+
+    async def _episode_trace(
+        self, ctx: ServerRequestContext[Any], params: EpisodeTraceParams
+    ) -> EpisodeTraceResult:
+        """`TRACE_METHOD`: close the episode, then hand over its header and events."""
+        episode_id = params.episode or episode_request(ctx, self.connection_episode).id
+        episode = self.close_episode(episode_id)
+        if episode is None:
+            return EpisodeTraceResult(episode=episode_id)
+        async with episode.lock:  # a call still running finishes (and is recorded) first
+            return EpisodeTraceResult(
+                episode=episode_id,
+                header=self._header(episode).model_dump(mode="json"),
+                events=[event_to_dict(e) for e in episode.events],
+            )
 
     # --- MCP handlers ----------------------------------------------------------------------------
 
     def _declared_errors(self, spec: ToolSpec) -> list[str]:
         """The tool's own error codes plus those the pipeline may answer with for it."""
         codes = [*spec.error_codes]
-        if INVALID_ARGUMENTS not in codes:
-            codes.append(INVALID_ARGUMENTS)
+        pipeline_codes = [INVALID_ARGUMENTS, TOOL_CRASHED]
+        if self.pipeline.call_time_limit is not None:
+            pipeline_codes.append(TOOL_TIMEOUT)
+        if spec.output_schema is not None:
+            pipeline_codes.append(RESPONSE_SCHEMA_MISMATCH)
         if spec.dependencies and self.suite.enforce_dependencies:
-            codes.append(DEPENDENCY_NOT_MET)
+            pipeline_codes.append(DEPENDENCY_NOT_MET)
+        codes.extend(code for code in pipeline_codes if code not in codes)
         return codes
+
+    def _meta(self, event: TraceEvent) -> dict[str, Any] | None:
+        """A result's ``_meta``: the recorded event with ``expose_faults``, else nothing."""
+        return {META_EVENT: event_to_meta(event)} if self.expose_faults else None
 
     def _tool(self, name: str) -> types.Tool:
         spec = self.suite.library.spec(name)
@@ -145,20 +233,18 @@ class ResiliServer:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        try:
-            episode = self.episode(episode_request(ctx))
-        except UnknownTaskError as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        episode = self.episode(episode_request(ctx, self.connection_episode))
         if params.name == FINISH_TOOL:
             return await self._finish(episode, params.arguments or {})
         if self.discovery is not None and params.name in DISCOVERY_TOOLS:
             return self.discovery.call(params.name, dict(params.arguments or {}))
         event = await self.pipeline.call(episode, params.name, params.arguments)
+        note_call(episode, event)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result_text(event))],
             structured_content=None if event.is_error else event.result,
             is_error=event.is_error,
-            _meta={META_EVENT: event_to_meta(event)},
+            _meta=self._meta(event),
         )
 
     async def _finish(self, episode: Episode, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -169,12 +255,12 @@ class ResiliServer:
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=result_text(rejected))],
                 is_error=True,
-                _meta={META_EVENT: event_to_meta(rejected)},
+                _meta=self._meta(rejected),
             )
         event = await self.pipeline.finish(episode, status, summary)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=f"Recorded: episode {status}.")],
-            _meta={META_EVENT: event_to_meta(event)},
+            _meta=self._meta(event),
         )
 
     async def _list_prompts(
@@ -215,12 +301,14 @@ class ResiliServer:
             text = self.suite.prompt(task, (params.arguments or {}).get("variant") or "baseline")
         except (UnknownTaskError, ValueError) as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
-        # A person picking a task in their client binds their (not yet started) episode to it.
-        episode = self.episode(episode_request(ctx))
-        if episode.seq == 0:
-            episode.task = task
-            if episode.fault_key == SESSION_FAULT_KEY:
-                episode.fault_key = task.id
+        # A person picking a task in their client binds their (not yet started) episode to it. A
+        # stateless request belongs to no episode: it just reads the prompt.
+        try:
+            request = episode_request(ctx, self.connection_episode)
+        except NoEpisodeError:
+            request = None
+        if request is not None:
+            self.episodes.bind_task(self.episode(request), task)
         return types.GetPromptResult(
             description=task.description,
             messages=[types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))],

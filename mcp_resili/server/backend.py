@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import anyio
+import pydantic_core
+
 from mcp_resili.faults import ToolOutcome
 from mcp_resili.registry import ToolFailure, ToolLibrary, ToolSpec, ToolState
+from mcp_resili.server.numbers import non_finite_number
+
+logger = logging.getLogger(__name__)
+
+#: The tool raised something it does not declare: a bug in the tool (or the suite), never the agent's
+#: doing. The trace records it like any call, so scoring can tell it apart.
+TOOL_CRASHED = "TOOL_CRASHED"
 
 
 class ToolBackend(Protocol):
@@ -29,10 +41,18 @@ class ToolBackend(Protocol):
 
 
 class SimulatedBackend:
-    """A `ToolLibrary`'s deterministic simulators."""
+    """A `ToolLibrary`'s deterministic simulators, run in a worker thread.
+
+    The event loop never runs tool code, so a slow call delays no other session (not even its pings).
+    A call abandoned at the server's time limit keeps its thread until the simulator returns; the
+    episode's next call waits for it first, so no two calls ever touch one episode's state at once.
+    Anything a simulator raises besides its declared `ToolFailure` becomes a `TOOL_CRASHED` outcome.
+    """
 
     def __init__(self, library: ToolLibrary) -> None:
         self.library = library
+        #: Threads still running a call that was abandoned, keyed by ``id()`` of the episode's state.
+        self._unfinished: dict[int, threading.Event] = {}
 
     @property
     def specs(self) -> Sequence[ToolSpec]:
@@ -46,8 +66,47 @@ class SimulatedBackend:
         state: ToolState,
         meta: Mapping[str, Any] | None = None,
     ) -> ToolOutcome:
-        """Simulate the call; declared failures become error outcomes."""
+        """Simulate the call; declared failures become error outcomes, anything else `TOOL_CRASHED`."""
+        earlier = self._unfinished.pop(id(state), None)
+        if earlier is not None and not earlier.is_set():
+            try:
+                await anyio.to_thread.run_sync(earlier.wait, abandon_on_cancel=True)
+            except anyio.get_cancelled_exc_class():
+                self._unfinished[id(state)] = earlier
+                raise
+        done = threading.Event()
+
+        def simulate() -> ToolOutcome:
+            try:
+                return self._simulate(spec, arguments, state)
+            finally:
+                done.set()
+
         try:
-            return ToolOutcome(structured=self.library.simulate(spec.name, arguments, state))
+            return await anyio.to_thread.run_sync(simulate, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            if not done.is_set():  # the thread goes on: the episode's next call must wait for it
+                self._unfinished[id(state)] = done
+            raise
+
+    def _simulate(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome:
+        try:
+            result = self.library.simulate(spec.name, arguments, state)
+            problem = non_finite_number(result)
+            if problem is not None:
+                raise ValueError(f"non-finite number at {problem} in the result")  # JSON has none
+            # A result may share objects with the episode's state (a record the tool keeps): the
+            # recorded event must show it as it was at this call, not as later calls change it. A JSON
+            # round trip is the snapshot (what the wire does anyway), four times cheaper than deepcopy.
+            snapshot: dict[str, Any] = pydantic_core.from_json(pydantic_core.to_json(result))
+            return ToolOutcome(structured=snapshot)
         except ToolFailure as failure:
             return ToolOutcome(structured=None, error_code=failure.code, message=failure.message)
+        except Exception as exc:  # a bug in the tool: the call fails, the server does not
+            logger.exception("tool %s crashed on %.300r", spec.name, arguments)
+            return ToolOutcome(
+                structured=None,
+                error_code=TOOL_CRASHED,
+                message=f"{spec.name} failed unexpectedly ({type(exc).__name__}); the tool is at fault, "
+                "not the arguments",
+            )

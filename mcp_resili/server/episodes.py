@@ -1,10 +1,27 @@
-"""Which episode a request belongs to, and the table of live episodes."""
+"""Which episode a request belongs to, and the table of live episodes.
+
+One episode per MCP session, on every transport:
+
+1. a request that names its episode (``_meta["mcp-resili/episode"]``, else the ``x-mcp-resili-episode``
+   HTTP header) belongs to that episode: our runner plays many episodes over one connection this way;
+2. a Streamable HTTP session (handshake era, ``mcp-session-id``) is one episode;
+3. a stdio (or in-memory) connection is one episode (``serve --episode ID`` names it);
+4. an HTTP request with neither (the stateless modern era, or a client that drops the session id) is
+   refused: sharing one fallback episode would mix every client's state, ordinals and fault draws.
+
+An episode's fault key is ``TASK/TRIAL`` (``untasked/TRIAL`` without a task): exactly the key of trial
+TRIAL of TASK in ``mcp-resili run``, so an external agent meets the same fault draws as our runner. The
+trial is the one the request names, else the server's ``--trial``, else the number of earlier episodes of
+that task on this server. Every trace header records seed, task and trial.
+"""
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,18 +29,36 @@ import mcp_types as types
 from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from mcp_resili import META_EPISODE
+from mcp_resili import EPISODE_HEADER, META_EPISODE
 from mcp_resili.server.pipeline import Episode
 from mcp_resili.tasks.model import Task
 
-#: Header an HTTP client may send to name its episode (when it cannot set ``_meta``).
-EPISODE_HEADER = "x-mcp-resili-episode"
-#: Fault key of episodes named by their connection or session (random ids): their draws must not depend
-#: on that id, so ``serve --seed N`` replays the same faults for the same calls. A task bound later
-#: through its prompt becomes the key (see `ResiliServer._get_prompt`).
-SESSION_FAULT_KEY = "session"
-#: Episodes kept in memory at once; the oldest is dropped first (its trace file is complete).
-MAX_EPISODES = 10_000
+__all__ = [
+    "EPISODE_HEADER",
+    "EpisodeRequest",
+    "EpisodeTable",
+    "NoEpisodeError",
+    "episode_request",
+    "fault_key_of",
+]
+
+#: Episodes kept in memory at once; past it the least recently used one is closed (its trace file,
+#: if any, is complete) and later calls naming it are refused.
+MAX_EPISODES = 4096
+#: Seconds without a call after which an episode is closed (the SDK's HTTP session idle timeout).
+EPISODE_IDLE_SECONDS = 30 * 60.0
+#: Ids of closed episodes remembered (so that a call to one is refused rather than starting afresh).
+MAX_CLOSED = 100_000
+#: Longest episode id accepted (it names the trace file).
+MAX_EPISODE_ID = 512
+#: Fault-key prefix of episodes bound to no task.
+UNTASKED = "untasked"
+_LIFESPAN_KEY = "mcp-resili/connection"
+_MISSING = (
+    "no episode for this request: a stateless HTTP request must name its episode in "
+    f'_meta["{META_EPISODE}"] or the {EPISODE_HEADER} header (an id, or {{"id", "task", "trial", '
+    '"seed"}), or use a Streamable HTTP session (mcp-session-id)'
+)
 
 
 @dataclass(frozen=True)
@@ -32,59 +67,203 @@ class EpisodeRequest:
 
     id: str
     task: str | None = None
-    fault_key: str | None = None
+    trial: int | None = None
     seed: int | None = None
+    #: An explicit fault key (our runner sends ``TASK/TRIAL``); None derives it from task and trial.
+    fault_key: str | None = None
 
 
-def episode_request(ctx: ServerRequestContext[Any]) -> EpisodeRequest:
-    """The episode of a request: ``_meta``, then HTTP headers, then the connection."""
+def fault_key_of(task: str | None, trial: int) -> str:
+    """The fault key of trial ``trial`` of ``task``: the runner's key, so both meet the same draws."""
+    return f"{task if task is not None else UNTASKED}/{trial}"
+
+
+class NoEpisodeError(MCPError):
+    """An HTTP request without a session that names no episode (invalid params)."""
+
+    def __init__(self) -> None:
+        super().__init__(types.INVALID_PARAMS, _MISSING)
+
+
+def _invalid(message: str) -> MCPError:
+    return MCPError(types.INVALID_PARAMS, message)
+
+
+def parse_episode(raw: object, where: str) -> EpisodeRequest:
+    """An episode named by ``raw`` (an id, or ``{"id", "task", "trial", "seed", "fault_key"}``)."""
+    if isinstance(raw, str):
+        raw = {"id": raw}
+    if not isinstance(raw, Mapping):
+        raise _invalid(f"{where} must be an episode id or an object with an 'id', got {raw!r:.100}")
+    episode_id = raw.get("id")
+    if not isinstance(episode_id, str) or not episode_id or len(episode_id) > MAX_EPISODE_ID:
+        raise _invalid(f"{where}.id must be a non-empty string of at most {MAX_EPISODE_ID} characters")
+    unknown = sorted(set(raw) - {"id", "task", "trial", "seed", "fault_key"})
+    if unknown:
+        raise _invalid(f"{where} has unknown keys {unknown}; known: id, task, trial, seed, fault_key")
+    for name in ("task", "fault_key"):
+        value = raw.get(name)
+        if value is not None and not isinstance(value, str):
+            raise _invalid(f"{where}.{name} must be a string, got {value!r:.100}")
+    for name, minimum in (("seed", None), ("trial", 0)):
+        value = raw.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum)
+        ):
+            what = "a non-negative integer" if minimum is not None else "an integer"
+            raise _invalid(f"{where}.{name} must be {what}, got {value!r:.100}")
+    return EpisodeRequest(
+        id=episode_id,
+        task=raw.get("task"),
+        trial=raw.get("trial"),
+        seed=raw.get("seed"),
+        fault_key=raw.get("fault_key"),
+    )
+
+
+def _from_header(value: str) -> EpisodeRequest:
+    """The episode header: a plain id, or the JSON object form (for clients that cannot set ``_meta``)."""
+    if not value.lstrip().startswith("{"):
+        return parse_episode(value, EPISODE_HEADER)
+    try:
+        raw = json.loads(value)
+    except ValueError:
+        raise _invalid(f"the {EPISODE_HEADER} header is neither an id nor a JSON object") from None
+    return parse_episode(raw, EPISODE_HEADER)
+
+
+def episode_request(ctx: ServerRequestContext[Any], connection_episode: str | None = None) -> EpisodeRequest:
+    """The episode of a request: ``_meta``, the episode header, the HTTP session, else the connection.
+
+    ``connection_episode`` names the episode of a stdio or in-memory connection (``serve --episode``);
+    by default each connection gets a fresh random id. Raises `MCPError` (invalid params) for a malformed
+    episode, or an HTTP request that has no session and names no episode.
+    """
     raw = (ctx.meta or {}).get(META_EPISODE)
-    if isinstance(raw, str) and raw:
-        return EpisodeRequest(id=raw)
-    if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-        seed, task, fault_key = raw.get("seed"), raw.get("task"), raw.get("fault_key")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE}.seed must be an integer, got {seed!r}")
-        for name, value in (("task", task), ("fault_key", fault_key)):
-            if value is not None and not isinstance(value, str):
-                raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE}.{name} must be a string, got {value!r}")
-        return EpisodeRequest(id=raw["id"], task=task, fault_key=fault_key, seed=seed)
     if raw is not None:
-        raise MCPError(types.INVALID_PARAMS, f"{META_EPISODE} must be a string or an object with an 'id'")
+        return parse_episode(raw, f"_meta[{META_EPISODE!r}]")
     headers = getattr(ctx.request, "headers", None)
     if headers is not None:
-        if headers.get(EPISODE_HEADER):
-            return EpisodeRequest(id=str(headers[EPISODE_HEADER]))
-        if headers.get("mcp-session-id"):
-            return EpisodeRequest(id=str(headers["mcp-session-id"]), fault_key=SESSION_FAULT_KEY)
-        return EpisodeRequest(id="http-default", fault_key=SESSION_FAULT_KEY)
+        named = headers.get(EPISODE_HEADER)
+        if named:
+            return _from_header(str(named))
+        session = headers.get("mcp-session-id")
+        if session:
+            return EpisodeRequest(id=str(session))
+        raise NoEpisodeError
     # stdio and in-memory: one lifespan context per connection, so one episode per connection.
     lifespan = ctx.lifespan_context
-    if isinstance(lifespan, dict):
-        connection = lifespan.setdefault("mcp-resili/connection", f"conn-{uuid.uuid4().hex[:12]}")
-        return EpisodeRequest(id=connection, fault_key=SESSION_FAULT_KEY)
-    return EpisodeRequest(id="default", fault_key=SESSION_FAULT_KEY)
+    if not isinstance(lifespan, dict):
+        raise NoEpisodeError
+    connection = lifespan.setdefault(_LIFESPAN_KEY, connection_episode or f"conn-{uuid.uuid4().hex[:12]}")
+    return EpisodeRequest(id=str(connection))
+
+
+@dataclass
+class _Live:
+    episode: Episode
+    request: EpisodeRequest
 
 
 class EpisodeTable:
-    """Live episodes by id, created on first use; the oldest is dropped past `MAX_EPISODES`."""
+    """Live episodes by id, created on first use, closed on request, when idle, or past the bound.
 
-    def __init__(self, default_seed: int, max_episodes: int = MAX_EPISODES) -> None:
+    A closed episode's id is remembered: calls naming it are refused (`MCPError`), never given a
+    fresh episode that would replay its draws from ordinal 0.
+    """
+
+    def __init__(
+        self,
+        default_seed: int,
+        max_episodes: int = MAX_EPISODES,
+        *,
+        idle_seconds: float = EPISODE_IDLE_SECONDS,
+        trial: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_episodes < 1 or idle_seconds <= 0:
+            raise ValueError(f"need max_episodes >= 1, idle_seconds > 0; got {max_episodes}, {idle_seconds}")
+        if trial is not None and trial < 0:
+            raise ValueError(f"trial must be >= 0, got {trial}")
         self.default_seed = default_seed
         self.max_episodes = max_episodes
-        self._episodes: OrderedDict[str, Episode] = OrderedDict()
+        self.idle_seconds = idle_seconds
+        #: The trial every episode plays unless it names its own (``serve --trial``).
+        self.trial = trial
+        self._clock = clock
+        self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently used first
+        self._closed: OrderedDict[str, str] = OrderedDict()  # id -> why
+        self._started: Counter[str | None] = Counter()  # episodes started per task
+
+    def __len__(self) -> int:
+        return len(self._live)
 
     def get(self, request: EpisodeRequest, task: Callable[[], Task | None] = lambda: None) -> Episode:
         """The episode ``request`` names; ``task`` is asked only when the episode is new."""
-        episode = self._episodes.get(request.id)
-        if episode is None:
-            episode = Episode(
-                id=request.id,
-                task=task(),
-                fault_key=request.fault_key or request.id,
-                seed=self.default_seed if request.seed is None else request.seed,
-            )
-            self._episodes[request.id] = episode
-            while len(self._episodes) > self.max_episodes:
-                self._episodes.popitem(last=False)
-        return episode
+        now = self._clock()
+        self._expire(now)
+        live = self._live.get(request.id)
+        if live is None:
+            why = self._closed.get(request.id)
+            if why is not None:
+                raise _invalid(f"episode {request.id!r} is {why}; start a new episode under another id")
+            live = _Live(self._new(request, task()), request)
+            self._live[request.id] = live
+            while len(self._live) > self.max_episodes:
+                oldest, _ = self._live.popitem(last=False)
+                self._remember(oldest, f"closed: more than {self.max_episodes} episodes were live")
+        else:
+            self._live.move_to_end(request.id)
+        live.episode.last_used = now
+        return live.episode
+
+    def peek(self, episode_id: str) -> Episode | None:
+        """The live episode ``episode_id``, or None; neither creates nor touches it."""
+        live = self._live.get(episode_id)
+        return None if live is None else live.episode
+
+    def bind_task(self, episode: Episode, task: Task) -> None:
+        """Bind a not yet started episode to ``task`` (a person picked its prompt): new trial and key."""
+        live = self._live.get(episode.id)
+        if live is None or episode.seq > 0:
+            return
+        episode.task = task
+        episode.trial, episode.fault_key = self._identity(live.request, task)
+
+    def close(self, episode_id: str) -> Episode | None:
+        """Close an episode (later calls naming it are refused); returns it, or None if not live."""
+        live = self._live.pop(episode_id, None)
+        if live is None:
+            return None
+        self._remember(episode_id, "closed")
+        return live.episode
+
+    def _new(self, request: EpisodeRequest, task: Task | None) -> Episode:
+        trial, fault_key = self._identity(request, task)
+        return Episode(
+            id=request.id,
+            task=task,
+            fault_key=fault_key,
+            seed=self.default_seed if request.seed is None else request.seed,
+            trial=trial,
+        )
+
+    def _identity(self, request: EpisodeRequest, task: Task | None) -> tuple[int, str]:
+        task_id = task.id if task is not None else None
+        started = self._started[task_id]
+        self._started[task_id] += 1
+        trial = next(t for t in (request.trial, self.trial, started) if t is not None)
+        return trial, request.fault_key or fault_key_of(task_id, trial)
+
+    def _expire(self, now: float) -> None:
+        while self._live:
+            episode_id, oldest = next(iter(self._live.items()))
+            if now - oldest.episode.last_used < self.idle_seconds:
+                return
+            del self._live[episode_id]
+            self._remember(episode_id, f"closed: idle for more than {self.idle_seconds:g} s")
+
+    def _remember(self, episode_id: str, why: str) -> None:
+        self._closed[episode_id] = why
+        while len(self._closed) > MAX_CLOSED:
+            self._closed.popitem(last=False)

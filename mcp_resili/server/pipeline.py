@@ -7,27 +7,45 @@ MCP layer renders as a ``CallToolResult`` and the recorder writes to the trace.
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import logging
+import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
+from jsonschema.exceptions import best_match
 
-from mcp_resili.faults import BasePlan, CallContext, CallOutcome, FaultInjector, ToolOutcome
+from mcp_resili.faults import BasePlan, CallContext, CallOutcome, FaultInjector, ProtocolState, ToolOutcome
+from mcp_resili.registry import ToolSpec
 from mcp_resili.registry.validator import CompiledSchema
 from mcp_resili.server.backend import ToolBackend
+from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
 
 logger = logging.getLogger(__name__)
 
-#: Error codes the pipeline itself produces (never injected faults).
+#: Error codes the pipeline itself produces (never injected faults). Every tool declares the ones that
+#: can reach it (`ResiliServer` lists them in the tool's ``_meta["mcp-resili/errors"]``).
 UNKNOWN_TOOL = "UNKNOWN_TOOL"
+#: The arguments break the input schema, or hold a number no tool can work with (`numbers.MAX_NUMBER`).
 INVALID_ARGUMENTS = "INVALID_INPUT"
 DEPENDENCY_NOT_MET = "DEPENDENCY_NOT_MET"
+#: The tool did not finish within the server's per-call time limit.
+TOOL_TIMEOUT = "TOOL_TIMEOUT"
+#: A response-side fault reshaped a result (schema drift, stale data...) so that it no longer satisfies
+#: the tool's declared output schema. An MCP client must reject such structured content, so the agent
+#: reads the reshaped payload as the text of this error instead (see `CallPipeline._conform`).
+RESPONSE_SCHEMA_MISMATCH = "RESPONSE_SCHEMA_MISMATCH"
+#: Longest trace file name stem (an episode id may be longer; see `TraceRecorder.path`).
+MAX_FILE_STEM = 160
+#: Longest schema message quoted in an error (they repeat the offending value, however long it is).
+MAX_MESSAGE_CHARS = 300
 
 
 @dataclass
@@ -38,6 +56,8 @@ class Episode:
     task: Task | None
     fault_key: str
     seed: int
+    #: The trial this episode plays (part of its fault key), when known.
+    trial: int | None = None
     tool_state: dict[str, Any] = field(default_factory=dict)
     ordinals: collections.Counter[str] = field(default_factory=collections.Counter)
     history: list[CallOutcome] = field(default_factory=list)
@@ -50,6 +70,14 @@ class Episode:
     header_written: bool = False
     #: Whether ``tool_state`` was seeded from the suite's initial state (on the first call).
     state_ready: bool = False
+    #: Every recorded event, in order (what the runner reads back instead of anything on the wire).
+    events: list[TraceEvent] = field(default_factory=list)
+    #: How many of ``events`` the in-process runner has already taken (`TraceRecorder.take`).
+    taken: int = 0
+    #: ``time.monotonic()`` of the last call: idle episodes expire (`EpisodeTable`).
+    last_used: float = field(default_factory=time.monotonic)
+    #: What protocol faults changed for this episode (its catalogue, its session; `server.protocol`).
+    protocol: ProtocolState = field(default_factory=ProtocolState)
 
     def next_seq(self) -> int:
         """The sequence number of the next recorded event."""
@@ -58,7 +86,7 @@ class Episode:
 
 
 class TraceRecorder:
-    """Writes one JSONL file per episode under ``directory`` (or nothing when it is None)."""
+    """Keeps every episode's events, and writes one JSONL file per episode under ``directory`` (if set)."""
 
     def __init__(self, directory: Path | None, header: Callable[[Episode], TraceHeader]) -> None:
         self.directory = directory
@@ -71,10 +99,15 @@ class TraceRecorder:
         if self.directory is None:
             return None
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in episode.id)
+        if len(safe) > MAX_FILE_STEM or safe.strip(".") == "":
+            # File names are limited (255 bytes); a digest keeps long ids apart.
+            digest = hashlib.blake2b(episode.id.encode(), digest_size=8).hexdigest()
+            safe = f"{safe[: MAX_FILE_STEM - 17]}-{digest}"
         return self.directory / f"{safe}.jsonl"
 
     def record(self, episode: Episode, event: TraceEvent) -> None:
         """Append ``event`` (writing the header first for a new episode)."""
+        episode.events.append(event)
         path = self.path(episode)
         if path is None:
             return
@@ -83,6 +116,13 @@ class TraceRecorder:
         with path.open("a", encoding="utf-8") as out:
             out.write("\n".join(lines) + "\n")
         episode.header_written = True
+
+    @staticmethod
+    def take(episode: Episode) -> list[TraceEvent]:
+        """The events recorded for ``episode`` since the previous `take`."""
+        new = episode.events[episode.taken :]
+        episode.taken = len(episode.events)
+        return new
 
 
 class CallPipeline:
@@ -98,6 +138,7 @@ class CallPipeline:
         time_scale: float = 1.0,
         validate_arguments: bool = True,
         initial_state: Callable[[Task | None], dict[str, Any]] | None = None,
+        call_time_limit: float | None = None,
     ) -> None:
         self.backend = backend
         self.specs = {spec.name: spec for spec in backend.specs}
@@ -111,12 +152,21 @@ class CallPipeline:
             raise ValueError(f"time_scale must be >= 0, got {time_scale}")
         #: Multiplies every injected delay; 0 makes latency faults instant (tests, dry runs).
         self.time_scale = time_scale
+        if call_time_limit is not None and call_time_limit <= 0:
+            raise ValueError(f"call_time_limit must be positive, got {call_time_limit}")
+        #: Seconds a tool may run before the call is answered `TOOL_TIMEOUT` (None: no limit).
+        self.call_time_limit = call_time_limit
         # A proxy leaves validation to the upstream so that its own errors pass through unchanged.
         self._validators = (
             {name: CompiledSchema(spec.input_schema) for name, spec in self.specs.items()}
             if validate_arguments
             else {}
         )
+        self._output_validators = {
+            name: CompiledSchema(spec.output_schema)
+            for name, spec in self.specs.items()
+            if spec.output_schema is not None
+        }
 
     async def call(self, episode: Episode, tool: str, arguments: Mapping[str, Any] | None) -> ToolCallEvent:
         """Handle one ``tools/call`` and return the recorded event."""
@@ -193,6 +243,15 @@ class CallPipeline:
             known = ", ".join(sorted(self.specs))
             return rejected(UNKNOWN_TOOL, f"unknown tool {tool!r}; available tools: {known}")
         validator = self._validators.get(tool)
+        if validator is not None:
+            # Checked before the schema, whose messages would quote a 400-digit number in full.
+            unusable = unusable_number(arguments)
+            if unusable is not None:
+                return rejected(
+                    INVALID_ARGUMENTS,
+                    f"invalid arguments for {tool}: {unusable}: numbers must be finite and within "
+                    f"±{MAX_NUMBER}",
+                )
         errors = (
             []
             if validator is None
@@ -200,7 +259,8 @@ class CallPipeline:
         )
         if errors:
             problems = "; ".join(
-                f"{'/'.join(map(str, e.absolute_path)) or '(arguments)'}: {e.message}" for e in errors[:5]
+                f"{'/'.join(map(str, e.absolute_path)) or '(arguments)'}: {_shorten(e.message)}"
+                for e in errors[:5]
             )
             return rejected(INVALID_ARGUMENTS, f"invalid arguments for {tool}: {problems}")
         # 2. dependency check
@@ -228,9 +288,11 @@ class CallPipeline:
         # 4. run tool (unless a request-side fault stops it)
         outcome: ToolOutcome | None = None
         if injector.runs_tool(decision.fault):
-            outcome = await self.backend.run(spec, arguments, episode.tool_state, meta)
+            outcome = await self._run(spec, arguments, episode, meta)
         # 5. apply fault
         final = injector.apply(decision.fault, outcome, context)
+        if decision.fault is not None:
+            final = self._conform(tool, final)
         # 6. record
         episode.history.append(CallOutcome(tool, not final.is_error))
         event = ToolCallEvent(
@@ -248,6 +310,49 @@ class CallPipeline:
             else {"code": final.error_code, "message": final.message, **final.details},
         )
         return event, final
+
+    async def _run(
+        self, spec: ToolSpec, arguments: dict[str, Any], episode: Episode, meta: Mapping[str, Any] | None
+    ) -> ToolOutcome:
+        """The backend's outcome, or `TOOL_TIMEOUT` once the call outlasts the time limit."""
+        limit = self.call_time_limit if self.call_time_limit is not None else math.inf
+        with anyio.move_on_after(limit):
+            return await self.backend.run(spec, arguments, episode.tool_state, meta)
+        return ToolOutcome(
+            structured=None,
+            error_code=TOOL_TIMEOUT,
+            message=f"{spec.name} did not finish within {limit:g} s",
+        )
+
+    def _conform(self, tool: str, outcome: ToolOutcome) -> ToolOutcome:
+        """A faulted success that breaks the output schema becomes `RESPONSE_SCHEMA_MISMATCH`.
+
+        The rule: structured content always satisfies the tool's declared output schema (MCP requires
+        it, and clients reject anything else). When a response-side fault reshaped the result so it no
+        longer does, the fault still reaches the agent, the way a validating server would show it: an
+        error naming the mismatch, with the reshaped payload in its text.
+        """
+        validator = self._output_validators.get(tool)
+        if outcome.is_error or outcome.structured is None or validator is None:
+            return outcome
+        problem = non_finite_number(outcome.structured)
+        if problem is None:
+            error = best_match(validator.iter_errors(outcome.structured))
+            if error is None:
+                return outcome
+            where = "/".join(map(str, error.absolute_path)) or "(result)"
+            problem = f"{where}: {_shorten(error.message)}"
+        return ToolOutcome(
+            structured=None,
+            error_code=RESPONSE_SCHEMA_MISMATCH,
+            message=f"the response of {tool} does not match its declared output schema ({problem})",
+            details={"response": outcome.structured},
+        )
+
+
+def _shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters: a schema message quotes the offending value in full."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def result_text(event: ToolCallEvent) -> str:

@@ -1,18 +1,63 @@
-"""Run an MCP server of ours (a suite server or the proxy) over stdio or Streamable HTTP."""
+"""Run an MCP server of ours (a suite server or the proxy) over stdio or Streamable HTTP.
+
+stdio speaks JSON-RPC 2.0 to the end: a line that is not JSON gets a parse error (-32700), one that is
+JSON but no valid message (wrong version, a batch, a bare value) an invalid-request error (-32600, with
+its id when it has a usable one, else null), and a line over `MAX_LINE_BYTES` is skipped with the same
+error; the server keeps serving.
+
+HTTP is locked unless it listens on loopback only: binding any other address needs a bearer token
+(`HttpAccess.auth_token`, compared in constant time) or an explicit ``insecure`` choice. The accepted
+``Host``/``Origin`` values follow the bind address (DNS-rebinding protection) and can be extended.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hmac
+import ipaddress
+import json
 import logging
 import socket
-from collections.abc import Callable
-from typing import Any, Protocol
+import sys
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Protocol
 
 import anyio
+import mcp_types as types
+import pydantic_core
 import uvicorn
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import Server
-from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mcp_resili import AUTH_TOKEN_ENV
+from mcp_resili.errors import UserError
+from mcp_resili.server.protocol import (
+    REASON_UNAUTHORIZED,
+    WIRE_ACTIONS,
+    ProtocolLayer,
+    StdioWire,
+    session_error_body,
+)
 
 logger = logging.getLogger(__name__)
+
+#: Longest stdio message accepted (the SDK's HTTP request body limit): longer lines are skipped.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+#: Seconds the stdio server keeps answering after its input ended (tool calls are time-limited anyway).
+DRAIN_SECONDS = 30.0
+#: Bytes read from stdin at a time.
+READ_CHUNK = 64 * 1024
+#: Shortest bearer token accepted: a guessable token is no lock.
+MIN_TOKEN_CHARS = 16
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 class Serves(Protocol):
@@ -24,10 +69,377 @@ class Serves(Protocol):
         ...
 
 
-async def serve_stdio(server: Serves) -> None:
-    """Serve one client over stdin/stdout until it disconnects. Never writes anything else to stdout."""
-    async with stdio_server() as (read, write):
-        await server.mcp.run(read, write, server.mcp.create_initialization_options())
+# --- stdio ---------------------------------------------------------------------------------------
+
+
+def _error(code: int, message: str, request_id: types.RequestId | None = None) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
+
+
+def parse_line(line: bytes | None) -> types.JSONRPCMessage | types.JSONRPCError | None:
+    """A stdio line as a JSON-RPC message, the error reply it deserves, or None for a blank line.
+
+    ``None`` stands for a line longer than `MAX_LINE_BYTES` (its bytes were skipped unread).
+    """
+    if line is None:
+        return _error(types.INVALID_REQUEST, f"message longer than {MAX_LINE_BYTES} bytes; it was skipped")
+    text = line.strip()
+    if not text:
+        return None
+    try:
+        message: types.JSONRPCMessage = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+        return message
+    except ValidationError:
+        pass
+    try:
+        raw = pydantic_core.from_json(text)
+    except ValueError as exc:  # not JSON: truncated, NUL bytes, too deeply nested, not UTF-8 ...
+        return _error(types.PARSE_ERROR, f"parse error: {exc}")
+    if isinstance(raw, list):
+        return _error(types.INVALID_REQUEST, "batches are not supported: send one JSON-RPC message per line")
+    request_id = raw.get("id") if isinstance(raw, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        request_id = None
+    return _error(
+        types.INVALID_REQUEST,
+        'invalid request: a JSON-RPC 2.0 message is an object with "jsonrpc": "2.0" and a method '
+        "(request, notification) or a result or error (response)",
+        request_id,
+    )
+
+
+class _Pending:
+    """Ids of the requests read from stdio and not answered yet."""
+
+    def __init__(self) -> None:
+        self._ids: set[types.RequestId] = set()
+        self._empty = anyio.Event()
+        self._empty.set()
+
+    def inbound(self, message: types.JSONRPCMessage) -> None:
+        """Note a request (or forget one the client cancelled: it gets no answer)."""
+        if isinstance(message, types.JSONRPCRequest):
+            self._ids.add(message.id)
+            if self._empty.is_set():
+                self._empty = anyio.Event()
+        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            self._forget((message.params or {}).get("requestId"))
+
+    def outbound(self, message: types.JSONRPCMessage) -> None:
+        """Note an answer."""
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            self._forget(message.id)
+
+    def _forget(self, request_id: object) -> None:
+        if isinstance(request_id, str | int):
+            self._ids.discard(request_id)
+        if not self._ids:
+            self._empty.set()
+
+    async def drained(self) -> None:
+        """Return once every request has been answered."""
+        await self._empty.wait()
+
+
+async def read_lines(
+    source: anyio.AsyncFile[bytes], limit: int = MAX_LINE_BYTES
+) -> AsyncIterator[bytes | None]:
+    """Lines of ``source`` without their newline; None in place of a line longer than ``limit``.
+
+    An overlong line is never held in memory: its bytes are dropped as they arrive.
+    """
+    buffer = bytearray()
+    skipping = False
+    while chunk := await source.read1(READ_CHUNK):
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if not skipping:
+                buffer += chunk[start:end]
+            yield None if skipping or len(buffer) > limit else bytes(buffer)
+            buffer.clear()
+            skipping = False
+            start = end + 1
+        if not skipping:
+            buffer += chunk[start:]
+            if len(buffer) > limit:
+                buffer.clear()
+                skipping = True
+    if skipping:
+        yield None
+    elif buffer:
+        yield bytes(buffer)
+
+
+async def serve_stdio(
+    server: Serves, *, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
+) -> None:
+    """Serve one client over stdin/stdout until it disconnects. Never writes anything else to stdout.
+
+    Malformed lines get JSON-RPC error replies (see the module docstring); anything printed by tool
+    code goes to stderr, not onto the wire.
+    """
+    source = anyio.wrap_file(stdin if stdin is not None else sys.stdin.buffer)
+    sink = anyio.wrap_file(stdout if stdout is not None else sys.stdout.buffer)
+    inbound_send, inbound = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage](0)
+
+    pending = _Pending()
+    layer = getattr(server, "protocol", None)
+    wire = StdioWire() if layer is not None else None
+    if layer is not None:
+        layer.stdio = wire
+    #: Set when the writer stops; ``was_reset`` tells whether a transport_reset fault stopped it.
+    writer_done = anyio.Event()
+    was_reset = False
+
+    async def read(replies: MemoryObjectSendStream[SessionMessage]) -> None:
+        async with inbound_send, replies:
+            async for line in read_lines(source):
+                parsed = parse_line(line)
+                if isinstance(parsed, types.JSONRPCError):
+                    await replies.send(SessionMessage(parsed))
+                elif parsed is not None:
+                    pending.inbound(parsed)
+                    await inbound_send.send(SessionMessage(parsed))
+            # End of input: answer what was asked before the server loop stops (it cancels the rest).
+            with anyio.move_on_after(DRAIN_SECONDS):
+                await pending.drained()
+
+    async def write() -> None:
+        try:
+            await write_all()
+        finally:
+            writer_done.set()
+
+    async def write_all() -> None:
+        nonlocal was_reset
+        async with outbound_receive:
+            async for item in outbound_receive:
+                data = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+                action = None
+                message = item.message
+                if (
+                    wire is not None
+                    and isinstance(message, types.JSONRPCResponse | types.JSONRPCError)
+                    and message.id is not None
+                ):
+                    action = wire.take(message.id)
+                if action == "reset":  # a transport_reset fault: the output ends before the response
+                    await sink.aclose()
+                    was_reset = True
+                    return
+                await sink.write((data.encode() + b"\n") * (2 if action == "duplicate" else 1))
+                await sink.flush()
+                pending.outbound(item.message)
+
+    async def stop_at_reset() -> None:
+        # After a reset nobody reads our output any more: stop serving (the client must start us again).
+        await writer_done.wait()
+        if was_reset:
+            tg.cancel_scope.cancel()
+
+    with contextlib.redirect_stdout(sys.stderr):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            tg.start_soon(stop_at_reset)
+            tg.start_soon(read, outbound.clone())
+            # The writer drains every reply, then ends once the server and the reader closed their ends.
+            async with outbound:
+                await server.mcp.run(inbound, outbound, server.mcp.create_initialization_options())
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+
+
+class ExposureError(UserError):
+    """An HTTP bind that would expose the server without a lock."""
+
+
+@dataclass(frozen=True)
+class HttpAccess:
+    """Who may use an HTTP server: its bearer token, whether no lock is wanted, extra allowed hosts."""
+
+    auth_token: str | None = None
+    #: Serve a non-loopback address without a token (a warning is printed).
+    insecure: bool = False
+    #: ``Host`` values accepted besides the bind address's own (``name`` or ``name:port``).
+    allowed_hosts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_options(
+        cls,
+        auth_token: str | None,
+        insecure: bool,
+        allowed_hosts: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> HttpAccess:
+        """From the command line: ``--auth-token`` else `AUTH_TOKEN_ENV`; `ExposureError` if too short."""
+        token = auth_token or (env if env is not None else {}).get(AUTH_TOKEN_ENV) or None
+        if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
+            raise ExposureError(
+                f"the auth token must have at least {MIN_TOKEN_CHARS} characters "
+                "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return cls(token.strip() if token else None, insecure, tuple(allowed_hosts))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, access: HttpAccess) -> str | None:
+    """Refuse an unlocked non-loopback bind (`ExposureError`); return the warning an insecure one earns."""
+    if is_loopback(host) or access.auth_token is not None:
+        return None
+    if not access.insecure:
+        raise ExposureError(
+            f"refusing to serve on {host or '0.0.0.0'} without a lock: pass --auth-token TOKEN "
+            f"(or set {AUTH_TOKEN_ENV}), or --insecure to serve it open"
+        )
+    return (
+        f"mcp-resili: warning: serving on {host or '0.0.0.0'} without authentication (--insecure): "
+        "anyone who can reach it can call its tools"
+    )
+
+
+def _host_names(host: str) -> list[str]:
+    """The names a client may use in ``Host`` to reach a server bound to ``host``."""
+    if is_loopback(host):
+        return list(LOOPBACK_NAMES)
+    if host in WILDCARD_HOSTS:
+        names = [*LOOPBACK_NAMES, socket.gethostname(), socket.getfqdn()]
+        with contextlib.suppress(OSError):
+            names += socket.gethostbyname_ex(socket.gethostname())[2]
+        return list(dict.fromkeys(names))
+    return [f"[{host}]" if ":" in host else host]
+
+
+def transport_security(host: str, allowed_hosts: Iterable[str] = ()) -> TransportSecuritySettings:
+    """DNS-rebinding protection for a server bound to ``host``: its own names plus ``allowed_hosts``."""
+    hosts: list[str] = []
+    origins: list[str] = []
+    for name in _host_names(host):
+        hosts += [name, f"{name}:*"]
+        origins += [f"http://{name}", f"http://{name}:*", f"https://{name}", f"https://{name}:*"]
+    for extra in allowed_hosts:
+        with_port = extra.rsplit(":", 1)[-1].isdigit() and not extra.endswith("]")
+        hosts += [extra] if with_port else [extra, f"{extra}:*"]
+        origins += [f"http://{extra}", f"https://{extra}"]
+        if not with_port:
+            origins += [f"http://{extra}:*", f"https://{extra}:*"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
+
+
+class BearerTokenMiddleware:
+    """Answers 401 to any HTTP request without ``Authorization: Bearer TOKEN`` (constant-time compare)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the token, then pass the request on."""
+        if scope["type"] == "http":
+            scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+                response = JSONResponse(
+                    {"error": "unauthorized", "message": "send Authorization: Bearer TOKEN"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="mcp-resili"'},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class ProtocolGuard:
+    """The HTTP side of protocol faults.
+
+    Real 404s and 401s for expired or revoked sessions, and the wire actions (a response sent twice,
+    a connection reset) the protocol layer left for a request.
+    """
+
+    def __init__(self, app: ASGIApp, layer: ProtocolLayer) -> None:
+        self.app = app
+        self.layer = layer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse a dead session's request, or pass it on with a send that applies wire actions."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        session = headers.get("mcp-session-id")
+        sessions = self.layer.http
+        if session is not None and session in sessions.revoked:
+            if headers.get("authorization", "") != sessions.revoked[session]:
+                del sessions.revoked[session]  # a refreshed token
+            else:
+                await self._refuse(scope, receive, send, 401, REASON_UNAUTHORIZED)
+                return
+        if session is not None and session in sessions.expired:
+            await self._refuse(scope, receive, send, 404, sessions.expired[session])
+            return
+
+        async def acting_send(message: Any) -> None:
+            actions = scope.get(WIRE_ACTIONS)
+            if actions and message["type"] == "http.response.body":
+                action = _action_for(message.get("body", b""), actions)
+                if action == "reset":
+                    raise ConnectionResetError("transport_reset fault: the response is not sent")
+                if action == "duplicate":
+                    await send({**message, "more_body": True})
+            await send(message)
+
+        await self.app(scope, receive, acting_send)
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, reason: str) -> None:
+        extra = {"WWW-Authenticate": 'Bearer error="invalid_token"'} if status == 401 else {}
+        response = JSONResponse(json.loads(session_error_body(reason)), status_code=status, headers=extra)
+        await response(scope, receive, send)
+
+
+def _action_for(body: bytes, actions: dict[Any, str]) -> str | None:
+    """The wire action for the JSON-RPC response in ``body`` (an SSE event or a JSON body), if any."""
+    text = body.decode("utf-8", errors="replace")
+    candidates = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")] or [text]
+    for candidate in candidates:
+        if not candidate.startswith("{"):
+            continue
+        try:
+            message = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(message, dict) and ("result" in message or "error" in message):
+            request_id = message.get("id")
+            if request_id in actions:
+                return actions.pop(request_id)
+    return None
+
+
+def http_app(server: Serves, host: str, access: HttpAccess | None = None) -> ASGIApp:
+    """The Streamable HTTP app at ``/mcp`` with the host checks and, when set, the bearer token."""
+    access = access or HttpAccess()
+    app: ASGIApp = server.mcp.streamable_http_app(
+        streamable_http_path="/mcp",
+        host=host,
+        transport_security=transport_security(host, access.allowed_hosts),
+    )
+    layer = getattr(server, "protocol", None)
+    if isinstance(layer, ProtocolLayer):
+        app = ProtocolGuard(app, layer)
+    if access.auth_token is not None:
+        app = BearerTokenMiddleware(app, access.auth_token)
+    return app
 
 
 async def serve_http(
@@ -37,16 +449,24 @@ async def serve_http(
     *,
     sock: socket.socket | None = None,
     on_started: Callable[[str], None] | None = None,
+    access: HttpAccess | None = None,
 ) -> None:
     """Serve Streamable HTTP at ``http://HOST:PORT/mcp`` until cancelled.
 
-    The socket is bound here (or passed in), so a busy port raises `OSError` before anything starts,
-    and ``on_started`` gets the real URL (port 0 binds a free port).
+    A non-loopback ``host`` needs ``access`` with a token or ``insecure`` (`ExposureError` otherwise,
+    before anything is bound; the insecure warning goes to stderr). The socket is bound here (or passed
+    in), so a busy port raises `OSError` before anything starts, and ``on_started`` gets the real URL
+    (port 0 binds a free port).
     """
+    access = access or HttpAccess()
+    warning = check_exposure(host, access)
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
     if sock is None:
-        sock = socket.create_server((host, port))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family)
     bound_port = sock.getsockname()[1]
-    app = server.mcp.streamable_http_app(streamable_http_path="/mcp", host=host)
+    app = http_app(server, host, access)
     config = uvicorn.Config(app, host=host, port=bound_port, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
@@ -55,7 +475,8 @@ async def serve_http(
             await anyio.sleep(0.01)
             if http.should_exit:
                 raise OSError(f"the HTTP server on {host}:{bound_port} did not start")
-        url = f"http://{host}:{bound_port}/mcp"
+        shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{bound_port}/mcp"
         logger.info("serving MCP at %s", url)
         if on_started is not None:
             on_started(url)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from mcp_resili.errors import UserError
+from mcp_resili.errors import UserError, plain_validation_error
 from mcp_resili.faults.base import Fault, FaultDecision
 
 TRACE_FORMAT_VERSION = 1
@@ -121,8 +121,27 @@ class ReflectionEvent(BaseModel):
     error: str = ""
 
 
+class ProtocolEvent(BaseModel):
+    """What happened at the protocol layer of an episode (recorded only while protocol faults are on).
+
+    ``kind``: ``initialize`` (the client initialized or discovered again), ``list_tools`` (it listed
+    the tools), ``refused`` (a request met an expired session or a revoked token), ``notified``
+    (the server sent ``notifications/tools/list_changed``), ``renamed_call`` (a call used a renamed
+    tool's new name), ``delivered`` (how a transport or pressure fault reached the client),
+    ``answered`` (the client's answer to an elicitation or sampling request).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event: Literal["protocol"] = "protocol"
+    episode: str
+    seq: int
+    kind: str
+    method: str = ""
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
 TraceEvent = Annotated[
-    ToolCallEvent | FinishEvent | ModelTurnEvent | EpisodeEndEvent | ReflectionEvent,
+    ToolCallEvent | FinishEvent | ModelTurnEvent | EpisodeEndEvent | ReflectionEvent | ProtocolEvent,
     Field(discriminator="event"),
 ]
 _EVENT_ADAPTER: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
@@ -169,13 +188,15 @@ class Trace(BaseModel):
         try:
             header = TraceHeader.model_validate_json(numbered[0][1])
         except ValidationError as exc:
-            raise TraceError(f"{origin}:{numbered[0][0]}: not a trace header: {exc}") from None
+            raise TraceError(
+                f"{origin}:{numbered[0][0]}: not a trace header: {plain_validation_error(exc)}"
+            ) from None
         events = []
         for n, line in numbered[1:]:
             try:
                 events.append(_EVENT_ADAPTER.validate_json(line))
             except ValidationError as exc:
-                raise TraceError(f"{origin}:{n}: invalid event: {exc}") from None
+                raise TraceError(f"{origin}:{n}: invalid event: {plain_validation_error(exc)}") from None
         return cls(header=header, events=tuple(events))
 
     @classmethod

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mcp_resili.errors import UserError
+from mcp_resili.errors import UserError, plain_validation_error
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import Trace, TraceError
 
@@ -141,5 +141,5 @@ def load_workflow(path: Path) -> WorkflowGraph:
         return WorkflowGraph.model_validate_json(text)
     except ValidationError as exc:
         raise WorkflowFileError(
-            f"{path} is neither a workflow JSON file nor a trace JSONL file: {exc}"
+            f"{path} is neither a workflow JSON file nor a trace JSONL file: {plain_validation_error(exc)}"
         ) from None

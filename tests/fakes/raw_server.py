@@ -1,12 +1,19 @@
 """A hand-written JSON-RPC MCP server (handshake era) that sends a listing breaking the MCP schema.
 
 No SDK: a real third-party server may put anything on the wire, and `mcp-resili check` must say what.
+One tool's input schema has an array root (the SDK refuses the whole page); the others are valid MCP,
+one of them with a name no model provider accepts. It also prints a banner on stdout, as careless
+servers do.
 """
 
 import json
 import sys
 
-TOOLS = [{"name": "string_root", "description": "root is not an object", "inputSchema": {"type": "string"}}]
+TOOLS = [
+    {"name": "array_root", "description": "root is not an object", "inputSchema": {"type": "array"}},
+    {"name": "fine", "description": "a valid tool", "inputSchema": {"type": "object"}},
+    {"name": "spaced name", "description": "a name with a space", "inputSchema": {"type": "object"}},
+]
 
 
 def reply(message_id, result):
@@ -14,6 +21,7 @@ def reply(message_id, result):
     sys.stdout.flush()
 
 
+print("raw server 0.0.1 starting", flush=True)
 for line in sys.stdin:
     request = json.loads(line)
     method, message_id = request.get("method"), request.get("id")

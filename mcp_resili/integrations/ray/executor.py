@@ -82,6 +82,8 @@ class _Slot:
     actor: Any
     pid: int | None = None
     generation: int = 0
+    #: Actors of this slot in a row that died before they told their pid (never started).
+    stillborn: int = 0
 
 
 class RayExecutor:
@@ -186,6 +188,12 @@ class RayExecutor:
             actors.append(actor)
             return actor
 
+        def replace(slot: _Slot, generation: int) -> None:
+            # Only the first of a slot's feeders to notice a death replaces its actor.
+            if slot.generation == generation:
+                slot.actor, slot.pid, slot.generation = new_actor(), None, generation + 1
+                self.replaced += 1
+
         slots = [_Slot(new_actor()) for _ in range(count)]
         self.pids = [None] * count
         queue: deque[WorkItem] = deque(items)
@@ -197,11 +205,30 @@ class RayExecutor:
             nonlocal undelivered
             slot = slots[index]
             while queue and not failures:
+                generation = slot.generation
                 if slot.pid is None:
                     # Waits while Ray places the worker (a worker that never fits is simply not fed).
-                    slot.pid = self.pids[index] = await slot.actor.pid.remote()
+                    try:
+                        pid = await slot.actor.pid.remote()
+                    except ray.exceptions.RayActorError as exc:
+                        # Died while this feeder waited for it (killed, or it never started).
+                        if slot.generation == generation and slot.pid is None:
+                            slot.stillborn += 1
+                            if slot.stillborn >= MAX_ATTEMPTS:
+                                failures.append(
+                                    RayRunError(
+                                        f"Ray worker {index} died {slot.stillborn} times before it "
+                                        f"started ({type(exc).__name__}); stopping"
+                                    )
+                                )
+                                break
+                        replace(slot, generation)
+                        continue
+                    if slot.generation == generation:  # not an actor already replaced meanwhile
+                        slot.pid = self.pids[index] = pid
+                        slot.stillborn = 0
+                    continue
                 chunk = [queue.popleft() for _ in range(min(batch, len(queue)))]
-                generation = slot.generation
                 call = slot.actor.play_batch.remote(chunk)
                 if self.on_dispatch is not None:
                     self.on_dispatch(index, slot.pid, sum(len(i.chain) for i in chunk))
@@ -213,10 +240,7 @@ class RayExecutor:
                     except RayRunError as gave_up:
                         failures.append(gave_up)
                         break
-                    if slot.generation == generation:
-                        # The first of this slot's calls to notice: one replacement per death.
-                        slot.actor, slot.pid, slot.generation = new_actor(), None, generation + 1
-                        self.replaced += 1
+                    replace(slot, generation)
                     continue
                 except ray.exceptions.RayTaskError as exc:
                     # The worker raised (e.g. a model key missing on its node): the run stops with it.

@@ -11,13 +11,14 @@ from collections.abc import Sequence
 from mcp_resili.registry.suites import Suite, UnknownTaskError, get_suite
 from mcp_resili.report.section import ReportSection
 from mcp_resili.store import EpisodeRow
-from mcp_resili.suites.resilibench.agents import PlanFollowerAgent
+from mcp_resili.suites.resilibench.agents import GreedyRetryAgent, PlanFollowerAgent
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults, parse_resilibench_spec
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.prompts import VARIANTS, render_prompt
 from mcp_resili.suites.resilibench.report import resilibench_sections
 from mcp_resili.suites.resilibench.scoring import score
 from mcp_resili.suites.resilibench.tasks import default_tasks, full_tasks
+from mcp_resili.suites.resilibench.world import initial_state
 from mcp_resili.tasks.model import Task
 
 __all__ = ["ResiliBenchFaults", "resilibench_library", "suite"]
@@ -52,8 +53,9 @@ def suite() -> Suite:
         default_faults="resilibench",
         variants=VARIANTS,
         enforce_dependencies=True,
+        initial_state=initial_state,
         report_sections=report_sections,
         discovery=True,
         fault_specs={"resilibench": parse_resilibench_spec},
-        agents={"plan-follower": PlanFollowerAgent},
+        agents={"plan-follower": PlanFollowerAgent, "greedy-retry": GreedyRetryAgent},
     )

@@ -26,6 +26,7 @@ from mcp_resili.registry import ToolFailure, ToolLibrary
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.optimal import solve_optimal_workflow
+from mcp_resili.suites.resilibench.world import WORLD_KEY, World
 from mcp_resili.tasks.model import (
     Binding,
     ConstantBinding,
@@ -296,7 +297,7 @@ def build_workflow(library: ToolLibrary, draft: _Draft) -> Workflow:
 
 
 def _solvable(library: ToolLibrary, workflow: Workflow, inputs: dict[str, Any]) -> bool:
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {WORLD_KEY: World.of(workflow, inputs)}
     results: dict[str, Any] = {}
     try:
         for step in workflow.steps:

@@ -6,12 +6,17 @@ from functools import cache
 
 from mcp_resili.registry.library import ToolLibrary, load_specs
 from mcp_resili.suites.resilibench.simulators import SIMULATORS
+from mcp_resili.suites.resilibench.world import checked
 
 
 @cache
 def resilibench_library() -> ToolLibrary:
-    """The 30 ResiliBench tools with their declared errors, dependencies and simulators."""
-    return ToolLibrary("resilibench", load_specs(__package__ or __name__, "tools.json"), SIMULATORS)
+    """The 30 ResiliBench tools with their declared errors, dependencies and simulators.
+
+    Every simulator runs behind its world checks (`world.check_call`).
+    """
+    simulators = {name: checked(name, simulator) for name, simulator in SIMULATORS.items()}
+    return ToolLibrary("resilibench", load_specs(__package__ or __name__, "tools.json"), simulators)
 
 
 __all__ = ["resilibench_library"]

@@ -3,21 +3,24 @@
 The paper (§1, §3.3, App. D) frames tool use as an MDP and approximates its optimum with PPO. Under
 ResiliBench's failure model the MDP is small enough to solve exactly, so we do.
 
-**The MDP** (one tool call per turn, as the paper's protocol enforces; the ``finish`` call takes a
-turn of its own):
+**The MDP** is over the episode's *call budget* (`mcp_resili.scoring.termination`: every call
+counts, ``finish`` included; how an agent groups calls into model turns does not matter, since
+seeing results between calls can only help, so the MDP makes one call per step):
 
 * state = (set of workflow steps that have succeeded, the fault model's history summary, the number
-  of consecutive failed calls, turns left). The history summary is the last ``history_window``
+  of consecutive failed calls, calls left). The history summary is the last ``history_window``
   outcomes (or the count of all failures when the window is ``None``), which is all the
   `ResiliBenchFaults` rule reads once dependencies are enforced.
 * actions = call a *ready* step (every DAG predecessor has succeeded), make a call the server
-  refuses (a step whose dependencies have not succeeded: it costs a turn and counts as a failed call
-  for the termination rule, but never reaches the fault model), or finish.
+  refuses (a step whose dependencies have not succeeded: it costs a call and counts as a failed
+  call for the termination rule, but never reaches the fault model), make a *filler* call (a tool
+  outside the pending steps, or a step that already succeeded: it meets the fault model like any
+  call and moves the history, but no step), or finish.
 * a call of a ready step succeeds with ``p = clamp(base · history_factor^failures)``: with
   dependencies enforced every dependency has succeeded and (never being called again) its latest
   run is that success, so the dependency factors are 1.
 * the episode is lost when ``CONSECUTIVE_FAILURES`` calls in a row fail (the termination rule), or
-  when the turns run out before every step has succeeded and ``finish`` has been called.
+  when the calls run out before every step has succeeded and ``finish`` has been called.
 
 The value is the probability of **full success** (all steps succeeded, in DAG order, and the
 completion signal), maximised over policies; the plan is the DP's choice of step when every call
@@ -28,8 +31,11 @@ suite does not use.
 
 **Bound (ii)** (`clairvoyant_full_success`): an agent that knows every fault draw in advance (the
 roll of call ``o`` of tool ``t`` is ``derive_rng(seed, fault_key, t, o).random()``) and plays the
-same actions. A depth-first search decides whether some order of calls reaches full success.
-Re-calling a step that already succeeded, or calling tools outside the workflow, is not considered.
+same actions. A depth-first search decides whether some sequence of calls reaches full success.
+Filler calls are assumed to succeed whenever the agent wants one (with some twenty tools outside any
+workflow, a clairvoyant agent nearly always has one whose next draw succeeds): an over-approximation,
+so "impossible" stays a proof. Rules that only cut an agent short (more than 15 successes, a loop)
+are left out for the same reason.
 """
 
 from __future__ import annotations
@@ -51,9 +57,9 @@ from mcp_resili.tasks.model import Task, Workflow
 
 #: A history summary: the last ``window`` outcomes (True = success), or the total failure count.
 History = tuple[bool, ...] | int
-#: A policy's move: call step index ``i``, make a refused call, or finish.
+#: A policy's move: call step index ``i``, make a refused call, a filler call, or finish.
 Action = tuple[str, int]
-CALL, REFUSED, FINISH = "call", "refused", "finish"
+CALL, REFUSED, FILLER, FINISH = "call", "refused", "filler", "finish"
 #: Depth-first-search nodes bound (ii) may visit before it answers "unknown" (None).
 CLAIRVOYANT_NODE_BUDGET = 200_000
 
@@ -177,6 +183,8 @@ def _value_function(graph: _Graph, faults: ResiliBenchFaults) -> Callable[[int, 
             best = max(
                 best, p * value(done | 1 << i, _push(faults, history, True), 0, turns - 1) + (1 - p) * fail
             )
+        # A filler call: same odds as a step, no progress (never better, but the DP proves it).
+        best = max(best, p * value(done, _push(faults, history, True), 0, turns - 1) + (1 - p) * fail)
         if len(graph.ready(done)) < graph.remaining(done) and not lost:
             best = max(best, value(done, history, consecutive + 1, turns - 1))  # a refused call
         return best
@@ -193,8 +201,8 @@ def policy_success_probability(
 ) -> float:
     """Exact P(full success) of a deterministic ``policy`` in the same MDP (to check the DP against).
 
-    Calling a step that is not ready is a refused call; calling a step that already succeeded is
-    outside the modelled action set and raises ``ValueError``.
+    Calling a step that is not ready is a refused call; calling a step that already succeeded is a
+    filler call.
     """
     _check_rule(faults)
     graph = _Graph.of(workflow)
@@ -206,15 +214,15 @@ def policy_success_probability(
         kind, i = policy(done, history, consecutive, turns)
         if kind == FINISH:
             return 1.0 if done == graph.full else 0.0
-        if kind == CALL and done >> i & 1:
-            raise ValueError(f"policy re-calls step {graph.ids[i]!r}, which already succeeded")
         lost = consecutive + 1 >= CONSECUTIVE_FAILURES
-        if kind == REFUSED or i not in graph.ready(done):
+        filler = kind == FILLER or (kind == CALL and bool(done >> i & 1))
+        if not filler and (kind == REFUSED or i not in graph.ready(done)):
             # Refused by the dependency gate: a failed call for the termination rule, unseen by faults.
             return 0.0 if lost else value(done, history, consecutive + 1, turns - 1)
         p = ready_probability(faults, _failures(history))
         fail = 0.0 if lost else value(done, _push(faults, history, False), consecutive + 1, turns - 1)
-        return p * value(done | 1 << i, _push(faults, history, True), 0, turns - 1) + (1 - p) * fail
+        gained = 0 if filler else 1 << i
+        return p * value(done | gained, _push(faults, history, True), 0, turns - 1) + (1 - p) * fail
 
     return value(0, _start(faults), 0, max_turns)
 
@@ -233,7 +241,7 @@ def first_pending_policy(workflow: Workflow) -> Policy:
 
 
 def random_policy(workflow: Workflow, seed: int) -> Policy:
-    """A deterministic but arbitrary policy (seeded table): any ready step, refused calls, early finish."""
+    """A deterministic, arbitrary policy (seeded table): any step, refused and filler calls, early finish."""
     graph = _Graph.of(workflow)
 
     def policy(done: int, history: History, consecutive: int, turns: int) -> Action:
@@ -243,6 +251,7 @@ def random_policy(workflow: Workflow, seed: int) -> Policy:
         choices: list[Action] = [(CALL, i) for i in graph.ready(done)]
         blocked = [i for i in range(len(graph.ids)) if not done >> i & 1 and i not in graph.ready(done)]
         choices += [(CALL, i) for i in blocked]  # refused by the server
+        choices += [(FILLER, -1), (CALL, rng.randrange(len(graph.ids)))]  # may re-call a finished step
         if rng.random() < 0.05:
             return (FINISH, -1)
         return rng.choice(choices)
@@ -285,10 +294,13 @@ def clairvoyant_full_success(
         outcomes = [(i, roll(graph.tools[i], ordinals[i]) < p) for i in ready]
         # Successes first: a feasible episode is then found along its first path.
         for i, ok in sorted(outcomes, key=lambda o: not o[1]):
-            if ok:
-                if search(done | 1 << i, ordinals, _push(faults, history, True), 0, turns - 1):
-                    return True
-            elif consecutive + 1 < CONSECUTIVE_FAILURES:
+            if ok and search(done | 1 << i, ordinals, _push(faults, history, True), 0, turns - 1):
+                return True
+        # A filler success: no progress, but a cleaner history and no failure streak.
+        if search(done, ordinals, _push(faults, history, True), 0, turns - 1):
+            return True
+        for i, ok in outcomes:  # burn a failing draw to reach the next one
+            if not ok and consecutive + 1 < CONSECUTIVE_FAILURES:
                 bumped = (*ordinals[:i], ordinals[i] + 1, *ordinals[i + 1 :])
                 if search(done, bumped, _push(faults, history, False), consecutive + 1, turns - 1):
                     return True

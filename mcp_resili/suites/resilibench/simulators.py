@@ -12,7 +12,9 @@ import csv
 import hashlib
 import io
 import json
+import math
 import statistics
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -77,26 +79,54 @@ def _render(records: list[dict[str, Any]], fmt: str) -> str:
     return out.getvalue()
 
 
+#: Largest magnitude of a parsed id or value (the JSON-safe range the server allows in arguments).
+MAX_NUMBER = 2**53 - 1
+
+
 def _parse(content: str, fmt: str) -> list[dict[str, Any]]:
+    """Records from ``content`` in ``fmt``; anything unreadable is the tool's INVALID_INPUT."""
     try:
         if fmt == "json":
             loaded = json.loads(content)
             if not isinstance(loaded, list):
                 raise ValueError("expected a JSON list of records")
-            return [dict(r) for r in loaded]
-        if fmt == "xml":
-            import xml.etree.ElementTree as ET
-
-            root = ET.fromstring(content)
-            rows = [dict(el.attrib) for el in root]
+            records = [dict(r) for r in loaded]
         else:
-            rows = list(csv.DictReader(io.StringIO(content)))
-        return [
-            {"id": int(r["id"]), "name": r["name"], "category": r["category"], "value": float(r["value"])}
-            for r in rows
-        ]
-    except (ValueError, KeyError, TypeError) as exc:
+            rows = (
+                [dict(el.attrib) for el in ET.fromstring(content)]
+                if fmt == "xml"
+                else list(csv.DictReader(io.StringIO(content)))
+            )
+            records = [
+                {"id": int(r["id"]), "name": r["name"], "category": r["category"], "value": float(r["value"])}
+                for r in rows
+            ]
+    # ET.ParseError: content in another format (e.g. CSV given as XML), the format-mismatch flaw.
+    except (ValueError, KeyError, TypeError, ET.ParseError, csv.Error, RecursionError) as exc:
         raise ToolFailure("INVALID_INPUT", f"cannot parse {fmt} content: {exc}") from None
+    for record in records:
+        problem = _record_problem(record)
+        if problem is not None:
+            raise ToolFailure("INVALID_INPUT", f"cannot parse {fmt} content: {problem}")
+    return records
+
+
+def _record_problem(record: dict[str, Any]) -> str | None:
+    """What makes a parsed record unusable downstream (the parser's output schema), or None."""
+    missing = [key for key in ("id", "name", "category", "value") if key not in record]
+    if missing:
+        return f"a record lacks {', '.join(missing)}"
+    ident, value = record["id"], record["value"]
+    integral = isinstance(ident, int) or (isinstance(ident, float) and ident.is_integer())
+    if isinstance(ident, bool) or not integral:
+        return f"id {ident!r:.40} is not an integer"
+    if not isinstance(record["name"], str) or not isinstance(record["category"], str):
+        return "name and category must be text"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"value {value!r:.40} is not a number"
+    if not math.isfinite(value) or abs(value) > MAX_NUMBER or abs(ident) > MAX_NUMBER:
+        return "id or value out of range"
+    return None
 
 
 def _text_data(args: Mapping[str, Any]) -> tuple[str, str]:
@@ -105,12 +135,23 @@ def _text_data(args: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _records(args: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [dict(r) for r in args["data"]["records"]]
+    records = args["data"].get("records")
+    if not isinstance(records, list) or not all(isinstance(r, Mapping) for r in records):
+        raise ToolFailure("INVALID_INPUT", "data.records must be a list of record objects")
+    return [dict(r) for r in records]
 
 
 def _options(args: Mapping[str, Any]) -> Mapping[str, Any]:
     options = args.get("options") or {}
     return options if isinstance(options, Mapping) else {}
+
+
+def _option_number(args: Mapping[str, Any], key: str, default: float) -> float:
+    """A numeric option (the input schema types the known ones; this guards the rest)."""
+    value = _options(args).get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ToolFailure("INVALID_INPUT", f"options.{key} must be a number, got {value!r:.60}")
+    return float(value)
 
 
 # --- file_operations -------------------------------------------------------------------------------
@@ -194,7 +235,7 @@ def _data_transformer(args: Mapping[str, Any], state: ToolState) -> dict[str, An
     if operation == "uppercase":
         out = [{**r, "name": str(r["name"]).upper()} for r in records]
     elif operation == "scale":
-        factor = float(_options(args).get("factor", 2))
+        factor = _option_number(args, "factor", 2)
         out = [{**r, "value": round(float(r["value"]) * factor, 2)} for r in records]
     else:
         top = max((abs(float(r["value"])) for r in records), default=0.0) or 1.0
@@ -229,7 +270,7 @@ def _data_aggregator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any
 def _data_filter(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     options = _options(args)
     records = _records(args)
-    threshold = float(options.get("min_value", 0))
+    threshold = _option_number(args, "min_value", 0)
     category = options.get("category")
     kept = [
         r
@@ -339,7 +380,7 @@ def _comp_predictor(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]
 
 
 def _comp_optimizer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
-    budget = int(_options(args).get("limit", 3))
+    budget = int(_option_number(args, "limit", 3))
     ranked = sorted(_records(args), key=lambda r: (-float(r["value"]), int(r["id"])))[: max(1, budget)]
     return _ok(
         {
@@ -350,8 +391,14 @@ def _comp_optimizer(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]
     )
 
 
+#: Most simulation runs one call may ask for (the input schema's maximum too).
+MAX_ITERATIONS = 10_000
+
+
 def _comp_simulator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
-    iterations = int(_options(args).get("iterations", 10))
+    iterations = int(_option_number(args, "iterations", 10))
+    if not 1 <= iterations <= MAX_ITERATIONS:
+        raise ToolFailure("INVALID_INPUT", f"options.iterations must be from 1 to {MAX_ITERATIONS}")
     base = _digest("sim", json.dumps(args["data"], sort_keys=True))
     outcomes = [((base >> (i % 48)) % 1000) / 10 for i in range(max(1, iterations))]
     return _ok({"runs": len(outcomes), "mean_outcome": round(statistics.fmean(outcomes), 4)})
@@ -374,9 +421,9 @@ def _int_connector(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
 
 def _int_mapper(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     mapping = _options(args).get("mapping") or {"name": "label"}
-    out = [
-        {**r, **{str(new): r[old] for old, new in dict(mapping).items() if old in r}} for r in _records(args)
-    ]
+    if not isinstance(mapping, Mapping):
+        raise ToolFailure("INVALID_INPUT", "options.mapping must map field names to new names")
+    out = [{**r, **{str(new): r[old] for old, new in mapping.items() if old in r}} for r in _records(args)]
     return _ok({"records": out, "record_count": len(out)}, mapping=dict(mapping))
 
 

@@ -64,7 +64,7 @@ class ToolMazeAgent:
         retries = 0
         failed: set[str] = set()
         for call, result in pairs:
-            problems = [] if result.is_error else anomalies(call.arguments, result.structured)
+            problems = [] if result.is_error else anomalies(call.name, call.arguments, result.structured)
             if not result.is_error and (not problems or self.on_anomaly == "ignore"):
                 done.append((path[len(done)][0], result.structured or {}))
                 retries = 0

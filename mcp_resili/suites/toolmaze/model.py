@@ -2,8 +2,11 @@
 
 The layout follows the paper's task template: a ``chain`` of numbered steps, each a tool or an
 ``ALTERNATIVE`` slot, with ``arg_bindings`` whose source is ``user_input``, ``prev`` (the previous
-step of the path), ``step`` (an earlier chain step, by number) or ``constant``. A `ToolMazeTask` is a
-`Task` (its ``workflow`` is the shortest valid path s*), so every generic part of mcp-resili works on it.
+step of the path), ``step`` (an earlier chain step, by number) or ``constant``; ``field`` is a dotted
+path into that step's record (``price.amount``). Bindings to earlier steps make the chain a DAG: a
+step that binds ``step`` 1 instead of ``prev`` starts a parallel branch, and a step binding two
+branches joins them. A `ToolMazeTask` is a `Task` (its ``workflow`` is the shortest valid path s*),
+so every generic part of mcp-resili works on it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mcp_resili.suites.toolmaze.corrupt import Corruption
+from mcp_resili.suites.toolmaze.corrupt import Corruption, get_path
 from mcp_resili.tasks.model import Task
 
 Level = Literal["C1", "C2", "C3", "C4"]
@@ -157,6 +160,30 @@ class ToolMazeTask(Task):
         """Index of s* among the valid paths."""
         return self.valid_paths.index(self.shortest_path)
 
+    def element(self, step: int) -> ChainElement:
+        """The chain element numbered ``step``."""
+        return self.chain[step - 1]
+
+
+#: One data-flow edge of a path step: (argument, index of the producing path step, field it reads).
+Link = tuple[str, int, str]
+
+
+def path_links(path: Sequence[tuple[int, PathStep]]) -> list[list[Link]]:
+    """For each step of ``path``, the ``prev``/``step`` bindings it has, resolved to producing steps."""
+    last_of: dict[int, int] = {}
+    links: list[list[Link]] = []
+    for i, (number, step) in enumerate(path):
+        mine: list[Link] = []
+        for name, b in step.arg_bindings.items():
+            if b.source == "prev":
+                mine.append((name, i - 1, str(b.field)))
+            elif b.source == "step":
+                mine.append((name, last_of[int(b.step_number or 0)], str(b.field)))
+        links.append(mine)
+        last_of[number] = i
+    return links
+
 
 def resolve_path_arguments(
     step: PathStep,
@@ -176,9 +203,9 @@ def resolve_path_arguments(
         elif binding.source == "user_input":
             arguments[name] = inputs[str(binding.field)]
         elif binding.source == "prev":
-            arguments[name] = (prev or {}).get(str(binding.field))
+            arguments[name] = get_path(prev or {}, str(binding.field))
         else:
-            arguments[name] = by_step.get(int(binding.step_number or 0), {}).get(str(binding.field))
+            arguments[name] = get_path(by_step.get(int(binding.step_number or 0), {}), str(binding.field))
     return arguments
 
 
@@ -191,7 +218,7 @@ class ToolMazeTaskSet(BaseModel):
     """The stored ToolMaze task set."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    format_version: Literal[1] = 1
+    format_version: Literal[2] = 2
     suite: Literal["toolmaze"] = "toolmaze"
     seed: int
     generator: str

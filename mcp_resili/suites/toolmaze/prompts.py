@@ -7,8 +7,9 @@ from mcp_resili.tasks.model import Task
 VARIANTS = ("baseline", "hint")
 
 _INSTRUCTIONS = """\
-Use the available tools. Each tool returns a record; pass its `ref` (and `value` where asked) to \
-the next step. When the request is done, call `finish` with status "completed" and a one-line summary."""
+Use the available tools. Each tool returns a record with an id (a field ending in `_id`) and a \
+figure; a later step takes them as its inputs. When the request is done, call `finish` with status \
+"completed" and a one-line summary."""
 
 _HINT = """\
 Be careful: tools may fail or return unexpected data.

@@ -46,7 +46,11 @@ def toolmaze_summary_table(summary: dict[str, Any]) -> Table:
 
 def toolmaze_table(metrics: Iterable[dict[str, Any]]) -> Table:
     """The metrics as a terminal table (percentages)."""
-    table = Table(title="ToolMaze metrics (RC: lower is better)", title_justify="left")
+    table = Table(
+        title="ToolMaze metrics (RC: lower is better; RC': abort-aware on unsolvable episodes; "
+        "DUP: writes executed twice)",
+        title_justify="left",
+    )
     for name in (
         "model",
         "variant",
@@ -56,7 +60,9 @@ def toolmaze_table(metrics: Iterable[dict[str, Any]]) -> Table:
         "perturbed",
         "TSR %",
         "PRR %",
+        "DUP %",
         "RC %",
+        "RC' %",
         "composite %",
     ):
         table.add_column(name, justify="left" if name in ("model", "variant", "mode", "level") else "right")
@@ -71,7 +77,9 @@ def toolmaze_table(metrics: Iterable[dict[str, Any]]) -> Table:
             str(m["perturbed"]),
             f"{100 * m['tsr']:.1f}",
             prr,
+            f"{100 * m.get('duplicates', 0.0):.1f}",
             f"{100 * m['rc']:.1f}",
+            f"{100 * m.get('rc_abort', m['rc']):.1f}",
             f"{100 * m['composite']:.1f}",
         )
     return table
@@ -80,8 +88,9 @@ def toolmaze_table(metrics: Iterable[dict[str, Any]]) -> Table:
 def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
     """ToolMaze's section of ``mcp-resili report``: TSR, PRR and RC by mode and level, with intervals.
 
-    TSR and PRR are rates (95% Wilson intervals over trajectories, resp. perturbed ones); RC is a
-    mean over trajectories of the recovery cost (0 when unperturbed), with a normal 95% interval.
+    TSR and PRR are rates (95% Wilson intervals over trajectories, resp. perturbed ones), DUP the rate
+    of trajectories with a write executed twice; RC and RC' (abort-aware) are means over trajectories
+    of the recovery cost (0 when unperturbed), with a normal 95% interval.
     Charts: TSR by mode per model (all levels pooled) and one TSR heatmap mode × level per model.
     """
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -102,7 +111,11 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
         tsr = rate(sum(1 for m in members if m["i_succ"]), n)
         prr = rate(sum(1 for m in perturbed if m["i_recov"]), len(perturbed)) if perturbed else None
         rc = mean_interval([float(m["c_rec"] or 0.0) if m["i_pert"] else 0.0 for m in members])
-        assert rc is not None  # members is never empty
+        rc_abort = mean_interval(
+            [float(m.get("c_rec_abort", m["c_rec"]) or 0.0) if m["i_pert"] else 0.0 for m in members]
+        )
+        duplicates = rate(sum(1 for m in members if int(m.get("duplicate_writes") or 0) > 0), n)
+        assert rc is not None and rc_abort is not None  # members is never empty
         entry: dict[str, Any] = {
             "model": model,
             "variant": variant,
@@ -112,7 +125,12 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
             "perturbed": len(perturbed),
             "tsr": tsr.to_dict(),
             "prr": None if prr is None else prr.to_dict(),
+            "duplicates": duplicates.to_dict(),
             "rc": {"mean": round(rc[0], 4), "ci95": [round(rc[1], 4), round(rc[2], 4)]},
+            "rc_abort": {
+                "mean": round(rc_abort[0], 4),
+                "ci95": [round(rc_abort[1], 4), round(rc_abort[2], 4)],
+            },
         }
         data.append(entry)
         table_rows.append(
@@ -125,13 +143,27 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
                 str(len(perturbed)),
                 rate_cell(entry["tsr"]),
                 "–" if prr is None else rate_cell(entry["prr"]),
+                rate_cell(entry["duplicates"]),
                 f"{100 * rc[0]:.1f} ({100 * rc[1]:.0f}–{100 * rc[2]:.0f})",
+                f"{100 * rc_abort[0]:.1f} ({100 * rc_abort[1]:.0f}–{100 * rc_abort[2]:.0f})",
             )
         )
     blocks: list[TableBlock | ChartBlock | NoteBlock] = [
         TableBlock(
-            "TSR, PRR and RC by mode and level (95% CI; RC: lower is better)",
-            ("model", "variant", "mode", "level", "n", "perturbed", "TSR %", "PRR %", "RC %"),
+            "TSR, PRR, DUP and RC by mode and level (95% CI; RC: lower is better; RC' abort-aware)",
+            (
+                "model",
+                "variant",
+                "mode",
+                "level",
+                "n",
+                "perturbed",
+                "TSR %",
+                "PRR %",
+                "DUP %",
+                "RC %",
+                "RC' %",
+            ),
             tuple(table_rows),
         )
     ]

@@ -3,12 +3,15 @@
 Per trajectory, from the trace and the task alone:
 
 * **I_pert**: a call was perturbed (a ``toolmaze`` fault fired on it).
-* **taint**: the values a corrupted record changed (`CHANGED_FIELDS`) are tainted; a later call whose
-  arguments contain a tainted value *propagated* the corruption, and its own ``ref``/``value`` become
-  tainted in turn.
+* **taint**: the values a corruption changed in the fields later steps read (the record id, the
+  figure, the subject: `corrupt.CONSUMED_FACETS`) are tainted; a later call whose arguments contain a
+  tainted value *propagated* the corruption, and the id and figure it returns become tainted in turn.
 * **I_succ**: some valid path was completed by *clean* calls (no error, no fault, no tainted
-  argument) linked by data flow (each step's ``ref`` argument is the ``ref`` of a clean call of the
-  path's previous tool), and the agent did not abort.
+  argument) on the right data: every argument a path step binds to an earlier step (``prev`` /
+  ``step``) equals that field of a clean call of the producing step made before it (figures within a
+  cent), every ``user_input`` argument is the task's input, in any order the DAG allows (parallel
+  branches in either order); and the agent did not abort. Constants (the action ``priority``) are
+  not checked.
 * **I_recov**: every perturbed slot was handled by a valid strategy, judged from the first
   perturbed call of the slot (victim ``v``):
 
@@ -22,28 +25,41 @@ Per trajectory, from the trace and the task alone:
   I_recov does not depend on final success (paper).
 * **c**: tool calls after the first perturbed call; **c***: the fewest calls any agent needs from
   there to finish (`optimal_recovery_calls`); **C_rec** = 1 − c*/max(c, c*)·I_succ (1 when perturbed
-  and failed, 0 when not perturbed).
+  and failed, 0 when not perturbed), the paper's formula.
+* **C_rec (abort-aware)**, our addition: the paper's formula gives 1 to every trajectory of an
+  unsolvable episode (C1 under a permanent fault: I_succ is always 0), a perfect abort included. There
+  the goal is a graceful abort and c* = 0, so we score C_rec' = 1 − I_abort/(1 + c): 0 for an abort
+  right after the victim, 1 − 1/3 after two retries, 1 without a graceful abort. Elsewhere C_rec' =
+  C_rec. Both are reported (``c_rec``, ``c_rec_abort``; RC and RC').
+* **duplicate side effects**: an action (a write) that executed more than once (retried or switched
+  after it had already run, e.g. a booking whose confirmation came back corrupted) is flagged in the
+  verdict (``duplicate_writes``, the reasons name it and, for bookings, what was booked) and its rate
+  is reported beside PRR. It changes neither I_succ nor I_recov (the paper's definitions).
 
 Aggregates over the trajectories of a mode m: TSR = mean I_succ; PRR = Σ I_recov·I_pert / Σ I_pert
 (None without perturbed runs); RC = Σ I_pert·C_rec / |T_m|; composite = (TSR + PRR + 1 − RC)/3 (with
-PRR missing, the mean of TSR and 1 − RC).
+PRR missing, the mean of TSR and 1 − RC); RC' likewise from C_rec'; DUP = share of trajectories with a
+duplicate side effect.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mcp_resili.scoring.model import Score
-from mcp_resili.suites.toolmaze.corrupt import CHANGED_FIELDS, CorruptFault
+from mcp_resili.suites.toolmaze.corrupt import CorruptFault, changed_paths, consumed_paths, get_path
 from mcp_resili.suites.toolmaze.faults import TRANSIENT_MODES
-from mcp_resili.suites.toolmaze.model import ToolMazeTask
+from mcp_resili.suites.toolmaze.library import corpus_index
+from mcp_resili.suites.toolmaze.model import PathStep, ToolMazeTask, path_links
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import ModelTurnEvent, ToolCallEvent, Trace
 
 ABORT_PHRASE = "task aborted"
+#: How far a figure passed on may be from the one received (agents may round to cents).
+TOLERANCE = 0.005
 
 
 def trace_mode(trace: Trace) -> str:
@@ -77,12 +93,24 @@ def _key(value: Any) -> tuple[str, Any] | None:
     return None
 
 
+def _leaves(value: Any) -> Iterable[Any]:
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
 def _argument_keys(arguments: Mapping[str, Any]) -> set[tuple[str, Any]]:
-    return {k for k in (_key(v) for v in arguments.values()) if k is not None}
+    return {k for k in (_key(v) for v in _leaves(dict(arguments))) if k is not None}
 
 
-def taint(calls: list[ToolCallEvent]) -> tuple[set[int], dict[int, str]]:
-    """Indices of calls that consumed corrupted values, and for each the corrupted call it traces to."""
+def taint(calls: Sequence[ToolCallEvent]) -> tuple[set[int], dict[int, str]]:
+    """Indices of calls that consumed corrupted values, and for each the corrupted tool it traces to."""
+    known = corpus_index().tools
     tainted: dict[tuple[str, Any], int] = {}
     consumers: set[int] = set()
     origin: dict[int, str] = {}
@@ -93,50 +121,88 @@ def taint(calls: list[ToolCallEvent]) -> tuple[set[int], dict[int, str]]:
             root = tainted[min(hits, key=str)]
             consumers.add(i)
             origin[i] = calls[root].tool
-            if not call.is_error and call.result is not None:
-                for field in ("ref", "value"):
-                    key = _key(call.result.get(field))
-                    if key is not None:
+            if not call.is_error and call.result is not None and call.tool in known:
+                for path in consumed_paths(call.tool):
+                    key = _key(get_path(call.result, path))
+                    if key is not None and key[0] != "null":
                         tainted.setdefault(key, root)
         if isinstance(call.fault, CorruptFault) and not call.is_error and call.result is not None:
-            for field in CHANGED_FIELDS[call.fault.corruption]:
-                key = _key(call.result.get(field))
+            read = set(consumed_paths(call.tool))
+            for path in changed_paths(call.tool, call.fault.corruption):
+                key = _key(get_path(call.result, path)) if path in read else None
                 if key is not None:
                     tainted.setdefault(key, i)
     return consumers, origin
 
 
-def _linked_progress(path: tuple[str, ...], calls: list[ToolCallEvent], clean: set[int]) -> int:
-    """How many leading steps of ``path`` clean calls completed, each fed the previous step's ref."""
-    frontier: list[tuple[int, Any]] = [(-1, None)]
-    for depth, tool in enumerate(path):
-        reached: list[tuple[int, Any]] = []
-        for i, call in enumerate(calls):
-            if i not in clean or call.tool != tool or call.result is None:
+def _close(given: Any, expected: Any) -> bool:
+    if isinstance(expected, bool) or isinstance(given, bool):
+        return given is expected
+    if isinstance(expected, int | float) and isinstance(given, int | float):
+        return abs(float(given) - float(expected)) <= TOLERANCE + 1e-9 * abs(float(expected))
+    return expected is not None and given == expected
+
+
+def _inputs_match(step: PathStep, arguments: Mapping[str, Any], inputs: Mapping[str, Any]) -> bool:
+    for name, binding in step.arg_bindings.items():
+        if binding.source == "user_input":
+            given, wanted = arguments.get(name), inputs.get(str(binding.field))
+            if not isinstance(given, str) or str(wanted).strip().casefold() != given.strip().casefold():
+                return False
+    return True
+
+
+def reached_calls(
+    task: ToolMazeTask, path: Sequence[tuple[int, PathStep]], calls: Sequence[ToolCallEvent], clean: set[int]
+) -> list[list[int]]:
+    """For each step of ``path``, the clean calls that performed it on the right data."""
+    links = path_links(path)
+    reached: list[list[int]] = []
+    for i, (_, step) in enumerate(path):
+        hits = []
+        for c, call in enumerate(calls):
+            if c not in clean or call.tool != step.tool or call.result is None:
                 continue
-            if depth == 0 or any(
-                i > seq and call.arguments.get("ref") == ref and ref is not None for seq, ref in frontier
+            if not _inputs_match(step, call.arguments, task.inputs):
+                continue
+            if all(
+                any(
+                    p < c and _close(call.arguments.get(arg), get_path(calls[p].result, field))
+                    for p in reached[j]
+                )
+                for arg, j, field in links[i]
             ):
-                reached.append((i, call.result.get("ref")))
-        if not reached:
-            return depth
-        frontier = reached
-    return len(path)
+                hits.append(c)
+        reached.append(hits)
+    return reached
 
 
-def optimal_recovery_calls(task: ToolMazeTask, mode: str, victim: str) -> int:
+def _slot_cost(task: ToolMazeTask, element_step: int, done: set[str], armed: set[str]) -> int:
+    element = task.element(element_step)
+    if not element.is_alternative:
+        return 0 if element.tool_name in done else 1
+    group = task.group(str(element.alternative_id))
+    cost = min(len(m) - sum(1 for s in m if s.tool in done) for m in group.members)
+    return cost + (1 if group.id in armed and cost > 0 else 0)
+
+
+def optimal_recovery_calls(
+    task: ToolMazeTask, mode: str, victim: str, done: Iterable[str] | None = None
+) -> int:
     """c*: the fewest tool calls after the first perturbed call (on ``victim``) that finish the task.
 
     The perturbed slot costs a retry plus the rest of its member (transient) or the cheapest other
-    member (a switch); every later armed slot costs one failed call plus its shortest member (the
-    first tool tried there is perturbed whatever it is); other steps cost one call each. A permanent
-    fault on a step without alternatives cannot be recovered: stopping at once (0) is optimal.
+    member (a switch); every other armed slot still to do costs one failed call plus its shortest
+    member (the first tool tried there is perturbed whatever it is); other steps still to do cost one
+    call each. ``done`` names the tools that already ran cleanly before the perturbed call; without
+    it, every step before the victim's in chain order counts as done (an agent walking the chain in
+    order). A permanent fault on a step without alternatives cannot be recovered: stopping (0).
     """
     transient = mode in TRANSIENT_MODES
     slot = task.perturbations.slot_of(victim)
     if slot is None:
         raise ValueError(f"task {task.id}: {victim!r} is in no armed slot")
-    armed = {s.group for s in task.perturbations.slots if s.group}
+    armed = {s.group for s in task.perturbations.slots if s.group and s.id != slot.id}
     if slot.group is None:
         position = next(e.step for e in task.chain if e.tool_name == victim)
         if not transient:
@@ -152,15 +218,16 @@ def optimal_recovery_calls(task: ToolMazeTask, mode: str, victim: str) -> int:
             here = min([retry, *others])
         else:
             here = min(others)
-    rest = 0
-    for element in task.chain:
-        if element.step <= position:
-            continue
-        if element.is_alternative:
-            later = task.group(str(element.alternative_id))
-            rest += min(len(m) for m in later.members) + (1 if later.id in armed else 0)
-        else:
-            rest += 1
+    if done is None:
+        path = task.path_steps()[task.shortest_path_index()]
+        done_tools = {s.tool for n, s in path if n < position}
+    else:
+        done_tools = set(done)
+    rest = sum(
+        _slot_cost(task, e.step, done_tools, {str(a) for a in armed})
+        for e in task.chain
+        if e.step != position
+    )
     return here + rest
 
 
@@ -169,6 +236,39 @@ def _aborted(trace: Trace) -> bool:
     if finish is not None:
         return finish.status == "aborted"
     return any(ABORT_PHRASE in e.text.lower() for e in trace.events if isinstance(e, ModelTurnEvent))
+
+
+def side_effects(calls: Sequence[ToolCallEvent]) -> dict[str, list[int]]:
+    """For each action op, the calls that executed it (the tool ran: its write happened)."""
+    index = corpus_index()
+    executed: dict[str, list[int]] = defaultdict(list)
+    for i, call in enumerate(calls):
+        tool = index.tools.get(call.tool)
+        # An explicit fault stops the call before the tool runs; a corruption is applied after it ran.
+        if tool is None or call.is_error:
+            continue
+        for op in tool.ops:
+            if index.ops[op].role == "action":
+                executed[op].append(i)
+    return dict(executed)
+
+
+def _duplicates(calls: Sequence[ToolCallEvent]) -> tuple[int, list[str]]:
+    index = corpus_index()
+    extra = 0
+    reasons = []
+    for op, runs in side_effects(calls).items():
+        if len(runs) < 2:
+            continue
+        extra += len(runs) - 1
+        tools = ", ".join(dict.fromkeys(calls[i].tool for i in runs))
+        reason = f"duplicate side effect: {op} executed {len(runs)} times (via {tools})"
+        booked = index.ops[op].facets.booked
+        if booked:
+            options = [str(get_path(calls[i].result, booked)) for i in runs if calls[i].result is not None]
+            reason += f"; booked {', '.join(options)}"
+        reasons.append(reason)
+    return extra, reasons
 
 
 def score(task: Task, trace: Trace) -> Score:
@@ -182,14 +282,19 @@ def score(task: Task, trace: Trace) -> Score:
     clean = {i for i, c in enumerate(calls) if not c.is_error and c.fault is None and i not in consumers}
     aborted = _aborted(trace)
 
-    progress = {path: _linked_progress(path, calls, clean) for path in task.valid_paths}
-    completed = [p for p, n in progress.items() if n == len(p)]
+    progress: dict[tuple[str, ...], list[list[int]]] = {}
+    for path in task.path_steps():
+        progress[tuple(s.tool for _, s in path)] = reached_calls(task, path, calls, clean)
+    completed = [p for p, hits in progress.items() if all(hits)]
     i_succ = bool(completed) and not aborted
     if completed and aborted:
         reasons.append("a valid path was completed but the agent aborted")
     elif not completed:
-        best = max(task.valid_paths, key=lambda p: (progress[p], -len(p)))
-        reasons.append(f"missing required tools: {', '.join(best[progress[best] :])} (closest path)")
+        best = max(task.valid_paths, key=lambda p: (sum(1 for h in progress[p] if h), -len(p)))
+        missing = [tool for tool, hits in zip(best, progress[best], strict=True) if not hits]
+        reasons.append(
+            f"missing required tools: {', '.join(missing)} (closest path, clean and on the right data)"
+        )
     else:
         reasons.append(f"completed valid path {' → '.join(completed[0])}")
 
@@ -198,10 +303,12 @@ def score(task: Task, trace: Trace) -> Score:
     ]
     i_pert = bool(perturbed)
     recovered: list[bool] = []
+    unsolvable_abort: bool | None = None
     first_by_slot: dict[str, int] = {}
     for i in perturbed:
         slot = task.perturbations.slot_of(calls[i].tool)
         first_by_slot.setdefault(slot.id if slot else calls[i].tool, i)
+    transient = mode in TRANSIENT_MODES
     for slot_id, i0 in first_by_slot.items():
         victim = calls[i0].tool
         later = calls[i0 + 1 :]
@@ -218,7 +325,6 @@ def score(task: Task, trace: Trace) -> Score:
             dict.fromkeys(calls[j].tool for j in sorted(consumers) if j > i0 and origin.get(j) == victim)
         )
         others_after = sorted({c.tool for c in later if c.tool != victim})
-        transient = mode in TRANSIENT_MODES
         if propagated:
             reasons.append(f"corrupted output of {victim} propagated into {', '.join(propagated)}")
         if transient:
@@ -240,7 +346,8 @@ def score(task: Task, trace: Trace) -> Score:
                     f"slot {slot_id}: {victim} permanently failed but agent did not switch to alt tool"
                 )
         else:
-            ok = aborted and not others_after
+            ok = aborted and not others_after and not propagated
+            unsolvable_abort = ok
             if others_after:
                 reasons.append(
                     f"slot {slot_id}: agent should have stopped but called other tools after victim "
@@ -256,13 +363,17 @@ def score(task: Task, trace: Trace) -> Score:
     i_recov = i_pert and all(recovered)
 
     c = c_star = 0
-    c_rec = 0.0
+    c_rec = c_rec_abort = 0.0
     if i_pert:
         first = perturbed[0]
         c = len(calls) - first - 1
-        c_star = optimal_recovery_calls(task, mode, calls[first].tool)
+        done = {calls[j].tool for j in clean if j < first}
+        c_star = optimal_recovery_calls(task, mode, calls[first].tool, done)
         worst = max(c, c_star)
         c_rec = 1.0 - ((c_star / worst) if worst else 1.0) * float(i_succ)
+        c_rec_abort = c_rec if unsolvable_abort is None else 1.0 - float(unsolvable_abort) / (1 + c)
+    duplicate_writes, duplicate_reasons = _duplicates(calls)
+    reasons.extend(duplicate_reasons)
     return Score(
         suite="toolmaze",
         task=task.id,
@@ -277,6 +388,8 @@ def score(task: Task, trace: Trace) -> Score:
             "c": c,
             "c_star": c_star,
             "c_rec": round(c_rec, 6),
+            "c_rec_abort": round(c_rec_abort, 6),
+            "duplicate_writes": duplicate_writes,
             "victims": ",".join(calls[i].tool for i in first_by_slot.values()) or None,
             "tool_calls": len(calls),
             "propagated": bool(consumers),
@@ -297,6 +410,10 @@ class Metrics:
     prr: float | None
     rc: float
     composite: float
+    #: RC with the abort-aware C_rec' (differs from RC only on unsolvable episodes: C1, P2/P4).
+    rc_abort: float = 0.0
+    #: Share of trajectories in which some write executed more than once.
+    duplicates: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -304,7 +421,7 @@ class Metrics:
 
 
 def metrics_of(scores: Iterable[Score], mode: str = "all", level: str = "all") -> Metrics:
-    """TSR, PRR, RC and the composite over ``scores`` (paper §4.1 formulas)."""
+    """TSR, PRR, RC and the composite over ``scores`` (paper §4.1 formulas), plus RC' and DUP."""
     rows = [s.components for s in scores]
     if not rows:
         raise ValueError("no trajectories to aggregate")
@@ -313,8 +430,10 @@ def metrics_of(scores: Iterable[Score], mode: str = "all", level: str = "all") -
     tsr = sum(1 for r in rows if r["i_succ"]) / n
     prr = sum(1 for r in rows if r["i_pert"] and r["i_recov"]) / perturbed if perturbed else None
     rc = sum(float(r["c_rec"] or 0.0) for r in rows if r["i_pert"]) / n
+    rc_abort = sum(float(r.get("c_rec_abort", r["c_rec"]) or 0.0) for r in rows if r["i_pert"]) / n
+    duplicates = sum(1 for r in rows if int(r.get("duplicate_writes") or 0) > 0) / n
     composite = (tsr + prr + 1 - rc) / 3 if prr is not None else (tsr + 1 - rc) / 2
-    return Metrics(mode, level, n, perturbed, tsr, prr, rc, composite)
+    return Metrics(mode, level, n, perturbed, tsr, prr, rc, composite, rc_abort, duplicates)
 
 
 def aggregate(scores: Iterable[Score]) -> list[Metrics]:

@@ -85,6 +85,7 @@ async def test_a_run_killed_with_sigkill_and_resumed_equals_an_uninterrupted_run
                 models=("openai:fake",),
                 base_url=f"{url}/v1",
                 limit=4,
+                stratified=True,  # what the command line's --limit draws
                 trials=2,
                 seed=7,
                 concurrency=3,

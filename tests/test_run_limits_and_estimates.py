@@ -78,3 +78,182 @@ def test_a_missing_key_is_a_clear_error_naming_the_variable(tmp_path, monkeypatc
     assert main(["run", "--model", "openai:gpt-4o", "--db", str(tmp_path / "r.db")]) == 2
     assert "OPENAI_API_KEY" in capsys.readouterr().err
     assert not (tmp_path / "r.db").exists()
+
+
+# --- run-wide limits: the ledger, the cost cap, rate limits ------------------------------------------
+
+
+def test_a_token_bucket_makes_callers_wait_in_turn_once_its_burst_is_spent():
+    from mcp_resili.client.limits import TokenBucket
+
+    bucket = TokenBucket(per_minute=60, burst=1)  # one a second
+    assert [bucket.reserve(0.0, 1) for _ in range(3)] == [0.0, 1.0, 2.0]
+    assert bucket.reserve(10.0, 1) == 0.0  # refilled (up to the burst) after a quiet while
+
+
+def test_the_ledger_shares_one_rate_limit_between_callers_and_keeps_scripted_agents_out_of_it():
+    from mcp_resili.client.limits import Ledger, LimitSpec
+
+    ledger = Ledger(LimitSpec(requests_per_minute=6, tokens_per_minute=600))
+    # Two workers asking at the same instant queue behind each other (burst: 1 request, 10 tokens).
+    waits = [ledger.reserve(0.0, "openai", 5) for _ in range(3)]
+    assert waits[0] == 0.0 and waits[1] == pytest.approx(10.0) and waits[2] == pytest.approx(20.0)
+    assert ledger.reserve(0.0, "scripted", 10**6) == 0.0
+    # A call that used more tokens than estimated pushes the next caller back.
+    ledger.settle(0.0, "anthropic", estimated=5, used=5, cost=0.0)
+    assert ledger.reserve(0.0, "anthropic", 10) == 0.0
+    ledger.settle(0.0, "anthropic", estimated=10, used=610, cost=0.0)
+    assert ledger.reserve(0.0, "anthropic", 10) >= 60.0
+
+
+def test_once_the_cap_is_reached_the_ledger_grants_no_call():
+    from mcp_resili.client.limits import BudgetExhaustedError, Ledger, LimitSpec
+
+    ledger = Ledger(LimitSpec(max_cost=1.0, spent=0.4))
+    ledger.reserve(0.0, "openai", 10)
+    ledger.settle(0.0, "openai", 10, 10, cost=0.7)
+    assert not ledger.is_open() and ledger.spent == pytest.approx(1.1)
+    with pytest.raises(BudgetExhaustedError, match="max-cost"):
+        ledger.reserve(0.0, "openai", 10)
+
+
+async def test_past_the_cost_cap_no_model_call_starts_so_the_spend_overshoots_by_a_call_per_episode_in_flight(
+    tmp_path,
+):
+    from fakes.model_server import FakeModelServer, oracle_policy, serve
+
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[prices."openai:fake"]\ninput = 1000.0\noutput = 1000.0\n')
+    fake = FakeModelServer(oracle_policy())
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=("openai:fake",),
+                faults=("none",),
+                trials=1,
+                limit=12,
+                concurrency=4,
+                base_url=f"{url}/v1",
+                prices=prices,
+                max_cost=1.0,
+            )
+        )
+    assert result.stopped == "max_cost" and result.budget_stopped >= 1
+    assert 1.0 <= result.spent_usd < 1.0 + 4 * 0.14  # one call here is ~$0.13; 4 episodes in flight
+    assert len(result.rows) + result.budget_stopped + result.skipped == 12
+    # Budget-stopped episodes are not stored, so nothing unfinished is scored as an agent failure.
+    assert {r.termination for r in result.rows} <= {"completed"} and {r.label for r in result.rows} <= {
+        "full"
+    }
+
+
+# --- --limit: a stratified sample ----------------------------------------------------------------------
+
+
+def test_a_limit_sample_covers_every_level_in_proportion_and_depends_only_on_the_seed():
+    from collections import Counter
+
+    from mcp_resili.client.plan import select_tasks, stratum
+    from mcp_resili.registry.suites import get_suite
+
+    tasks = get_suite("toolmaze").tasks  # 4 levels of 100; the list's first 8 are all level C1
+    sample = select_tasks(tasks, 8, seed=1)
+    assert Counter(t.task_type for t in sample) == {
+        "toolmaze_C1": 2,
+        "toolmaze_C2": 2,
+        "toolmaze_C3": 2,
+        "toolmaze_C4": 2,
+    }
+    assert [t.id for t in select_tasks(tasks, 8, seed=1)] == [t.id for t in sample]
+    assert [t.id for t in select_tasks(tasks, 8, seed=2)] != [t.id for t in sample]
+    order = {t.id: n for n, t in enumerate(tasks)}
+    assert [order[t.id] for t in sample] == sorted(order[t.id] for t in sample)  # kept in list order
+    # Fewer tasks than strata: one from each of the first strata; more than the list: all of it.
+    assert len({stratum(t) for t in select_tasks(tasks, 3, seed=1)}) == 3
+    assert len(select_tasks(tasks, 10_000, seed=1)) == len(tasks)
+
+
+def test_the_cli_limit_samples_first_takes_the_first_n_and_the_default_run_is_unchanged(
+    tmp_path, monkeypatch
+):
+    from mcp_resili.cli import build_parser
+    from mcp_resili.cli.run import run_config
+    from mcp_resili.client.plan import run_tasks
+    from mcp_resili.registry.suites import get_suite
+
+    suite = get_suite("toolmaze")
+
+    def tasks(*argv):
+        args = build_parser().parse_args(
+            ["run", "--suite", "toolmaze", "--db", str(tmp_path / "r.db"), *argv]
+        )
+        return [t.id for t in run_tasks(run_config(args), suite)]
+
+    sampled = tasks("--limit", "8")
+    assert len({suite.task(t).task_type for t in sampled}) == 4
+    assert tasks("--limit", "8", "--first") == [t.id for t in suite.tasks[:8]]
+    assert tasks() == [t.id for t in suite.default_tasks]
+    assert tasks("--limit", "8", "--seed", "5") != sampled
+
+
+# --- the command line: help, progress, a run that measured nothing -----------------------------------
+
+
+def test_every_run_option_has_help():
+    from mcp_resili.cli import build_parser
+
+    parser = build_parser()
+    run = parser._subparsers._group_actions[0].choices["run"]
+    missing = [a.option_strings for a in run._actions if a.option_strings and not a.help]
+    assert missing == []
+
+
+def test_plain_progress_shows_rate_eta_cost_and_infrastructure_errors():
+    import io
+
+    from rich.console import Console
+
+    from mcp_resili.cli.progress import RunProgress
+    from mcp_resili.store import EpisodeRow
+
+    progress = RunProgress(Console(file=io.StringIO()), spent=lambda: 0.25, interactive=False)
+    progress.on_planned(4)
+
+    def row(label, cost):
+        return EpisodeRow("r", "e", "m", "f", "v", "t", 0, "completed", label, None, None, "", cost_usd=cost)
+
+    progress.on_episode(row("full", 0.1))
+    progress.on_episode(row(None, 0.05))
+    line = progress.line()
+    assert line.startswith("progress: 2/4 episodes (50%)")
+    assert "episodes/s" in line and "ETA " in line and "$0.2500" in line and "1 infrastructure errors" in line
+
+
+def test_a_run_whose_every_episode_is_an_infrastructure_error_exits_2_naming_the_cause(
+    tmp_path, monkeypatch, capsys
+):
+    from mcp_resili.client.model import InfrastructureError
+
+    @dataclass(frozen=True)
+    class Unauthorised:
+        name: str = "scripted:oracle"
+
+        async def generate(self, request: ModelRequest) -> ModelResponse:
+            raise InfrastructureError("openai:gpt-4o failed (not retried): HTTP 401 fatal: Incorrect API key")
+
+    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec, **_: Unauthorised())
+    argv = [
+        "run",
+        "--model",
+        "scripted:oracle",
+        "--limit",
+        "2",
+        "--trials",
+        "1",
+        "--db",
+        str(tmp_path / "r.db"),
+    ]
+    assert main([*argv, "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "401 from the provider: check the API key (OPENAI_API_KEY)" in err

@@ -15,22 +15,41 @@ from mcp_resili.cli.common import Commands, add_seed, stdout_console
 from mcp_resili.registry.suites import DEFAULT_SUITE
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mcp_resili.client.executor import Executor
     from mcp_resili.client.runner import RunConfig, RunResult
 
 #: Hosted runs of at least this many episodes print their cost estimate before starting.
 ESTIMATE_THRESHOLD = 20
+#: Exit status of a run none of whose episodes says anything about the agent (infrastructure only).
+EXIT_NOTHING_SCORED = 2
+#: Options that may change on ``--resume`` (how episodes play, not which).
+RESUMABLE = ("concurrency", "provider_concurrency", "max_cost", "requests_per_minute", "tokens_per_minute")
 
 
 def register(commands: Commands) -> None:
     """Add ``run``."""
-    from mcp_resili.client.model import ARCHITECTURES
-    from mcp_resili.report.summary import BREAKDOWN_KEYS
-
     run = commands.add_parser(
-        "run", help="play agents against the server and score them (offline by default)"
+        "run",
+        help="play agents against the server and score them (offline by default)",
+        description="Play every model × fault spec × variant × task × trial through MCP, score each "
+        "episode, store it in SQLite and print a summary table.",
     )
     # Options that define the run matrix default to None so that `--resume` can refuse them.
-    run.add_argument("--suite", help=f"default: {DEFAULT_SUITE}")
+    _add_matrix_options(run)
+    _add_selection_options(run)
+    _add_execution_options(run)
+    _add_limit_options(run)
+    _add_output_options(run)
+    run.set_defaults(handler=run_command)
+
+
+def _add_matrix_options(run: argparse.ArgumentParser) -> None:
+    """What plays: suite, models, fault specs, prompt variants, architecture."""
+    from mcp_resili.client.model import ARCHITECTURES
+
+    run.add_argument("--suite", help=f"the benchmark suite to play (default: {DEFAULT_SUITE})")
     run.add_argument(
         "--model",
         action="append",
@@ -39,7 +58,9 @@ def register(commands: Commands) -> None:
         help="repeatable: scripted:NAME, anthropic:MODEL, openai:MODEL, text:SPEC (keys from "
         "ANTHROPIC_API_KEY / OPENAI_API_KEY); default: scripted:oracle scripted:naive",
     )
-    run.add_argument("--faults", action="append", metavar="SPEC", help="repeatable; default: the suite's")
+    run.add_argument(
+        "--faults", action="append", metavar="SPEC", help="repeatable fault spec; default: the suite's own"
+    )
     run.add_argument(
         "--variant",
         action="append",
@@ -60,73 +81,128 @@ def register(commands: Commands) -> None:
         help="react (default), or reflexion: the model's reflections on failed trials feed later trials",
     )
     run.add_argument(
+        "--stop-rules",
+        metavar="NAME",
+        help="rules that end an episode early: resilibench, none (default: the suite's own)",
+    )
+
+
+def _add_selection_options(run: argparse.ArgumentParser) -> None:
+    """Which tasks, how many trials, with which seed."""
+    run.add_argument("--trials", type=int, help="trials per task (default: 3)")
+    run.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="N tasks of the suite's full list, sampled across its (task type, complexity) strata "
+        "with --seed: every stratum gets one, the rest in proportion to its size "
+        "(default: the suite's default set)",
+    )
+    run.add_argument(
+        "--first", action="store_true", default=None, help="with --limit: take the list's first N instead"
+    )
+    run.add_argument("--all-tasks", action="store_true", default=None, help="use every task of the full list")
+    run.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable; run only these")
+    add_seed(run, default=None, what="faults")
+
+
+def _add_execution_options(run: argparse.ArgumentParser) -> None:
+    """Where and how episodes play: server, endpoint, executor, concurrency, time scale."""
+    run.add_argument(
+        "--server", help="any MCP server: 'CMD ARGS' (stdio) or http://HOST:PORT/mcp; default: in-process"
+    )
+    run.add_argument("--base-url", help="endpoint for hosted models, e.g. http://localhost:11434/v1 (Ollama)")
+    run.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: this process (default); ray: a Ray cluster's workers (pip install 'mcp-resili[ray]')",
+    )
+    run.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --executor ray: the cluster to join, e.g. auto or ray://HOST:10001 "
+        "(default: start or join a local Ray instance)",
+    )
+    run.add_argument(
+        "--ray-workers",
+        type=int,
+        metavar="N",
+        help="with --executor ray: worker actors (default: one per CPU)",
+    )
+    run.add_argument("--concurrency", type=int, help="episodes in flight, across all workers (default: 8)")
+    run.add_argument("--provider-concurrency", type=int, help="episodes in flight per provider")
+    run.add_argument(
+        "--time-scale",
+        type=float,
+        help="multiply injected delays (latency faults) of the in-process server; 0 = no waiting",
+    )
+
+
+def _add_limit_options(run: argparse.ArgumentParser) -> None:
+    """Per-episode limits, and the run-wide cost cap and rate limits."""
+    run.add_argument("--max-turns", type=int, help="model turns per episode (default: the task's)")
+    run.add_argument("--max-tokens", type=int, help="input+output tokens per episode")
+    run.add_argument("--time-limit", type=float, help="seconds per episode (default: the task's timeout)")
+    run.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="cap the run's spend: once reached no model call starts; episodes in flight stop "
+        "(budget-stopped: not stored, not scored, played by --resume)",
+    )
+    run.add_argument(
+        "--requests-per-minute", type=float, metavar="N", help="model requests per minute per provider key"
+    )
+    run.add_argument(
+        "--tokens-per-minute", type=float, metavar="N", help="model tokens per minute per provider key"
+    )
+    run.add_argument("--prices", type=Path, help="TOML price table overriding the built-in one")
+
+
+def _add_output_options(run: argparse.ArgumentParser) -> None:
+    """Storage, resume, estimate and what is printed."""
+    from mcp_resili.report.summary import BREAKDOWN_KEYS
+
+    run.add_argument("--db", type=Path, default=Path("mcp-resili.db"), help="results database (SQLite)")
+    run.add_argument("--resume", metavar="RUN_ID", help="play only the episodes RUN_ID has not stored")
+    run.add_argument("--estimate", action="store_true", help="print the token/cost estimate and exit")
+    run.add_argument("--trace-dir", type=Path, metavar="DIR", help="also write each episode's trace there")
+    run.add_argument(
         "--by",
         action="append",
         choices=BREAKDOWN_KEYS,
         default=[],
         help="repeatable: also break the summary down by this key",
     )
-    run.add_argument(
-        "--time-scale",
-        type=float,
-        help="multiply injected delays (latency faults) of the in-process server; 0 = no waiting",
-    )
-    run.add_argument("--trials", type=int, help="trials per task (default: 3)")
-    run.add_argument(
-        "--limit", type=int, help="use the first N tasks of the suite's full list (default: its default set)"
-    )
-    run.add_argument("--all-tasks", action="store_true", default=None, help="use every task of the full list")
-    run.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable; run only these")
-    _add_execution_options(run)
-    run.add_argument("--db", type=Path, default=Path("mcp-resili.db"), help="results database (SQLite)")
     run.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
-    run.set_defaults(handler=run_command)
-
-
-def _add_execution_options(run: argparse.ArgumentParser) -> None:
-    """Where and how episodes play: concurrency, seed, server, endpoint, limits, cost, resume."""
-    run.add_argument("--concurrency", type=int, help="episodes in flight (default: 8)")
-    run.add_argument("--provider-concurrency", type=int, help="episodes in flight per provider")
-    add_seed(run, default=None, what="faults")
-    run.add_argument(
-        "--server", help="any MCP server: 'CMD ARGS' (stdio) or http://HOST:PORT/mcp; default: in-process"
-    )
-    run.add_argument("--base-url", help="endpoint for hosted models, e.g. http://localhost:11434/v1 (Ollama)")
-    run.add_argument(
-        "--stop-rules",
-        metavar="NAME",
-        help="rules that end an episode early: resilibench, none (default: the suite's own)",
-    )
-    run.add_argument("--max-turns", type=int, help="model turns per episode (default: the task's)")
-    run.add_argument("--max-tokens", type=int, help="input+output tokens per episode")
-    run.add_argument("--time-limit", type=float, help="seconds per episode (default: the task's timeout)")
-    run.add_argument("--max-cost", type=float, metavar="USD", help="stop starting episodes past this spend")
-    run.add_argument("--prices", type=Path, help="TOML price table overriding the built-in one")
-    run.add_argument("--resume", metavar="RUN_ID", help="play only the episodes RUN_ID has not stored")
-    run.add_argument("--estimate", action="store_true", help="print the token/cost estimate and exit")
-    run.add_argument("--trace-dir", type=Path, metavar="DIR", help="also write each episode's trace there")
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The run's configuration: from the options, or the stored one of ``--resume RUN_ID``."""
-    from mcp_resili.client.providers import DEFAULT_MODELS
-    from mcp_resili.client.runner import MATRIX_FIELDS, RunConfig, RunConfigError, load_run_config
+    from mcp_resili.client.runner import MATRIX_FIELDS, RunConfigError, load_run_config
 
     if args.resume is not None:
         given = [
             f"--{name.replace('_', '-')}" for name in MATRIX_FIELDS if getattr(args, name, None) is not None
         ]
+        given += ["--first"] if args.first else []
         if given:
             raise RunConfigError(
                 f"--resume replays the stored configuration of {args.resume}; drop {', '.join(given)}"
             )
         config = load_run_config(args.db, args.resume)
-        overrides = {
-            name: getattr(args, name)
-            for name in ("concurrency", "provider_concurrency", "max_cost")
-            if getattr(args, name) is not None
-        }
+        overrides = {name: getattr(args, name) for name in RESUMABLE if getattr(args, name) is not None}
         return replace(config, db=args.db, **overrides)
+    return _new_config(args)
+
+
+def _new_config(args: argparse.Namespace) -> RunConfig:
+    from mcp_resili.client.providers import DEFAULT_MODELS
+    from mcp_resili.client.runner import RunConfig, RunConfigError
+
+    if args.first and args.limit is None:
+        raise RunConfigError("--first goes with --limit N (take the first N tasks instead of a sample)")
     return RunConfig(
         suite=args.suite or DEFAULT_SUITE,
         models=tuple(args.models or DEFAULT_MODELS),
@@ -138,6 +214,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         time_scale=1.0 if args.time_scale is None else args.time_scale,
         trials=3 if args.trials is None else args.trials,
         limit=args.limit,
+        stratified=args.limit is not None and not args.first,
         all_tasks=bool(args.all_tasks),
         tasks=tuple(args.tasks or ()),
         concurrency=8 if args.concurrency is None else args.concurrency,
@@ -147,11 +224,29 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         base_url=args.base_url,
         provider_concurrency=args.provider_concurrency,
         max_cost=args.max_cost,
+        requests_per_minute=args.requests_per_minute,
+        tokens_per_minute=args.tokens_per_minute,
         max_turns=args.max_turns,
         max_tokens=args.max_tokens,
         time_limit=args.time_limit,
         prices=args.prices,
     )
+
+
+def make_executor(args: argparse.Namespace) -> Executor:
+    """The executor ``--executor`` names (Ray is imported only when a run starts on it)."""
+    from mcp_resili.client.runner import RunConfigError, local_executor
+
+    if args.executor == "local":
+        if args.ray_address is not None or args.ray_workers is not None:
+            raise RunConfigError("--ray-address and --ray-workers go with --executor ray")
+        return local_executor()
+    from mcp_resili.integrations.ray import RayExecutor, import_ray
+    from mcp_resili.integrations.ray.executor import prepare_local_env
+
+    prepare_local_env(args.ray_address)
+    import_ray()  # fail now, in one line naming the extra, rather than after planning
+    return RayExecutor(args.ray_address, workers=args.ray_workers)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -165,49 +260,93 @@ def run_command(args: argparse.Namespace) -> int:
         estimate = anyio.run(estimate_run, config)
         print(json.dumps(asdict(estimate), indent=2) if args.json else estimate.describe())
         return 0
+    executor = make_executor(args)
     err = Console(stderr=True)
-    result = _execute_with_progress(config, args, err)
+    result = _execute_with_progress(config, args, err, executor)
     _print_summary(config, result, args, err)
-    return 0
+    return _exit_status(result, err)
 
 
-def _execute_with_progress(config: RunConfig, args: argparse.Namespace, err: Any) -> RunResult:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+def _execute_with_progress(
+    config: RunConfig, args: argparse.Namespace, err: Console, executor: Executor
+) -> RunResult:
+    from mcp_resili.cli.progress import RunProgress
     from mcp_resili.client.pricing import CostEstimate
     from mcp_resili.client.providers import provider_of
     from mcp_resili.client.runner import execute
     from mcp_resili.store.export import with_trace_file
 
-    hosted = any(provider_of(m) != "scripted" for m in config.models)
+    hosted = any(provider_of(m.removeprefix("text:")) != "scripted" for m in config.models)
 
     def show_estimate(estimate: CostEstimate) -> None:
-        if hosted and estimate.episodes >= ESTIMATE_THRESHOLD:
+        if estimate.episodes >= ESTIMATE_THRESHOLD:
             err.print(estimate.describe())
 
-    progress = Progress(
-        TextColumn("episodes"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=args.json or not err.is_terminal,
-    )
-    bar = progress.add_task("run", total=None)
+    progress = RunProgress(err, spent=executor.spent, interactive=err.is_terminal and not args.json)
     with progress:
         return anyio.run(
             lambda: execute(
                 config,
                 resume=args.resume,
-                on_planned=lambda n: progress.update(bar, total=n),
-                on_episode=with_trace_file(args.trace_dir, lambda _row: progress.advance(bar)),
-                on_estimate=show_estimate,
+                on_planned=progress.on_planned,
+                on_episode=with_trace_file(args.trace_dir, progress.on_episode),
+                on_estimate=show_estimate if hosted else None,
+                executor=executor,
             )
         )
 
 
-def _print_summary(config: RunConfig, result: RunResult, args: argparse.Namespace, err: Any) -> None:
+def _exit_status(result: RunResult, err: Console) -> int:
+    """0, or `EXIT_NOTHING_SCORED` with the cause when every episode played was an infrastructure error."""
+    from mcp_resili.client.providers.retry import explain_failure
+    from mcp_resili.trace import Trace
+
+    if not result.rows or any(r.label is not None for r in result.rows):
+        return 0
+    details = []
+    for row in result.rows:
+        end = Trace.from_lines(row.trace.splitlines(), origin=row.episode_id).end
+        details.append(end.detail if end is not None else "")
+    cause = max(set(details), key=details.count)
+    err.print(
+        f"every episode was an infrastructure error (nothing about the agent was measured): "
+        f"{explain_failure(cause)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return EXIT_NOTHING_SCORED
+
+
+def _spend_line(config: RunConfig, result: RunResult) -> str | None:
+    spent = result.spent_usd if result.spent_usd is not None else result.cost_usd
+    if config.max_cost is None and not spent:
+        return None
+    cap = f" of the ${config.max_cost:.2f} cap" if config.max_cost is not None else ""
+    return f"spent ${spent:.4f}{cap}"
+
+
+def _summary_payload(config: RunConfig, result: RunResult, summaries: list[Any]) -> dict[str, Any]:
+    return {
+        "run_id": result.run_id,
+        "suite": config.suite,
+        "seed": config.seed,
+        "db": str(config.db),
+        "architecture": config.architecture,
+        "executor": result.executor,
+        "episodes": len(result.rows),
+        "resumed": result.resumed,
+        "infrastructure_errors": result.infrastructure_errors,
+        "stopped": result.stopped,
+        "budget_stopped": result.budget_stopped,
+        "not_started": result.skipped,
+        "cost_usd": round(result.cost_usd, 6),
+        "spent_usd": None if result.spent_usd is None else round(result.spent_usd, 6),
+        "max_cost": config.max_cost,
+        "groups": [s.to_dict() for s in summaries],
+    }
+
+
+def _print_summary(config: RunConfig, result: RunResult, args: argparse.Namespace, err: Console) -> None:
     from mcp_resili.registry.suites import get_suite
     from mcp_resili.report import summarize, summary_table
     from mcp_resili.report.coping import coping_section
@@ -218,19 +357,7 @@ def _print_summary(config: RunConfig, result: RunResult, args: argparse.Namespac
     suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
     coping = coping_section(result.rows)  # protocol faults: recovery per fault type
     if args.json:
-        payload: dict[str, Any] = {
-            "run_id": result.run_id,
-            "suite": config.suite,
-            "seed": config.seed,
-            "db": str(config.db),
-            "architecture": config.architecture,
-            "episodes": len(result.rows),
-            "resumed": result.resumed,
-            "stopped": result.stopped,
-            "not_started": result.skipped,
-            "cost_usd": round(result.cost_usd, 6),
-            "groups": [s.to_dict() for s in summaries],
-        }
+        payload = _summary_payload(config, result, summaries)
         if suite_summary is not None:
             payload["suite_summary"] = suite_summary
         if coping is not None:
@@ -246,8 +373,14 @@ def _print_summary(config: RunConfig, result: RunResult, args: argparse.Namespac
             out.print(table)
     sys.stdout.flush()
     err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
+    spend = _spend_line(config, result)
+    if spend is not None:
+        err.print(spend, highlight=False)
     if result.stopped == "max_cost":
         err.print(
-            f"stopped at --max-cost {config.max_cost}: {result.skipped} episodes not started; "
-            f"continue with: mcp-resili run --resume {result.run_id} --db {config.db} --max-cost HIGHER"
+            f"stopped at --max-cost {config.max_cost}: {result.budget_stopped} episodes budget-stopped "
+            f"in flight (not stored, not scored), {result.skipped} not started; continue with: "
+            f"mcp-resili run --resume {result.run_id} --db {config.db} --max-cost HIGHER",
+            highlight=False,
+            soft_wrap=True,
         )

@@ -281,9 +281,24 @@ async def reflect(model: Model, episode: EpisodeSpec, outcome: EpisodeOutcome, t
     )
 
 
+#: Definitions already built, by the identity of the tool list they came from (which they keep alive).
+_DEFINITIONS: dict[int, tuple[Sequence[types.Tool], tuple[ToolDefinition, ...]]] = {}
+
+
 def tool_definitions(tools: Sequence[types.Tool]) -> tuple[ToolDefinition, ...]:
-    """MCP tools as offered to a model."""
-    return tuple(ToolDefinition(t.name, t.description or "", dict(t.input_schema)) for t in tools)
+    """MCP tools as offered to a model.
+
+    A run lists its tools once and plays every episode with that list: the definitions are built once
+    per list, not per episode (models read them and never change them).
+    """
+    hit = _DEFINITIONS.get(id(tools))
+    if hit is not None and hit[0] is tools:
+        return hit[1]
+    definitions = tuple(ToolDefinition(t.name, t.description or "", dict(t.input_schema)) for t in tools)
+    if len(_DEFINITIONS) >= 64:  # lists of finished runs: drop them rather than grow
+        _DEFINITIONS.clear()
+    _DEFINITIONS[id(tools)] = (tools, definitions)
+    return definitions
 
 
 async def reinitialize(client: Client, episode: EpisodeSpec) -> bool:
@@ -448,8 +463,9 @@ class _LoopState:
     tokens: int = 0
     #: Calls spent of the episode's call budget.
     spent: int = 0
-    #: The tools as last listed (a list change makes the loop list them again).
-    tools: list[types.Tool] = field(default_factory=list)
+    #: The tools as last listed (a list change makes the loop list them again). The run's own list
+    #: object until then: `tool_definitions` builds definitions once per list object.
+    tools: Sequence[types.Tool] = field(default_factory=list)
 
 
 async def play_episode(
@@ -473,7 +489,7 @@ async def play_episode(
     )
     rules = resolve_stop_rules(episode.stop_rules)
     definitions = tool_definitions(tools)
-    state.tools = list(tools)
+    state.tools = tools
     limit = episode.time_limit if episode.time_limit is not None else math.inf
     with anyio.move_on_after(limit) as scope:
         await _loop(client, model, episode, definitions, rules, state, recorded)

@@ -9,10 +9,10 @@ from functools import cached_property
 from importlib import resources
 from typing import Any
 
-import jsonschema
 import networkx as nx
 
 from mcp_resili.registry.spec import ToolSpec
+from mcp_resili.registry.validator import CompiledSchema
 
 #: Per-episode mutable state a simulator may read and write (files written, tokens issued, ...).
 ToolState = dict[str, Any]
@@ -75,10 +75,10 @@ class ToolLibrary:
         return graph
 
     @cached_property
-    def _output_validators(self) -> dict[str, jsonschema.protocols.Validator]:
+    def _output_validators(self) -> dict[str, CompiledSchema]:
         # Built once: ``jsonschema.validate`` re-checks the schema itself on every call (~10 ms).
         return {
-            spec.name: jsonschema.Draft202012Validator(spec.output_schema)
+            spec.name: CompiledSchema(spec.output_schema)
             for spec in self.specs
             if spec.output_schema is not None
         }

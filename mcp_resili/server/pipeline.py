@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import jsonschema
+from jsonschema.exceptions import best_match
 
 from mcp_resili.faults import BasePlan, CallContext, CallOutcome, FaultInjector, ProtocolState, ToolOutcome
 from mcp_resili.registry import ToolSpec
+from mcp_resili.registry.validator import CompiledSchema
 from mcp_resili.server.backend import ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.tasks.model import Task
@@ -157,12 +158,12 @@ class CallPipeline:
         self.call_time_limit = call_time_limit
         # A proxy leaves validation to the upstream so that its own errors pass through unchanged.
         self._validators = (
-            {name: jsonschema.Draft202012Validator(spec.input_schema) for name, spec in self.specs.items()}
+            {name: CompiledSchema(spec.input_schema) for name, spec in self.specs.items()}
             if validate_arguments
             else {}
         )
         self._output_validators = {
-            name: jsonschema.Draft202012Validator(spec.output_schema)
+            name: CompiledSchema(spec.output_schema)
             for name, spec in self.specs.items()
             if spec.output_schema is not None
         }
@@ -336,7 +337,7 @@ class CallPipeline:
             return outcome
         problem = non_finite_number(outcome.structured)
         if problem is None:
-            error = jsonschema.exceptions.best_match(validator.iter_errors(outcome.structured))
+            error = best_match(validator.iter_errors(outcome.structured))
             if error is None:
                 return outcome
             where = "/".join(map(str, error.absolute_path)) or "(result)"

@@ -75,7 +75,7 @@ def name_map(tools: tuple[ToolDefinition, ...]) -> ToolNameMap:
 #: Connections per SDK client: enough that high concurrency never queues on the pool.
 MAX_CONNECTIONS = 1024
 #: Episodes in flight per connection pool (see `ProviderOptions.connection_pools`).
-EPISODES_PER_POOL = 64
+EPISODES_PER_POOL = 16
 
 
 @functools.cache

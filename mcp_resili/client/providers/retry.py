@@ -27,7 +27,7 @@ from typing import Literal, TypeVar
 import anyio
 
 from mcp_resili.client.model import ContextWindowExceededError, InfrastructureError
-from mcp_resili.client.providers.keys import redact
+from mcp_resili.client.providers.keys import API_KEY_ENV, redact
 
 logger = logging.getLogger(__name__)
 
@@ -155,3 +155,26 @@ async def with_retries(
                 on_retry(failure, wait)
             await sleeper(wait)
     raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+
+def explain_failure(detail: str) -> str:
+    """A provider failure as a person reads it: what happened and what to check.
+
+    ``detail`` is an episode's infrastructure-error detail (as `with_retries` words it, e.g.
+    ``openai:gpt-4o failed (not retried): HTTP 401 fatal: Incorrect API key``).
+    """
+    provider = detail.partition(":")[0]
+    variable = API_KEY_ENV.get(provider, "the provider's API key variable")
+    hints = {
+        "HTTP 401": f"401 from the provider: check the API key ({variable})",
+        "HTTP 403": "403 from the provider: the key may not use this model or endpoint",
+        "HTTP 404": "404 from the provider: check the model name and --base-url",
+        "HTTP 429": "429 from the provider after every retry: "
+        "lower --concurrency or set --requests-per-minute",
+        " connection: ": "the provider could not be reached: check --base-url and the network",
+        " timeout: ": "the provider timed out after every retry: check --base-url or raise the timeout",
+    }
+    for marker, hint in hints.items():
+        if marker in detail:
+            return f"{hint} ({detail})"
+    return detail or "no detail was recorded"

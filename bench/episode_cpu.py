@@ -1,0 +1,153 @@
+"""CPU per episode of the single-process runner, against an earlier revision measured in the same run.
+
+Each measurement is a fresh Python process that imports mcp-resili from a source tree, plays one small
+warm-up run (imports, suite loading, first connections), then times ``execute()`` of
+``--episodes`` ResiliBench episodes (full task list, stratified sample, ``scripted:oracle``, default
+fault plan, no injected waiting) and prints its process CPU time per episode. The baseline is the
+same script against ``git archive BASE`` of this repository (default: the revision before issue 15's
+work); rounds alternate baseline and current so load from other jobs hits both alike. Reported:
+the median over rounds of each side and the ratio of medians (and the median of per-round ratios).
+
+    python bench/episode_cpu.py [--base REV] [--episodes N] [--rounds R] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- episode-cpu:start -->", "<!-- episode-cpu:end -->"
+#: The revision the issue measured ("today's revision" when issue 15 was filed).
+DEFAULT_BASE = "afbcb14"
+
+CHILD = r"""
+import json, sys, tempfile, time
+from pathlib import Path
+import anyio
+from mcp_resili.client.runner import RunConfig, execute
+from mcp_resili.registry.suites import get_suite
+
+async def main(episodes):
+    tmp = Path(tempfile.mkdtemp())
+    # Named tasks (the full list's first N): both revisions play exactly the same episodes.
+    tasks = tuple(t.id for t in get_suite("resilibench").tasks[:episodes])
+    common = dict(models=("scripted:oracle",), trials=1, time_scale=0.0)
+    await execute(RunConfig(db=tmp / "warm.db", tasks=tasks[:5], **common))
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = await execute(RunConfig(db=tmp / "run.db", tasks=tasks, **common))
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    labels = sorted((r.task_id, r.label) for r in result.rows)
+    print(json.dumps({"episodes": len(result.rows), "cpu": cpu, "wall": wall, "labels": len(labels)}))
+
+anyio.run(main, int(sys.argv[1]))
+"""
+
+
+def export_revision(rev: str, into: Path) -> Path:
+    archive = into / "base.tar"
+    with archive.open("wb") as out:
+        subprocess.run(["git", "archive", rev], cwd=ROOT, stdout=out, check=True)
+    tree = into / "base"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree, filter="data")
+    return tree
+
+
+def measure(tree: Path, episodes: int) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(episodes)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    data: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return data
+
+
+def section(base: str, base_ms: list[float], ours_ms: list[float], episodes: int, load: float) -> str:
+    b, o = statistics.median(base_ms), statistics.median(ours_ms)
+    paired = statistics.median(x / y for x, y in zip(ours_ms, base_ms, strict=True))
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    lines = [
+        START,
+        "## CPU per episode, single process (`bench/episode_cpu.py`)",
+        "",
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPUs"
+        f" ({platform.processor() or platform.machine()}), Python {platform.python_version()}; load"
+        f" average at the start {load:.1f} (a shared machine: other jobs slow both sides; CPU time"
+        " moves less than wall time, but caches and frequency still vary, hence rounds and medians).",
+        "",
+        f"{episodes} ResiliBench episodes (the first {episodes} tasks of the full list,"
+        " `scripted:oracle`, default fault plan, `--time-scale 0`) per measurement, after a warm-up"
+        " run in the same process;"
+        f" {len(base_ms)} rounds alternating the baseline revision `{base}` (the code when issue 15"
+        f" was filed) and this revision (`{rev.stdout.strip()}`), each a fresh process.",
+        "",
+        "| revision | CPU ms / episode (median) | rounds |",
+        "|---|---:|---|",
+        f"| baseline `{base}` | {b:.2f} | {' '.join(f'{x:.2f}' for x in base_ms)} |",
+        f"| this revision | {o:.2f} | {' '.join(f'{x:.2f}' for x in ours_ms)} |",
+        "",
+        f"Ratio this / baseline: **{o / b:.2f}×** (median of per-round ratios {paired:.2f}×);"
+        f" target ≤ 0.50×: {'**met**' if o / b <= 0.5 else '**not met**'}.",
+        "",
+        f"Reproduce: `python bench/episode_cpu.py --base {base} --write-docs`.",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def write_docs(text: str) -> None:
+    current = DOC.read_text(encoding="utf-8")
+    if START in current and END in current:
+        before, rest = current.split(START, 1)
+        current = before + text + rest.split(END, 1)[1]
+    else:
+        current = current.rstrip("\n") + "\n\n" + text + "\n"
+    DOC.write_text(current, encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--base", default=DEFAULT_BASE, help="baseline git revision")
+    parser.add_argument("--episodes", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        base_tree = export_revision(args.base, Path(tmp))
+        base_ms, ours_ms = [], []
+        for r in range(args.rounds):
+            sides = [("base", base_tree), ("ours", ROOT)]
+            if r % 2:
+                sides.reverse()
+            for name, tree in sides:
+                m = measure(tree, args.episodes)
+                ms = m["cpu"] / m["episodes"] * 1000
+                (base_ms if name == "base" else ours_ms).append(ms)
+                print(f"round {r + 1} {name}: {ms:.2f} ms CPU/episode ({m['episodes']} episodes)", flush=True)
+    text = section(args.base, base_ms, ours_ms, args.episodes, load)
+    print(text)
+    if args.write_docs:
+        write_docs(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Executors play a run's planned episodes and hand each result back to the driver, which stores it.
+
+The driver (`runner.execute`) plans, stores and reports; an executor only plays. This module has the
+interface and the executor of this process (`LocalExecutor`); ``mcp_resili.integrations.ray`` has one
+that spreads the same work over a Ray cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+
+from mcp_resili.client.limits import UNLIMITED, Allowance, LimitSpec, LocalAllowance
+from mcp_resili.client.model import MEMORY_SIZE, Reflection
+from mcp_resili.client.plan import PlannedEpisode, RunConfig
+from mcp_resili.client.providers import provider_of
+from mcp_resili.client.session import EpisodeResult, EpisodeSession, ModelFactory
+from mcp_resili.registry.suites import get_suite
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """Episodes one worker plays in order: a single episode, or a Reflexion chain of trials."""
+
+    chain: tuple[PlannedEpisode, ...]
+    #: Reflexion memory the first episode starts with (stored trials of a resumed run).
+    memory: tuple[Reflection, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """What every executor needs to play a run's episodes (small and picklable)."""
+
+    config: RunConfig
+    run_id: str
+    limits: LimitSpec
+
+
+#: Receives each episode's result as it finishes (called on the driver, in its event loop).
+Deliver = Callable[[EpisodeResult], None]
+
+
+class Executor(Protocol):
+    """Plays work items and delivers one `EpisodeResult` per planned episode."""
+
+    #: ``local``, ``ray``: recorded in logs and shown in the summary.
+    name: str
+
+    async def run(self, job: RunJob, items: Sequence[WorkItem], deliver: Deliver) -> None:
+        """Play every item; return when every episode's result has been delivered."""
+        ...
+
+    def spent(self) -> float | None:
+        """USD the run has spent so far, in-flight calls included (None: not tracked)."""
+        ...
+
+
+def remember(memory: tuple[Reflection, ...], reflection: Reflection | None) -> tuple[Reflection, ...]:
+    """Reflexion memory after one more trial: its reflection appended, the oldest dropped past the size."""
+    return memory if reflection is None else (*memory, reflection)[-MEMORY_SIZE:]
+
+
+async def play_item(session: EpisodeSession, item: WorkItem) -> list[EpisodeResult]:
+    """Play an item's episodes in order; after a budget stop the rest are not started."""
+    results: list[EpisodeResult] = []
+    memory = item.memory
+    for p in item.chain:
+        if results and results[-1].outcome != "played":
+            results.append(EpisodeResult(p, "not_started"))
+            continue
+        result = await session.play(p, memory)
+        results.append(result)
+        memory = remember(memory, result.reflection)
+    return results
+
+
+class LocalExecutor:
+    """Plays episodes concurrently in this process, against one session (one set of clients)."""
+
+    name = "local"
+
+    def __init__(
+        self, *, model_factory: ModelFactory | None = None, model_options: Mapping[str, Any] | None = None
+    ) -> None:
+        self._model_factory = model_factory
+        self._model_options = model_options
+        self._allowance: LocalAllowance | None = None
+
+    def spent(self) -> float | None:
+        """The ledger's spend, when the run has limits."""
+        return None if self._allowance is None else self._allowance.ledger.spent
+
+    async def run(self, job: RunJob, items: Sequence[WorkItem], deliver: Deliver) -> None:
+        """Run the items with at most ``concurrency`` episodes in flight (and per provider, its own)."""
+        config = job.config
+        allowance: Allowance = UNLIMITED
+        if job.limits.active:
+            self._allowance = LocalAllowance(job.limits)
+            allowance = self._allowance
+        options: dict[str, Any] = {}
+        if self._model_factory is not None:
+            options["model_factory"] = self._model_factory
+        session = EpisodeSession(
+            config,
+            get_suite(config.suite),
+            job.run_id,
+            allowance=allowance,
+            limited=job.limits.active,
+            model_options=self._model_options,
+            **options,
+        )
+        run_slots = anyio.CapacityLimiter(config.concurrency)
+        per_provider: dict[str, list[WorkItem]] = {}
+        for item in items:
+            per_provider.setdefault(provider_of(item.chain[0].model), []).append(item)
+
+        async def worker(queue: Iterator[WorkItem]) -> None:
+            # A provider's workers take their slot in the run only while playing, so an episode that
+            # waits for its provider holds no run slot.
+            for item in queue:
+                async with run_slots:
+                    for result in await play_item(session, item):
+                        deliver(result)
+
+        async with session, anyio.create_task_group() as tg:
+            for provider_items in per_provider.values():
+                queue = iter(provider_items)
+                width = min(config.provider_concurrency or math.inf, config.concurrency, len(provider_items))
+                for _ in range(int(width)):
+                    tg.start_soon(worker, queue)

@@ -1,0 +1,321 @@
+"""The run matrix: a run's configuration, validated, and the episodes it plays (the planner).
+
+Every executor (in this process, or Ray workers) plays exactly the episodes `plan_episodes` returns,
+identified by `episode_id`; results go back to the one driver that stores them (`runner.execute`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from mcp_resili.client.model import ARCHITECTURES
+from mcp_resili.client.providers import DEFAULT_MODELS, validate_model_spec
+from mcp_resili.errors import UserError
+from mcp_resili.faults import parse_fault_spec
+from mcp_resili.faults.rng import derive_rng
+from mcp_resili.registry.suites import DEFAULT_SUITE, Suite
+from mcp_resili.scoring.termination import STOP_RULE_SETS, StopRules, resolve_stop_rules
+from mcp_resili.store import DEFAULT_DB, Store
+from mcp_resili.tasks.model import Task
+
+#: How a run against someone else's server labels its fault configuration.
+EXTERNAL_FAULTS = "server"
+
+#: `RunConfig` fields that define which episodes a run has and how they play: fixed for a resume.
+MATRIX_FIELDS = (
+    "suite",
+    "models",
+    "faults",
+    "variant",
+    "variants",
+    "perturb",
+    "architecture",
+    "stop_rules",
+    "all_tasks",
+    "trials",
+    "limit",
+    "stratified",
+    "tasks",
+    "seed",
+    "server",
+    "base_url",
+    "max_turns",
+    "max_tokens",
+    "time_limit",
+    "prices",
+)
+
+
+class RunConfigError(UserError):
+    """A run configuration that cannot work; raised before anything starts."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run (stored with it, so it can be reproduced)."""
+
+    suite: str = DEFAULT_SUITE
+    models: tuple[str, ...] = DEFAULT_MODELS
+    faults: tuple[str, ...] = ()
+    variant: str = "baseline"
+    #: Several prompt variants in one run (overrides ``variant``); every variant meets the same faults.
+    variants: tuple[str, ...] = ()
+    trials: int = 3
+    #: This many tasks of the suite's full list: its first N, or with ``stratified`` a sample.
+    limit: int | None = None
+    #: ``limit`` draws a sample stratified by (task type, complexity) with ``seed`` (`select_tasks`);
+    #: the CLI's ``--limit`` sets it (``--first`` does not).
+    stratified: bool = False
+    tasks: tuple[str, ...] = ()
+    #: Use the suite's full task list rather than its default run set (``--limit`` implies it).
+    all_tasks: bool = False
+    #: Turn budget for every episode (None: each task's own ``constraints.max_turns``).
+    max_turns: int | None = None
+    concurrency: int = 8
+    seed: int = 0
+    server: str | None = None
+    db: Path = DEFAULT_DB
+    #: ReliabilityBench perturbation levels to sweep (``eps=0``, ``eps=0.2``...): prompt variants too.
+    perturb: tuple[str, ...] = ()
+    #: ``react`` (plain loop) or ``reflexion`` (after a failed trial the model writes a reflection that
+    #: the next trials of the same task start with; those trials then run in order).
+    architecture: str = "react"
+    #: Stop rules ending episodes early: None (the suite's own), or a set by name (``resilibench``,
+    #: ``none``; see `mcp_resili.scoring.termination`).
+    stop_rules: str | None = None
+    #: Multiplies injected delays (latency faults) of the in-process server; 0 makes them instant.
+    time_scale: float = 1.0
+    #: Endpoint for hosted models (an OpenAI-compatible server, a proxy); keys come from the environment.
+    base_url: str | None = None
+    #: Per-provider concurrency (e.g. a provider's rate limit); ``None``: the run's ``concurrency``.
+    provider_concurrency: int | None = None
+    #: A cap on the run's spend in USD: once reached no model call starts (see `client.limits`).
+    max_cost: float | None = None
+    #: Requests and tokens per minute per provider key, for the whole run (all workers together).
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    #: Episode limits overriding the task's constraints (``timeout``) when set.
+    max_tokens: int | None = None
+    time_limit: float | None = None
+    #: A TOML price file overriding the built-in table.
+    prices: Path | None = None
+
+    def all_variants(self) -> tuple[str, ...]:
+        """The prompt variants this run sweeps: ``variants`` and ``perturb`` levels, else ``variant``."""
+        return (*self.variants, *self.perturb) or (self.variant,)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (paths as strings)."""
+        data = asdict(self)
+        data["db"] = str(self.db)
+        data["prices"] = None if self.prices is None else str(self.prices)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Rebuild a stored config (the inverse of `to_dict`); unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RunConfigError(
+                f"stored run config has unknown keys {unknown} (written by a newer version?)"
+            )
+        values = dict(data)
+        for f in fields(cls):  # JSON turned every tuple into a list
+            if f.name in values and isinstance(values[f.name], list):
+                values[f.name] = tuple(values[f.name])
+        if "db" in values:
+            values["db"] = Path(values["db"])
+        if values.get("prices") is not None:
+            values["prices"] = Path(values["prices"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class PlannedEpisode:
+    """One cell of the run matrix."""
+
+    model: str
+    faults: str
+    task_id: str
+    trial: int
+    variant: str = "baseline"
+
+
+def episode_id(run_id: str, planned: PlannedEpisode) -> str:
+    """The stored id of ``planned`` in run ``run_id`` (also what seeds nothing: faults use task/trial)."""
+    return f"{run_id}/{planned.faults}/{planned.model}/{planned.variant}/{planned.task_id}/{planned.trial}"
+
+
+def stratum(task: Task) -> tuple[str, str]:
+    """The stratum a task belongs to in a ``--limit`` sample: (task type, complexity)."""
+    return (task.task_type, task.complexity)
+
+
+def select_tasks(tasks: Sequence[Task], limit: int, seed: int) -> list[Task]:
+    """A sample of ``limit`` tasks, stratified by (task type, complexity), in the list's order.
+
+    Every stratum gets one task first (in the order strata appear, while the limit lasts); the rest of
+    the limit is shared out in proportion to the strata's remaining sizes (largest remainders first,
+    ties to the stratum that appears first). Within a stratum the tasks are drawn with an RNG derived
+    from ``seed`` and the stratum's name, so the same seed gives the same sample on every machine.
+    """
+    if limit >= len(tasks):
+        return list(tasks)
+    strata: dict[tuple[str, str], list[Task]] = {}
+    for task in tasks:
+        strata.setdefault(stratum(task), []).append(task)
+    quota = {key: 0 for key in strata}
+    for key in list(strata)[:limit]:
+        quota[key] = 1
+    rest = limit - sum(quota.values())
+    spare = {key: len(members) - quota[key] for key, members in strata.items()}
+    pool = sum(spare.values())
+    if rest > 0 and pool > 0:
+        shares = {key: rest * n / pool for key, n in spare.items()}
+        for key, share in shares.items():
+            quota[key] += int(share)
+        order = sorted(strata, key=lambda k: (-(shares[k] - int(shares[k])), list(strata).index(k)))
+        for key in order[: limit - sum(quota.values())]:
+            quota[key] += 1
+    chosen: set[str] = set()
+    for key, members in strata.items():
+        rng = derive_rng(seed, "task-sample", "/".join(key), 0)
+        chosen.update(t.id for t in rng.sample(members, quota[key]))
+    return [t for t in tasks if t.id in chosen]
+
+
+def _check_limits(config: RunConfig) -> None:
+    if config.trials < 1:
+        raise RunConfigError(f"--trials must be at least 1, got {config.trials}")
+    if config.concurrency < 1:
+        raise RunConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
+    for name in ("provider_concurrency", "max_turns", "max_tokens"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise RunConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    for name in ("max_cost", "time_limit", "requests_per_minute", "tokens_per_minute"):
+        value = getattr(config, name)
+        if value is not None and value <= 0:
+            raise RunConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if config.time_scale < 0:
+        raise RunConfigError(f"--time-scale must be >= 0, got {config.time_scale}")
+    if config.limit is not None and config.limit < 1:
+        raise RunConfigError(f"--limit must be at least 1, got {config.limit}")
+
+
+def _check_endpoints(config: RunConfig) -> None:
+    if config.base_url is not None:
+        parts = urlsplit(config.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise RunConfigError(f"--base-url must be an http(s) URL, got {config.base_url!r}")
+        if parts.username or parts.password:
+            # The URL is stored with the run; credentials in it would be a secret on disk.
+            raise RunConfigError("--base-url must not embed credentials; put the key in the environment")
+    if config.server is not None and config.faults:
+        raise RunConfigError(
+            "--faults cannot be combined with --server: that server decides its own faults "
+            '(e.g. --server "mcp-resili serve --faults resilibench")'
+        )
+    for model in config.models:
+        # Fail now, with the list of known models or the missing key's variable, rather than mid-run.
+        validate_model_spec(model, base_url=config.base_url)
+
+
+def run_tasks(config: RunConfig, suite: Suite) -> list[Task]:
+    """The tasks a run plays: named ones, a ``--limit`` sample, the full list, or the default set."""
+    if config.tasks:
+        tasks = [suite.task(t) for t in config.tasks]
+    elif config.limit is not None and config.stratified:
+        return select_tasks(suite.tasks, config.limit, config.seed)
+    elif config.all_tasks or config.limit is not None:
+        tasks = list(suite.tasks)
+    else:
+        tasks = list(suite.default_tasks)
+    return tasks if config.limit is None else tasks[: config.limit]
+
+
+def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
+    """The run matrix, validated: every model, fault spec, variant, task and trial."""
+    _check_limits(config)
+    _check_endpoints(config)
+    faults = (EXTERNAL_FAULTS,) if config.server else (config.faults or (suite.default_faults,))
+    if config.server is None:
+        for spec in faults:
+            parse_fault_spec(spec, suite)
+    if config.architecture not in ARCHITECTURES:
+        raise RunConfigError(
+            f"unknown architecture {config.architecture!r}; choose from {', '.join(ARCHITECTURES)}"
+        )
+    stop_rules_for(config, suite)
+    variants = config.all_variants()
+    for variant in variants:
+        try:
+            suite.prompt(suite.default_tasks[0], variant)  # validates the variant
+        except ValueError as exc:
+            raise RunConfigError(str(exc)) from None
+    tasks = run_tasks(config, suite)
+    return [
+        PlannedEpisode(model, spec, task.id, trial, variant)
+        for spec in faults
+        for model in config.models
+        for variant in variants
+        for task in tasks
+        for trial in range(config.trials)
+    ]
+
+
+def stop_rules_for(config: RunConfig, suite: Suite) -> StopRules:
+    """The stop rules episodes of ``config`` run under: the suite's own unless the run names others."""
+    own = resolve_stop_rules(suite.stop_rules)
+    if config.stop_rules is None or config.stop_rules == own.name:
+        return own
+    if config.stop_rules in STOP_RULE_SETS:
+        return STOP_RULE_SETS[config.stop_rules]
+    choices = ", ".join(dict.fromkeys([own.name, *STOP_RULE_SETS]))
+    raise RunConfigError(
+        f"unknown --stop-rules {config.stop_rules!r}; choose from {choices} "
+        f"(default: the suite's own, {own.name})"
+    )
+
+
+ChainKey = tuple[str, str, str, str]
+
+
+def chain_key(p: PlannedEpisode) -> ChainKey:
+    """The episodes that share Reflexion memory: one (faults, model, variant, task)."""
+    return (p.faults, p.model, p.variant, p.task_id)
+
+
+def chains(config: RunConfig, todo: Sequence[PlannedEpisode]) -> list[list[PlannedEpisode]]:
+    """Episodes that must run one after another, as lists.
+
+    Under Reflexion, the trials of one (faults, model, variant, task) in trial order: each starts with
+    the reflections of the earlier ones. Otherwise every episode on its own.
+    """
+    if config.architecture != "reflexion":
+        return [[p] for p in todo]
+    grouped: dict[ChainKey, list[PlannedEpisode]] = {}
+    for p in todo:
+        grouped.setdefault(chain_key(p), []).append(p)
+    return [sorted(chain, key=lambda p: p.trial) for chain in grouped.values()]
+
+
+def load_run_config(db: Path, run_id: str) -> RunConfig:
+    """The stored configuration of ``run_id`` in ``db`` (to resume it)."""
+    if not db.exists():
+        raise RunConfigError(f"--resume {run_id}: no results database at {db}")
+    store = Store(db)
+    try:
+        data = store.run_config(run_id)
+        known = store.run_ids(limit=5)
+    finally:
+        store.close()
+    if data is None:
+        hint = f"; recent runs in {db}: {', '.join(known)}" if known else f"; {db} holds no runs"
+        raise RunConfigError(f"--resume: no run {run_id!r}{hint}")
+    return RunConfig.from_dict(data)

@@ -1,0 +1,287 @@
+"""`RayExecutor`: a run's episodes played by a pool of Ray actors, results streamed home to the driver.
+
+The driver keeps the plan and the store (`runner.execute`); this executor only plays. It starts or
+joins a Ray instance, starts one `EpisodeWorker` actor per CPU of the cluster (or ``workers``), a
+`BudgetKeeper` actor when the run has a cost cap or rate limits, and sends the work items in batches,
+a few calls in flight per worker. Each finished batch comes back as `EpisodeResult` s and is delivered
+to the driver, which stores it.
+
+Fault tolerance: when a worker dies (its process killed, its node lost), the calls it had in flight
+fail; their episodes, which were never delivered, go back in the queue and are played again by
+another worker, with the same seed and so the same draws (the driver also refuses an episode id it
+has stored). A replacement actor takes the dead one's place. An item whose worker died
+``MAX_ATTEMPTS`` times ends the run with an error rather than killing workers forever.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import os
+import secrets
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from mcp_resili.client.executor import Deliver, RunJob, WorkItem
+from mcp_resili.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+#: How the extra is installed; named by every error about a missing Ray.
+RAY_EXTRA = "pip install 'mcp-resili[ray]'"
+#: Times one work item may be lost with its worker before the run gives up.
+MAX_ATTEMPTS = 3
+#: Calls in flight per worker: one playing while the next batch travels.
+WINDOW = 2
+#: Seconds between two readings of the run's spend from the budget actor (for the progress line).
+SPEND_EVERY = 1.0
+#: Largest batch of work items per call (amortises Ray's per-call cost, ~1-2 ms here).
+MAX_BATCH = 16
+#: Environment for a Ray instance this process starts: no usage statistics, every port on loopback,
+#: and a token of this process only (nothing written under ~/.ray). Read when ray is first imported.
+LOCAL_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "token",
+}
+
+
+class RayUnavailableError(UserError):
+    """``--executor ray`` without Ray installed, or a Ray cluster that cannot be reached."""
+
+
+class RayRunError(UserError):
+    """The run could not finish on Ray (every worker died, or one item killed its workers)."""
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or `RayUnavailableError` naming the extra."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError:
+        raise RayUnavailableError(f"--executor ray needs Ray: {RAY_EXTRA}") from None
+
+
+def prepare_local_env(address: str | None) -> None:
+    """Set `LOCAL_ENV` before Ray is imported, when this process will start its own instance."""
+    if address is None:
+        for key, value in LOCAL_ENV.items():
+            os.environ.setdefault(key, value)
+        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+
+
+@dataclass
+class _Slot:
+    """One worker place in the pool: its current actor and how many times it was replaced."""
+
+    actor: Any
+    pid: int | None = None
+    generation: int = 0
+    #: Actors of this slot in a row that died before they told their pid (never started).
+    stillborn: int = 0
+
+
+class RayExecutor:
+    """Plays a run's episodes on Ray actors (``address``: a cluster, or None to start or join locally)."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        workers: int | None = None,
+        on_dispatch: Callable[[int, int | None, int], None] | None = None,
+    ) -> None:
+        if workers is not None and workers < 1:
+            raise RayRunError(f"--ray-workers must be at least 1, got {workers}")
+        self.address = address
+        self.workers = workers
+        #: Called after each batch is sent: (worker index, worker pid, episodes in the batch).
+        self.on_dispatch = on_dispatch
+        #: Work items played again because their worker died with them in flight.
+        self.replayed = 0
+        #: Worker actors that replaced dead ones.
+        self.replaced = 0
+        #: Worker pids, by slot, once known.
+        self.pids: list[int | None] = []
+        self._spent: float | None = None
+        self._keeper: Any = None
+
+    def spent(self) -> float | None:
+        """The run's spend as last read from the budget actor (None without limits)."""
+        return self._spent
+
+    def _connect(self, ray: Any) -> bool:
+        """Join ``address`` or a running local instance, else start one; True when we started it."""
+        if ray.is_initialized():
+            return False
+        options: dict[str, Any] = {
+            "namespace": "mcp-resili",
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "configure_logging": False,
+        }
+        try:
+            # No address: Ray joins the instance `ray start` runs on this machine, else starts one.
+            ray.init(address=self.address, **options)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = self.address or "a local instance"
+            raise RayUnavailableError(f"cannot start or reach Ray at {where}: {exc}") from None
+        return True
+
+    async def run(self, job: RunJob, items: Sequence[WorkItem], deliver: Deliver) -> None:
+        """Play ``items`` on the pool; returns when every episode's result was delivered."""
+        prepare_local_env(self.address)
+        ray = import_ray()
+        started = self._connect(ray)
+        actors: list[Any] = []
+        try:
+            cpus = int(ray.cluster_resources().get("CPU", 0))
+            if self.workers is None and cpus < 1:
+                raise RayRunError(
+                    "the Ray cluster has no CPU for a worker; add worker nodes or --ray-workers"
+                )
+            count = self.workers or cpus
+            keeper_name = None
+            if job.limits.active:
+                from mcp_resili.integrations.ray.budget import BudgetKeeper
+
+                keeper_name = f"mcp-resili-budget-{job.run_id}-{secrets.token_hex(3)}"
+                self._keeper = (
+                    ray.remote(BudgetKeeper).options(name=keeper_name, num_cpus=0).remote(job.limits)
+                )
+                actors.append(self._keeper)
+            await self._play(ray, job, items, deliver, count, keeper_name, actors)
+            if self._keeper is not None:
+                self._spent = await self._keeper.spent.remote()
+        finally:
+            for actor in actors:
+                ray.kill(actor)
+            if started:
+                ray.shutdown()
+
+    async def _play(
+        self,
+        ray: Any,
+        job: RunJob,
+        items: Sequence[WorkItem],
+        deliver: Deliver,
+        count: int,
+        keeper: str | None,
+        actors: list[Any],
+    ) -> None:
+        from mcp_resili.integrations.ray.worker import EpisodeWorker
+
+        config = job.config
+        per_worker = max(1, math.ceil(config.concurrency / count))
+        batch = max(1, min(MAX_BATCH, per_worker // WINDOW or 1))
+        worker_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(EpisodeWorker)
+
+        def new_actor() -> Any:
+            actor = worker_class.remote(job, keeper, per_worker)
+            actors.append(actor)
+            return actor
+
+        def replace(slot: _Slot, generation: int) -> None:
+            # Only the first of a slot's feeders to notice a death replaces its actor.
+            if slot.generation == generation:
+                slot.actor, slot.pid, slot.generation = new_actor(), None, generation + 1
+                self.replaced += 1
+
+        slots = [_Slot(new_actor()) for _ in range(count)]
+        self.pids = [None] * count
+        queue: deque[WorkItem] = deque(items)
+        attempts: dict[int, int] = {}
+        failures: list[BaseException] = []
+        undelivered = sum(len(item.chain) for item in items)
+
+        async def feeder(index: int, scope: anyio.CancelScope) -> None:
+            nonlocal undelivered
+            slot = slots[index]
+            while queue and not failures:
+                generation = slot.generation
+                if slot.pid is None:
+                    # Waits while Ray places the worker (a worker that never fits is simply not fed).
+                    try:
+                        pid = await slot.actor.pid.remote()
+                    except ray.exceptions.RayActorError as exc:
+                        # Died while this feeder waited for it (killed, or it never started).
+                        if slot.generation == generation and slot.pid is None:
+                            slot.stillborn += 1
+                            if slot.stillborn >= MAX_ATTEMPTS:
+                                failures.append(
+                                    RayRunError(
+                                        f"Ray worker {index} died {slot.stillborn} times before it "
+                                        f"started ({type(exc).__name__}); stopping"
+                                    )
+                                )
+                                break
+                        replace(slot, generation)
+                        continue
+                    if slot.generation == generation:  # not an actor already replaced meanwhile
+                        slot.pid = self.pids[index] = pid
+                        slot.stillborn = 0
+                    continue
+                chunk = [queue.popleft() for _ in range(min(batch, len(queue)))]
+                call = slot.actor.play_batch.remote(chunk)
+                if self.on_dispatch is not None:
+                    self.on_dispatch(index, slot.pid, sum(len(i.chain) for i in chunk))
+                try:
+                    results = await call
+                except ray.exceptions.RayActorError as exc:
+                    try:
+                        self._requeue(chunk, queue, attempts, exc)
+                    except RayRunError as gave_up:
+                        failures.append(gave_up)
+                        break
+                    replace(slot, generation)
+                    continue
+                except ray.exceptions.RayTaskError as exc:
+                    # The worker raised (e.g. a model key missing on its node): the run stops with it.
+                    cause = getattr(exc, "cause", None)
+                    failures.append(cause if isinstance(cause, BaseException) else exc)
+                    break
+                for result in results:
+                    deliver(result)
+                undelivered -= len(results)
+            if undelivered == 0 or failures:
+                scope.cancel()  # feeders still waiting for a worker that was never placed
+
+        async def watch_spend() -> None:
+            # The driver's progress shows the whole run's spend, calls still in flight included.
+            while self._keeper is not None:
+                self._spent = await self._keeper.spent.remote()
+                await anyio.sleep(SPEND_EVERY)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_spend)
+            async with anyio.create_task_group() as feeders:
+                for index in range(count):
+                    for _ in range(WINDOW):
+                        feeders.start_soon(feeder, index, feeders.cancel_scope)
+            tg.cancel_scope.cancel()
+        if failures:
+            raise failures[0]
+        if undelivered:
+            raise RayRunError(f"{undelivered} episodes were not played on Ray; finish with --resume")
+
+    def _requeue(
+        self, chunk: list[WorkItem], queue: deque[WorkItem], attempts: dict[int, int], exc: BaseException
+    ) -> None:
+        for item in chunk:
+            attempts[id(item)] = attempts.get(id(item), 0) + 1
+            if attempts[id(item)] >= MAX_ATTEMPTS:
+                first = item.chain[0]
+                raise RayRunError(
+                    f"episode {first.task_id}/{first.trial} ({first.model}) lost its Ray worker "
+                    f"{MAX_ATTEMPTS} times ({type(exc).__name__}); stopping"
+                )
+        logger.warning("a Ray worker died (%s); replaying its %d work items", type(exc).__name__, len(chunk))
+        self.replayed += len(chunk)
+        queue.extendleft(reversed(chunk))

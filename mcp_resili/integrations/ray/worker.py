@@ -1,0 +1,114 @@
+"""A Ray worker: an async actor that plays batches of a run's episodes with its own session.
+
+Each worker process holds one `EpisodeSession` (its own in-process MCP servers, or clients of
+``--server``, and its own models), opened on the first batch. anyio requires a task group or cancel
+scope to be left by the task that entered it, and Ray runs every actor call as its own task, so one
+long-lived host task enters the session and leaves it on `close`; calls only use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from mcp_resili.client.executor import RunJob, WorkItem, play_item
+from mcp_resili.client.limits import UNLIMITED, Allowance, BudgetExhaustedError
+from mcp_resili.client.session import EpisodeResult, EpisodeSession
+from mcp_resili.registry.suites import get_suite
+
+
+class RemoteAllowance:
+    """The run's allowance as seen from a worker: every question goes to the budget actor."""
+
+    def __init__(self, keeper: Any) -> None:
+        self._keeper = keeper
+
+    async def is_open(self) -> bool:
+        """Ask the keeper whether calls may still start."""
+        return bool(await self._keeper.is_open.remote())
+
+    async def admit(self, key: str, tokens: int) -> None:
+        """Reserve with the keeper, then wait out the rate limit here."""
+        wait = await self._keeper.reserve.remote(key, tokens)
+        if wait is None:
+            raise BudgetExhaustedError("the run's --max-cost is reached")
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    async def settle(self, key: str, estimated: int, used: int, cost: float) -> None:
+        """Charge the call (awaited, so the spend is known before the episode's next call)."""
+        await self._keeper.settle.remote(key, estimated, used, cost)
+
+
+class EpisodeWorker:
+    """Plays work items of one run; ``keeper`` is the name of the run's budget actor, if any."""
+
+    def __init__(self, job: RunJob, keeper: str | None, concurrency: int) -> None:
+        self.job = job
+        self._keeper_name = keeper
+        self._slots = asyncio.Semaphore(max(1, concurrency))
+        self._session: EpisodeSession | None = None
+        self._failure: BaseException | None = None
+        self._ready: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._host: asyncio.Task[None] | None = None
+
+    async def pid(self) -> int:
+        """The process id of this worker (the driver shows it; a test kills it)."""
+        return os.getpid()
+
+    async def _hold_session(self) -> None:
+        assert self._ready is not None and self._stop is not None
+        allowance: Allowance = UNLIMITED
+        if self._keeper_name is not None:
+            import ray
+
+            allowance = RemoteAllowance(ray.get_actor(self._keeper_name))
+        config = self.job.config
+        try:
+            session = EpisodeSession(
+                config,
+                get_suite(config.suite),
+                self.job.run_id,
+                allowance=allowance,
+                limited=self.job.limits.active,
+            )
+            async with session:
+                self._session = session
+                self._ready.set()
+                await self._stop.wait()
+        except BaseException as exc:
+            # Reported to every call (e.g. a missing API key on this node), not lost in a task.
+            self._failure = exc
+            self._ready.set()
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _open(self) -> EpisodeSession:
+        if self._host is None:
+            self._ready, self._stop = asyncio.Event(), asyncio.Event()
+            self._host = asyncio.create_task(self._hold_session())
+        assert self._ready is not None
+        await self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
+        assert self._session is not None
+        return self._session
+
+    async def play_batch(self, items: list[WorkItem]) -> list[EpisodeResult]:
+        """Play ``items`` concurrently (at most the worker's share of the run's concurrency)."""
+        session = await self._open()
+
+        async def one(item: WorkItem) -> list[EpisodeResult]:
+            async with self._slots:
+                return await play_item(session, item)
+
+        batches = await asyncio.gather(*(one(item) for item in items))
+        return [result for batch in batches for result in batch]
+
+    async def close(self) -> None:
+        """Leave the session (closes MCP clients and model connections)."""
+        if self._host is not None and self._stop is not None:
+            self._stop.set()
+            await self._host

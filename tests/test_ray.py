@@ -1,0 +1,216 @@
+"""The Ray executor on a real local Ray instance (worker processes, not local mode), started once here.
+
+Ray comes with the [test] extra, so these tests always run. The instance binds loopback only, reports
+no usage statistics and writes nothing under ~/.ray (a token of this process only).
+"""
+
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+
+import anyio
+import pytest
+from fakes.model_server import FakeModelServer, oracle_policy, serve
+
+from mcp_resili.cli import main
+from mcp_resili.client.runner import RunConfig, execute
+from mcp_resili.integrations.ray import RayExecutor
+
+pytestmark = pytest.mark.anyio
+
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "token",
+    "RAY_AUTH_TOKEN": secrets.token_hex(32),
+}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One local Ray instance of 2 CPUs for this file (one test worker runs the whole file)."""
+    saved = {key: os.environ.get(key) for key in RAY_ENV}
+    os.environ.update(RAY_ENV)  # read when ray is imported and when its processes start
+    import ray
+
+    # Ray's unix sockets live under its temp dir: keep the path short (108-byte limit).
+    temp = tempfile.mkdtemp(prefix="ray")
+    context = ray.init(
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        object_store_memory=80 * 1024 * 1024,
+        namespace="mcp-resili-tests",
+        _temp_dir=temp,
+    )
+    yield context
+    ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def comparable(result):
+    """Every stored field of every episode, with the run id (which differs between runs) masked."""
+    out = []
+    for r in result.rows:
+        fields = (
+            r.episode_id,
+            r.termination,
+            r.label,
+            r.value,
+            repr(r.score),
+            r.trace,
+            r.input_tokens,
+            r.output_tokens,
+            r.cost_usd,
+            r.stop_rule,
+        )
+        out.append(tuple(str(f).replace(result.run_id, "RUN") for f in fields))
+    return sorted(out)
+
+
+CONFIG = {"trials": 1, "limit": 4, "stratified": True, "seed": 3, "time_scale": 0.0}
+
+
+@pytest.fixture(scope="module")
+async def local_rows(tmp_path_factory):
+    result = await execute(RunConfig(db=tmp_path_factory.mktemp("local") / "r.db", **CONFIG))
+    assert any(r.label != "full" for r in result.rows)  # faults fired: the comparison means something
+    return comparable(result)
+
+
+@pytest.fixture(scope="module")
+def anyio_backend():
+    return "asyncio"
+
+
+async def test_one_ray_worker_stores_exactly_what_the_local_executor_stores(
+    ray_cluster, local_rows, tmp_path
+):
+    # Two workers give the same rows too: the killed-worker test below compares them.
+    workers = 1
+    executor = RayExecutor(workers=workers)
+    result = await execute(RunConfig(db=tmp_path / "r.db", **CONFIG), executor=executor)
+    assert comparable(result) == local_rows
+    assert result.executor == "ray" and executor.replayed == 0
+    # Real worker processes, one per worker, none of them this one.
+    assert len(set(executor.pids)) == workers and os.getpid() not in executor.pids
+
+
+async def test_two_workers_one_killed_mid_run_store_exactly_the_local_rows_each_once(
+    ray_cluster, local_rows, tmp_path
+):
+    killed = []
+
+    def kill_worker_zero_on_its_first_batch(index, pid, episodes):
+        if index == 0 and not killed:
+            os.kill(pid, signal.SIGKILL)  # before the batch can come back: it is in flight
+            killed.append(episodes)
+
+    executor = RayExecutor(workers=2, on_dispatch=kill_worker_zero_on_its_first_batch)
+    result = await execute(RunConfig(db=tmp_path / "r.db", **CONFIG), executor=executor)
+    assert killed and executor.replaced >= 1
+    assert 1 <= executor.replayed <= 4  # what was in flight on the dead worker, nothing else
+    assert len({r.episode_id for r in result.rows}) == len(result.rows) == len(local_rows)
+    assert comparable(result) == local_rows
+    assert len(set(executor.pids)) == 2 and os.getpid() not in executor.pids
+
+
+async def test_reflexion_chains_stay_whole_on_two_workers_so_later_trials_start_with_the_first_ones_lesson(
+    ray_cluster, tmp_path
+):
+    # The first call of every tool meets a connection reset: the learner's first trial fails, and
+    # only a trial that starts with that trial's reflection (played after it, same memory) passes.
+    faults = tmp_path / "first-calls.json"
+    faults.write_text(
+        '{"kind": "rules", "rules": [{"tool": "*", "calls": [1], "fault": {"type": "connection_reset"}}]}'
+    )
+    config = {
+        "suite": "reliabilitybench",
+        "models": ("scripted:learner",),
+        "faults": (str(faults),),
+        "architecture": "reflexion",
+        "trials": 3,
+        "limit": 2,
+        "time_scale": 0.0,
+    }
+    local = await execute(RunConfig(db=tmp_path / "l.db", **config))
+    executor = RayExecutor(workers=2)
+    result = await execute(RunConfig(db=tmp_path / "r.db", **config), executor=executor)
+    assert comparable(result) == comparable(local) and executor.replayed == 0
+    assert sorted((r.trial, r.label) for r in result.rows) == [(0, "failure")] * 2 + [
+        (1, "full"),
+        (1, "full"),
+        (2, "full"),
+        (2, "full"),
+    ]
+
+
+async def test_the_cost_cap_holds_for_the_whole_run_across_ray_workers_even_with_one_never_placed(
+    ray_cluster, tmp_path
+):
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[prices."openai:fake"]\ninput = 1000.0\noutput = 1000.0\n')
+    fake = FakeModelServer(oracle_policy())
+    async with serve(fake.app) as url:  # the workers call it over loopback HTTP
+        config = RunConfig(
+            db=tmp_path / "r.db",
+            models=("openai:fake",),
+            faults=("none",),
+            trials=1,
+            limit=12,
+            concurrency=4,
+            base_url=f"{url}/v1",
+            prices=prices,
+            max_cost=1.0,
+        )
+        # Three workers asked of a 2-CPU instance: Ray places two; the third must not hold up the run.
+        executor = RayExecutor(workers=3)
+        with anyio.fail_after(120):
+            result = await execute(config, executor=executor)
+    assert sum(pid is not None for pid in executor.pids) == 2
+    # One call here costs ~$0.13 (120-130 tokens at $1000/M): every call started before the cap was
+    # reached, and no more, so the spend passes the cap by at most one call per episode in flight.
+    assert result.stopped == "max_cost" and result.spent_usd is not None
+    assert 1.0 <= result.spent_usd < 1.0 + 4 * 0.14
+    assert len(result.rows) + result.budget_stopped + result.skipped == 12
+    assert result.budget_stopped >= 1 and all(r.cost_usd > 0 for r in result.rows)
+
+
+def test_the_ray_executor_without_ray_installed_is_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):
+    for key, value in RAY_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets without the extra
+    db = tmp_path / "r.db"
+    assert main(["run", "--executor", "ray", "--limit", "1", "--trials", "1", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'mcp-resili[ray]'" in err
+    assert not db.exists()
+
+
+def test_the_cluster_examples_parse_and_pin_the_ray_version_the_extra_installs():
+    import tomllib
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["ray"]
+    (pin,) = extra  # ray>=2.60,<2.61
+    low, high = (tuple(int(x) for x in part.split(".")) for part in pin.removeprefix("ray>=").split(",<"))
+    kuberay = yaml.safe_load((root / "examples/ray/kuberay.yaml").read_text())
+    version = tuple(int(x) for x in kuberay["spec"]["rayVersion"].split("."))
+    assert kuberay["kind"] == "RayCluster" and low <= version < high
+    launcher = yaml.safe_load((root / "examples/ray/ray-cluster.yaml").read_text())
+    assert any("mcp-resili[ray]" in command for command in launcher["setup_commands"])
+    head = kuberay["spec"]["headGroupSpec"]["rayStartParams"]
+    assert head["num-cpus"] == "0"  # the driver's node plans and stores; workers play

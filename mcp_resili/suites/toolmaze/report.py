@@ -16,6 +16,21 @@ from mcp_resili.scoring.model import Score
 from mcp_resili.store import EpisodeRow
 from mcp_resili.suites.toolmaze.scoring import aggregate
 
+#: Columns of the metrics table, terminal and HTML alike (the terminal adds the composite).
+METRIC_COLUMNS = (
+    "model",
+    "variant",
+    "mode",
+    "level",
+    "n",
+    "perturbed",
+    "TSR %",
+    "PRR %",
+    "DUP %",
+    "RC %",
+    "RC' %",
+)
+
 
 def toolmaze_metrics(rows: Iterable[EpisodeRow]) -> list[dict[str, Any]]:
     """One entry per (model, variant, mode, level), levels and modes also pooled as ``all``.
@@ -51,20 +66,7 @@ def toolmaze_table(metrics: Iterable[dict[str, Any]]) -> Table:
         "DUP: writes executed twice)",
         title_justify="left",
     )
-    for name in (
-        "model",
-        "variant",
-        "mode",
-        "level",
-        "n",
-        "perturbed",
-        "TSR %",
-        "PRR %",
-        "DUP %",
-        "RC %",
-        "RC' %",
-        "composite %",
-    ):
+    for name in (*METRIC_COLUMNS, "composite %"):
         table.add_column(name, justify="left" if name in ("model", "variant", "mode", "level") else "right")
     for m in metrics:
         prr = "-" if m["prr"] is None else f"{100 * m['prr']:.1f}"
@@ -151,19 +153,7 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
     blocks: list[TableBlock | ChartBlock | NoteBlock] = [
         TableBlock(
             "TSR, PRR, DUP and RC by mode and level (95% CI; RC: lower is better; RC' abort-aware)",
-            (
-                "model",
-                "variant",
-                "mode",
-                "level",
-                "n",
-                "perturbed",
-                "TSR %",
-                "PRR %",
-                "DUP %",
-                "RC %",
-                "RC' %",
-            ),
+            METRIC_COLUMNS,
             tuple(table_rows),
         )
     ]

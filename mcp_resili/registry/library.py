@@ -12,7 +12,7 @@ from typing import Any
 import networkx as nx
 
 from mcp_resili.registry.spec import ToolSpec
-from mcp_resili.registry.validator import CompiledSchema
+from mcp_resili.registry.validator import CompiledSchema, compiled
 
 #: Per-episode mutable state a simulator may read and write (files written, tokens issued, ...).
 ToolState = dict[str, Any]
@@ -78,9 +78,7 @@ class ToolLibrary:
     def _output_validators(self) -> dict[str, CompiledSchema]:
         # Built once: ``jsonschema.validate`` re-checks the schema itself on every call (~10 ms).
         return {
-            spec.name: CompiledSchema(spec.output_schema)
-            for spec in self.specs
-            if spec.output_schema is not None
+            spec.name: compiled(spec.output_schema) for spec in self.specs if spec.output_schema is not None
         }
 
     def spec(self, name: str) -> ToolSpec:

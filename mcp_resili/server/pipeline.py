@@ -22,7 +22,7 @@ from jsonschema.exceptions import best_match
 
 from mcp_resili.faults import BasePlan, CallContext, CallOutcome, FaultInjector, ProtocolState, ToolOutcome
 from mcp_resili.registry import ToolSpec
-from mcp_resili.registry.validator import CompiledSchema
+from mcp_resili.registry.validator import compiled
 from mcp_resili.server.backend import ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.tasks.model import Task
@@ -158,12 +158,12 @@ class CallPipeline:
         self.call_time_limit = call_time_limit
         # A proxy leaves validation to the upstream so that its own errors pass through unchanged.
         self._validators = (
-            {name: CompiledSchema(spec.input_schema) for name, spec in self.specs.items()}
+            {name: compiled(spec.input_schema) for name, spec in self.specs.items()}
             if validate_arguments
             else {}
         )
         self._output_validators = {
-            name: CompiledSchema(spec.output_schema)
+            name: compiled(spec.output_schema)
             for name, spec in self.specs.items()
             if spec.output_schema is not None
         }

@@ -16,6 +16,11 @@ from mcp_resili.server.numbers import non_finite_number
 
 logger = logging.getLogger(__name__)
 
+#: Arguments a tool marked inline (`ToolLibrary.inline`) may run on the event loop with: at most this
+#: many JSON values, and this many characters in all their strings. Anything larger takes the thread.
+INLINE_MAX_VALUES = 2_000
+INLINE_MAX_CHARS = 100_000
+
 #: The tool raised something it does not declare: a bug in the tool (or the suite), never the agent's
 #: doing. The trace records it like any call, so scoring can tell it apart.
 TOOL_CRASHED = "TOOL_CRASHED"
@@ -40,10 +45,40 @@ class ToolBackend(Protocol):
         ...
 
 
-class SimulatedBackend:
-    """A `ToolLibrary`'s deterministic simulators, run in a worker thread.
+def small_arguments(arguments: Any) -> bool:
+    """Whether ``arguments`` stay within `INLINE_MAX_VALUES` values and `INLINE_MAX_CHARS` characters.
 
-    The event loop never runs tool code, so a slow call delays no other session (not even its pings).
+    Stops counting as soon as either bound is passed, so a huge payload costs no more than a small one.
+    """
+    values, chars = 0, 0
+    pending = [arguments]
+    while pending:
+        value = pending.pop()
+        values += 1
+        if values > INLINE_MAX_VALUES:
+            return False
+        if isinstance(value, str):
+            chars += len(value)
+            if chars > INLINE_MAX_CHARS:
+                return False
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                chars += len(key) if isinstance(key, str) else 0
+                pending.append(item)
+            if chars > INLINE_MAX_CHARS:
+                return False
+        elif isinstance(value, list | tuple):
+            pending.extend(value)
+    return True
+
+
+class SimulatedBackend:
+    """A `ToolLibrary`'s deterministic simulators, run in a worker thread unless provably quick.
+
+    A slow call must delay no other session (not even its pings), so tool code runs in a worker
+    thread, except a tool the library marks inline (bounded work per argument) called with small
+    arguments (`small_arguments`): it runs on the event loop, which saves the thread hop (most of a
+    call's server cost in memory) and blocks the loop no longer than parsing the request did.
     A call abandoned at the server's time limit keeps its thread until the simulator returns; the
     episode's next call waits for it first, so no two calls ever touch one episode's state at once.
     Anything a simulator raises besides its declared `ToolFailure` becomes a `TOOL_CRASHED` outcome.
@@ -74,6 +109,8 @@ class SimulatedBackend:
             except anyio.get_cancelled_exc_class():
                 self._unfinished[id(state)] = earlier
                 raise
+        if spec.name in self.library.inline and small_arguments(arguments):
+            return self._simulate(spec, arguments, state)
         done = threading.Event()
 
         def simulate() -> ToolOutcome:

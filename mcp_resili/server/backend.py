@@ -129,13 +129,19 @@ class SimulatedBackend:
     def _simulate(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome:
         try:
             result = self.library.simulate(spec.name, arguments, state)
-            problem = non_finite_number(result)
-            if problem is not None:
-                raise ValueError(f"non-finite number at {problem} in the result")  # JSON has none
             # A result may share objects with the episode's state (a record the tool keeps): the
             # recorded event must show it as it was at this call, not as later calls change it. A JSON
             # round trip is the snapshot (what the wire does anyway), four times cheaper than deepcopy.
-            snapshot: dict[str, Any] = pydantic_core.from_json(pydantic_core.to_json(result))
+            try:
+                encoded = pydantic_core.to_json(result)
+            except Exception:
+                _refuse_non_finite(result)
+                raise
+            # JSON has no NaN or infinity; the encoder writes them as bare NaN / Infinity, so a result
+            # without those bytes has none (with them, maybe only in a text: the exact walk decides).
+            if b"NaN" in encoded or b"Infinity" in encoded:
+                _refuse_non_finite(result)
+            snapshot: dict[str, Any] = pydantic_core.from_json(encoded)
             return ToolOutcome(structured=snapshot)
         except ToolFailure as failure:
             return ToolOutcome(structured=None, error_code=failure.code, message=failure.message)
@@ -147,3 +153,9 @@ class SimulatedBackend:
                 message=f"{spec.name} failed unexpectedly ({type(exc).__name__}); the tool is at fault, "
                 "not the arguments",
             )
+
+
+def _refuse_non_finite(result: Any) -> None:
+    problem = non_finite_number(result)
+    if problem is not None:
+        raise ValueError(f"non-finite number at {problem} in the result")

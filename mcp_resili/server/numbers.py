@@ -22,9 +22,22 @@ def _any_unusable(value: Any, limit: float) -> bool:
     pending = [value]
     while pending:
         item = pending.pop()
-        if isinstance(item, str) or item is None or isinstance(item, bool):
+        kind = type(item)  # JSON gives exact types: test those first, anything else by isinstance
+        if kind is str or kind is bool or item is None:
             continue
-        if isinstance(item, float):
+        if kind is dict:
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is int:
+            if abs(item) > limit:
+                return True
+        elif kind is float:
+            if not (math.isfinite(item) and abs(item) <= limit):
+                return True
+        elif isinstance(item, bool):
+            continue
+        elif isinstance(item, float):
             if not (math.isfinite(item) and abs(item) <= limit):
                 return True
         elif isinstance(item, int):

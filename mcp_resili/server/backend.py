@@ -109,8 +109,9 @@ class SimulatedBackend:
             except anyio.get_cancelled_exc_class():
                 self._unfinished[id(state)] = earlier
                 raise
-        if spec.name in self.library.inline and small_arguments(arguments):
-            return self._simulate(spec, arguments, state)
+        quick = self.run_inline(spec, arguments, state)
+        if quick is not None:
+            return quick
         done = threading.Event()
 
         def simulate() -> ToolOutcome:
@@ -125,6 +126,18 @@ class SimulatedBackend:
             if not done.is_set():  # the thread goes on: the episode's next call must wait for it
                 self._unfinished[id(state)] = done
             raise
+
+    def run_inline(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome | None:
+        """The call's outcome when it may run on the event loop now, else None (then `run` it).
+
+        It may when the library marks the tool inline, its arguments are small, and no abandoned call
+        of the episode still holds the state. Such a call never awaits, so no time limit can end it.
+        """
+        if spec.name not in self.library.inline or id(state) in self._unfinished:
+            return None
+        if not small_arguments(arguments):
+            return None
+        return self._simulate(spec, arguments, state)
 
     def _simulate(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome:
         try:

@@ -18,6 +18,7 @@ from mcp_resili.faults.chaos import SchemaDrift
 from mcp_resili.registry import ToolLibrary, ToolSpec
 from mcp_resili.registry.suites import Suite, get_suite
 from mcp_resili.server.app import PROMPT_PAGE_SIZE, EpisodeRequest, ResiliServer
+from mcp_resili.server.backend import INLINE_MAX_CHARS, INLINE_MAX_VALUES, small_arguments
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.trace import Trace
@@ -251,10 +252,12 @@ async def test_results_carry_no_fault_decision_unless_the_server_exposes_faults(
 # --- no tool can crash or hang the server ----------------------------------------------------------
 
 
-def hand_made_suite(*specs_and_simulators):
-    """A suite of hand-made tools: (ToolSpec, simulator) pairs."""
+def hand_made_suite(*specs_and_simulators, inline=frozenset()):
+    """A suite of hand-made tools: (ToolSpec, simulator) pairs; ``inline`` as in `ToolLibrary`."""
     specs = tuple(spec for spec, _ in specs_and_simulators)
-    library = ToolLibrary("hand-made", specs, {spec.name: sim for spec, sim in specs_and_simulators})
+    library = ToolLibrary(
+        "hand-made", specs, {spec.name: sim for spec, sim in specs_and_simulators}, inline=inline
+    )
     return Suite(
         name="hand-made",
         description="tools for server tests",
@@ -301,7 +304,44 @@ async def _declared(server, name):
     return tool.meta["mcp-resili/errors"]
 
 
-async def test_a_slow_tool_times_out_while_another_episode_is_answered_and_its_next_call_waits_for_it():
+async def test_a_tool_marked_inline_runs_on_the_loop_only_with_small_arguments_others_always_in_a_thread():
+    def where(arguments, state):
+        return {"on_loop": threading.current_thread() is threading.main_thread()}
+
+    suite = hand_made_suite(
+        (spec("quick", text={"type": "string"}), where),
+        (spec("plain", text={"type": "string"}), where),
+        inline=frozenset({"quick"}),
+    )
+    server = ResiliServer(suite, NoFaults())
+    huge = "x" * (INLINE_MAX_CHARS + 1)
+    async with Client(server.mcp) as client:
+        ran = {
+            (tool, size): (await client.call_tool(tool, {"text": text}, meta=meta("e"))).structured_content
+            for tool in ("quick", "plain")
+            for size, text in (("small", "hello"), ("huge", huge))
+        }
+    assert ran == {
+        ("quick", "small"): {"on_loop": True},
+        ("quick", "huge"): {"on_loop": False},
+        ("plain", "small"): {"on_loop": False},
+        ("plain", "huge"): {"on_loop": False},
+    }
+
+
+def test_argument_size_check_counts_values_and_characters_at_any_depth():
+    assert small_arguments({"a": [1, 2, {"b": "x" * 100}]})
+    assert not small_arguments({"a": [0] * (INLINE_MAX_VALUES + 1)})
+    assert not small_arguments({"a": [{"b": ["x" * (INLINE_MAX_CHARS // 2)]}] * 3})
+    assert not small_arguments({"k" * (INLINE_MAX_CHARS + 1): 1})
+    with pytest.raises(ValueError, match="marks unknown tools inline"):
+        hand_made_suite((spec("quick"), lambda a, s: {}), inline=frozenset({"missing"}))
+
+
+@pytest.mark.parametrize("peek_inline", [False, True])
+async def test_a_slow_tool_times_out_while_another_episode_is_answered_and_its_next_call_waits_for_it(
+    peek_inline,
+):
     release = threading.Event()
     started = threading.Event()
 
@@ -314,7 +354,9 @@ async def test_a_slow_tool_times_out_while_another_episode_is_answered_and_its_n
     def peek(arguments, state):
         return {"slow_done": state.get("slow_done", False)}
 
-    suite = hand_made_suite((spec("slow"), slow), (spec("peek"), peek))
+    # An inline tool too waits for the episode's abandoned call before it touches the state.
+    inline = frozenset({"peek"}) if peek_inline else frozenset()
+    suite = hand_made_suite((spec("slow"), slow), (spec("peek"), peek), inline=inline)
     server = ResiliServer(suite, NoFaults(), call_time_limit=0.5)
     async with Client(server.mcp) as client:
         with anyio.fail_after(20):

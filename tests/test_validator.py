@@ -4,7 +4,7 @@ import jsonschema
 import pytest
 
 from mcp_resili.registry.suites import load_all_suites
-from mcp_resili.registry.validator import CompiledSchema
+from mcp_resili.registry.validator import CompiledSchema, compiled, schema_error
 
 #: Values where JSON Schema dialects and Python's types tend to disagree.
 TRICKY = [
@@ -71,3 +71,36 @@ def test_an_invalid_instance_raises_jsonschemas_best_error():
     with pytest.raises(jsonschema.ValidationError, match="0 is less than the minimum of 1"):
         CompiledSchema(schema).validate({"n": 0})
     CompiledSchema(schema).validate({"n": 1.0})  # an integral float is an integer in both
+
+
+def test_equal_schemas_share_one_compiled_validator_that_a_later_change_to_the_dict_does_not_reach():
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    first = compiled(schema)
+    assert compiled({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}) is first
+    schema["properties"]["n"]["type"] = "string"  # the caller's dict changes; the cached validator must not
+    assert first.is_valid({"n": 1}) and not first.is_valid({"n": "1"})
+    assert compiled(schema) is not first and compiled(schema).is_valid({"n": "1"})
+
+
+@pytest.mark.parametrize("schema", [*schemas()[:8], {"type": "object", "properties": {"n": {"type": 7}}}])
+def test_a_cached_validator_gives_the_same_verdicts_and_errors_as_a_fresh_one(schema):
+    if schema_error(schema) is not None:
+        with pytest.raises(jsonschema.SchemaError):
+            jsonschema.Draft202012Validator.check_schema(schema)
+        return
+    cached, fresh = compiled(schema), CompiledSchema(schema)
+    for instance in instances(schema):
+        assert cached.is_valid(instance) == fresh.is_valid(instance)
+        assert [e.message for e in cached.iter_errors(instance)] == [
+            e.message for e in fresh.iter_errors(instance)
+        ]
+
+
+def test_a_schema_json_would_change_is_compiled_afresh_and_checked_as_given():
+    schema = {"type": "object", "properties": {"n": {"enum": (1, 2)}}}  # a tuple: JSON gives back a list
+    assert compiled(schema) is not compiled(schema)
+    # Key order decides jsonschema's error order (and the stored messages): it is part of the key.
+    reordered = {"required": ["n"], "type": "object", "properties": {"n": {"type": "integer"}}}
+    assert compiled(reordered) is not compiled(dict(reversed(reordered.items())))
+    assert compiled(schema).is_valid({"n": 2}) and not compiled(schema).is_valid({"n": 3})
+    assert schema_error({"type": "object", "minProperties": -1}) is not None

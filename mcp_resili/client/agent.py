@@ -524,9 +524,22 @@ async def play_episode(
     )
 
 
+_READ_ONLY: dict[int, tuple[Sequence[types.Tool], frozenset[str]]] = {}
+
+
 def _read_only(tools: Sequence[types.Tool]) -> frozenset[str]:
-    """Tools that declare themselves read-only: safe to call again when an outcome is unknown."""
-    return frozenset(t.name for t in tools if t.annotations is not None and t.annotations.read_only_hint)
+    """Tools that declare themselves read-only: safe to call again when an outcome is unknown.
+
+    Asked on every call with the run's one tool list: computed once per list (as `tool_definitions`).
+    """
+    hit = _READ_ONLY.get(id(tools))
+    if hit is not None and hit[0] is tools:
+        return hit[1]
+    names = frozenset(t.name for t in tools if t.annotations is not None and t.annotations.read_only_hint)
+    if len(_READ_ONLY) >= 64:  # lists of finished runs: drop them rather than grow
+        _READ_ONLY.clear()
+    _READ_ONLY[id(tools)] = (tools, names)
+    return names
 
 
 async def _relist(

@@ -19,7 +19,7 @@ from mcp_resili.client.model import (
     ToolResultsMessage,
 )
 from mcp_resili.client.text_protocol import TextOracleAgent
-from mcp_resili.tasks.model import StepBinding, Task, WorkflowStep, resolve_arguments
+from mcp_resili.tasks.model import StepBinding, Task, WorkflowStep, resolve_binding
 
 FINISH = "finish"
 
@@ -51,9 +51,8 @@ def _call(turn: int, step: WorkflowStep, task: Task, results: dict[str, object])
             available[binding.step] = {"data": {}}
     arguments: dict[str, object] = {}
     for name, binding in step.arguments.items():
-        single = WorkflowStep(id=step.id, tool=step.tool, arguments={name: binding})
         try:
-            arguments.update(resolve_arguments(single, task.inputs, available))
+            arguments[name] = resolve_binding(binding, task.inputs, available)
         except (KeyError, TypeError):
             # The upstream result lacks the bound path (e.g. a drifted schema): pass nothing usable
             # and let the server reject it, as it would a real agent's bad argument.
@@ -63,15 +62,32 @@ def _call(turn: int, step: WorkflowStep, task: Task, results: dict[str, object])
 
 def _usable(task: Task, step: WorkflowStep, result: object) -> bool:
     """Whether ``result`` has every path later steps bind to (a drifted or stale reply may not)."""
+    for parts in _bound_paths(task).get(step.id, ()):
+        value = result
+        for part in parts:
+            if not isinstance(value, dict) or part not in value:
+                return False
+            value = value[part]
+    return True
+
+
+_BOUND_PATHS: dict[int, tuple[Task, dict[str, list[tuple[str, ...]]]]] = {}
+
+
+def _bound_paths(task: Task) -> dict[str, list[tuple[str, ...]]]:
+    """Per step id, the result paths other steps bind to: asked every turn, computed once per task."""
+    hit = _BOUND_PATHS.get(id(task))
+    if hit is not None and hit[0] is task:
+        return hit[1]
+    paths: dict[str, list[tuple[str, ...]]] = {}
     for later in task.workflow.steps:
         for binding in later.arguments.values():
-            if isinstance(binding, StepBinding) and binding.step == step.id:
-                value = result
-                for part in binding.path.split("."):
-                    if not isinstance(value, dict) or part not in value:
-                        return False
-                    value = value[part]
-    return True
+            if isinstance(binding, StepBinding):
+                paths.setdefault(binding.step, []).append(tuple(binding.path.split(".")))
+    if len(_BOUND_PATHS) >= 4096:  # tasks of finished runs: drop them rather than grow
+        _BOUND_PATHS.clear()
+    _BOUND_PATHS[id(task)] = (task, paths)
+    return paths
 
 
 def finish_response(turn: int, status: str, summary: str) -> ModelResponse:

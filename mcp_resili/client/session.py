@@ -48,7 +48,7 @@ from mcp_resili.client.providers.options import EPISODES_PER_POOL
 from mcp_resili.faults import parse_fault_spec
 from mcp_resili.proxy.upstream import entered
 from mcp_resili.registry.suites import Suite
-from mcp_resili.registry.validator import CompiledSchema
+from mcp_resili.registry.validator import compiled, schema_error
 from mcp_resili.scoring.coping import with_coping
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.store import EpisodeRow
@@ -134,11 +134,9 @@ def compile_output_checks(client: Client, tools: Sequence[types.Tool]) -> None:
         schema = tool.output_schema
         if schema is None or schema.get("$schema", draft) != draft:
             continue
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError:
+        if schema_error(schema) is not None:
             continue
-        cache[tool.name] = CompiledSchema(schema)
+        cache[tool.name] = compiled(schema)
 
 
 Outcome = Literal["played", "budget_stopped", "not_started"]

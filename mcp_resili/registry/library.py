@@ -12,7 +12,7 @@ from typing import Any
 import networkx as nx
 
 from mcp_resili.registry.spec import ToolSpec
-from mcp_resili.registry.validator import CompiledSchema
+from mcp_resili.registry.validator import CompiledSchema, compiled
 
 #: Per-episode mutable state a simulator may read and write (files written, tokens issued, ...).
 ToolState = dict[str, Any]
@@ -36,9 +36,16 @@ class ToolLibrary:
     name: str
     specs: tuple[ToolSpec, ...]
     simulators: Mapping[str, Simulator] = field(repr=False)
+    #: Tools whose simulators may run on the server's event loop for small arguments: their work is
+    #: bounded by a small multiple of their arguments' (and the episode state's) size, with no loop
+    #: over a count the caller picks and no waiting. Every other tool runs in a worker thread.
+    inline: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         names = [spec.name for spec in self.specs]
+        unknown_inline = sorted(self.inline - set(names))
+        if unknown_inline:
+            raise ValueError(f"library {self.name!r} marks unknown tools inline: {unknown_inline}")
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"library {self.name!r} declares tools more than once: {duplicates}")
@@ -78,9 +85,7 @@ class ToolLibrary:
     def _output_validators(self) -> dict[str, CompiledSchema]:
         # Built once: ``jsonschema.validate`` re-checks the schema itself on every call (~10 ms).
         return {
-            spec.name: CompiledSchema(spec.output_schema)
-            for spec in self.specs
-            if spec.output_schema is not None
+            spec.name: compiled(spec.output_schema) for spec in self.specs if spec.output_schema is not None
         }
 
     def spec(self, name: str) -> ToolSpec:

@@ -12,11 +12,13 @@ instance takes the slow path.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jsonschema
-from jsonschema.exceptions import ValidationError
+from jsonschema.exceptions import SchemaError, ValidationError
 
 _rs: Any
 try:  # a compiled wheel: absent on a platform without one, then everything goes through jsonschema
@@ -61,3 +63,61 @@ class CompiledSchema:
         """Raise ``jsonschema``'s best `ValidationError` when ``instance`` does not conform."""
         if not self._fast_accepts(instance):
             self._slow.validate(instance)
+
+
+#: Distinct schemas whose compiled validators a process keeps (a suite has a few dozen; a proxy or a
+#: fuzzer may see many more, so the cache is bounded).
+CACHED_SCHEMAS = 1024
+
+
+def compiled(schema: Mapping[str, Any]) -> CompiledSchema:
+    """The `CompiledSchema` of ``schema``, built once per process for every equal schema.
+
+    Every run (and every server, client and library in it) meets the same tools' schemas; compiling
+    them again each time was a visible share of a short run's CPU. The cache is keyed by the schema's
+    JSON, key order included (``jsonschema`` reports errors in the schema's keyword order, and error
+    messages are stored), and compiles a private copy, so a caller that later changes its dict
+    changes nothing here. A schema that is not JSON (say, a tuple inside) is compiled afresh every time.
+    """
+    key = _cache_key(schema)
+    return CompiledSchema(schema) if key is None else _compiled(key)
+
+
+@functools.lru_cache(maxsize=CACHED_SCHEMAS)
+def _compiled(key: str) -> CompiledSchema:
+    return CompiledSchema(json.loads(key))
+
+
+def schema_error(schema: Mapping[str, Any]) -> SchemaError | None:
+    """Why ``schema`` is not a valid Draft 2020-12 schema (``check_schema``'s error), or None.
+
+    Checking a schema against the metaschema costs more than compiling it; the verdict is cached
+    like `compiled`'s validators.
+    """
+    key = _cache_key(schema)
+    return _check(schema) if key is None else _checked(key)
+
+
+def _cache_key(schema: Mapping[str, Any]) -> str | None:
+    """The JSON of ``schema`` (keys in its order), or None when JSON would not give it back unchanged.
+
+    (Tuples, non-string keys and NaN change on the way through JSON: such a schema is not cached.)
+    """
+    try:
+        key = json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return key if json.loads(key) == schema else None
+
+
+def _check(schema: Mapping[str, Any]) -> SchemaError | None:
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except SchemaError as error:
+        return error
+    return None
+
+
+@functools.lru_cache(maxsize=CACHED_SCHEMAS)
+def _checked(key: str) -> SchemaError | None:
+    return _check(json.loads(key))

@@ -16,6 +16,11 @@ from mcp_resili.server.numbers import non_finite_number
 
 logger = logging.getLogger(__name__)
 
+#: Arguments a tool marked inline (`ToolLibrary.inline`) may run on the event loop with: at most this
+#: many JSON values, and this many characters in all their strings. Anything larger takes the thread.
+INLINE_MAX_VALUES = 2_000
+INLINE_MAX_CHARS = 100_000
+
 #: The tool raised something it does not declare: a bug in the tool (or the suite), never the agent's
 #: doing. The trace records it like any call, so scoring can tell it apart.
 TOOL_CRASHED = "TOOL_CRASHED"
@@ -40,10 +45,40 @@ class ToolBackend(Protocol):
         ...
 
 
-class SimulatedBackend:
-    """A `ToolLibrary`'s deterministic simulators, run in a worker thread.
+def small_arguments(arguments: Any) -> bool:
+    """Whether ``arguments`` stay within `INLINE_MAX_VALUES` values and `INLINE_MAX_CHARS` characters.
 
-    The event loop never runs tool code, so a slow call delays no other session (not even its pings).
+    Stops counting as soon as either bound is passed, so a huge payload costs no more than a small one.
+    """
+    values, chars = 0, 0
+    pending = [arguments]
+    while pending:
+        value = pending.pop()
+        values += 1
+        if values > INLINE_MAX_VALUES:
+            return False
+        if isinstance(value, str):
+            chars += len(value)
+            if chars > INLINE_MAX_CHARS:
+                return False
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                chars += len(key) if isinstance(key, str) else 0
+                pending.append(item)
+            if chars > INLINE_MAX_CHARS:
+                return False
+        elif isinstance(value, list | tuple):
+            pending.extend(value)
+    return True
+
+
+class SimulatedBackend:
+    """A `ToolLibrary`'s deterministic simulators, run in a worker thread unless provably quick.
+
+    A slow call must delay no other session (not even its pings), so tool code runs in a worker
+    thread, except a tool the library marks inline (bounded work per argument) called with small
+    arguments (`small_arguments`): it runs on the event loop, which saves the thread hop (most of a
+    call's server cost in memory) and blocks the loop no longer than parsing the request did.
     A call abandoned at the server's time limit keeps its thread until the simulator returns; the
     episode's next call waits for it first, so no two calls ever touch one episode's state at once.
     Anything a simulator raises besides its declared `ToolFailure` becomes a `TOOL_CRASHED` outcome.
@@ -74,6 +109,9 @@ class SimulatedBackend:
             except anyio.get_cancelled_exc_class():
                 self._unfinished[id(state)] = earlier
                 raise
+        quick = self.run_inline(spec, arguments, state)
+        if quick is not None:
+            return quick
         done = threading.Event()
 
         def simulate() -> ToolOutcome:
@@ -89,16 +127,34 @@ class SimulatedBackend:
                 self._unfinished[id(state)] = done
             raise
 
+    def run_inline(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome | None:
+        """The call's outcome when it may run on the event loop now, else None (then `run` it).
+
+        It may when the library marks the tool inline, its arguments are small, and no abandoned call
+        of the episode still holds the state. Such a call never awaits, so no time limit can end it.
+        """
+        if spec.name not in self.library.inline or id(state) in self._unfinished:
+            return None
+        if not small_arguments(arguments):
+            return None
+        return self._simulate(spec, arguments, state)
+
     def _simulate(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome:
         try:
             result = self.library.simulate(spec.name, arguments, state)
-            problem = non_finite_number(result)
-            if problem is not None:
-                raise ValueError(f"non-finite number at {problem} in the result")  # JSON has none
             # A result may share objects with the episode's state (a record the tool keeps): the
             # recorded event must show it as it was at this call, not as later calls change it. A JSON
             # round trip is the snapshot (what the wire does anyway), four times cheaper than deepcopy.
-            snapshot: dict[str, Any] = pydantic_core.from_json(pydantic_core.to_json(result))
+            try:
+                encoded = pydantic_core.to_json(result)
+            except Exception:
+                _refuse_non_finite(result)
+                raise
+            # JSON has no NaN or infinity; the encoder writes them as bare NaN / Infinity, so a result
+            # without those bytes has none (with them, maybe only in a text: the exact walk decides).
+            if b"NaN" in encoded or b"Infinity" in encoded:
+                _refuse_non_finite(result)
+            snapshot: dict[str, Any] = pydantic_core.from_json(encoded)
             return ToolOutcome(structured=snapshot)
         except ToolFailure as failure:
             return ToolOutcome(structured=None, error_code=failure.code, message=failure.message)
@@ -110,3 +166,9 @@ class SimulatedBackend:
                 message=f"{spec.name} failed unexpectedly ({type(exc).__name__}); the tool is at fault, "
                 "not the arguments",
             )
+
+
+def _refuse_non_finite(result: Any) -> None:
+    problem = non_finite_number(result)
+    if problem is not None:
+        raise ValueError(f"non-finite number at {problem} in the result")

@@ -11,8 +11,46 @@ from typing import Any
 MAX_NUMBER = 2**53 - 1
 
 
-def unusable_number(value: Any, limit: float = MAX_NUMBER, path: str = "") -> str | None:
+def unusable_number(value: Any, limit: float = MAX_NUMBER) -> str | None:
     """The path of the first number in ``value`` that is NaN, infinite or beyond ``limit``, or None."""
+    # Every call's arguments and every result are checked, and almost none hold such a number: a flat
+    # walk says whether there is one; only then does the recursive walk build its path.
+    return _first_unusable(value, limit, "") if _any_unusable(value, limit) else None
+
+
+def _any_unusable(value: Any, limit: float) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)  # JSON gives exact types: test those first, anything else by isinstance
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is dict:
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is int:
+            if abs(item) > limit:
+                return True
+        elif kind is float:
+            if not (math.isfinite(item) and abs(item) <= limit):
+                return True
+        elif isinstance(item, bool):
+            continue
+        elif isinstance(item, float):
+            if not (math.isfinite(item) and abs(item) <= limit):
+                return True
+        elif isinstance(item, int):
+            if abs(item) > limit:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+def _first_unusable(value: Any, limit: float, path: str) -> str | None:
     if isinstance(value, float):
         return None if math.isfinite(value) and abs(value) <= limit else path or "(value)"
     if isinstance(value, int) and not isinstance(value, bool):
@@ -24,7 +62,7 @@ def unusable_number(value: Any, limit: float = MAX_NUMBER, path: str = "") -> st
     else:
         return None
     for key, item in items:
-        found = unusable_number(item, limit, f"{path}/{key}" if path else str(key))
+        found = _first_unusable(item, limit, f"{path}/{key}" if path else str(key))
         if found is not None:
             return found
     return None

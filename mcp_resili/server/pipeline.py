@@ -22,8 +22,8 @@ from jsonschema.exceptions import best_match
 
 from mcp_resili.faults import BasePlan, CallContext, CallOutcome, FaultInjector, ProtocolState, ToolOutcome
 from mcp_resili.registry import ToolSpec
-from mcp_resili.registry.validator import CompiledSchema
-from mcp_resili.server.backend import ToolBackend
+from mcp_resili.registry.validator import compiled
+from mcp_resili.server.backend import SimulatedBackend, ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
@@ -158,12 +158,12 @@ class CallPipeline:
         self.call_time_limit = call_time_limit
         # A proxy leaves validation to the upstream so that its own errors pass through unchanged.
         self._validators = (
-            {name: CompiledSchema(spec.input_schema) for name, spec in self.specs.items()}
+            {name: compiled(spec.input_schema) for name, spec in self.specs.items()}
             if validate_arguments
             else {}
         )
         self._output_validators = {
-            name: CompiledSchema(spec.output_schema)
+            name: compiled(spec.output_schema)
             for name, spec in self.specs.items()
             if spec.output_schema is not None
         }
@@ -315,6 +315,11 @@ class CallPipeline:
         self, spec: ToolSpec, arguments: dict[str, Any], episode: Episode, meta: Mapping[str, Any] | None
     ) -> ToolOutcome:
         """The backend's outcome, or `TOOL_TIMEOUT` once the call outlasts the time limit."""
+        if isinstance(self.backend, SimulatedBackend):
+            # A quick simulator runs to its end without awaiting: no timer to arm for it.
+            quick = self.backend.run_inline(spec, arguments, episode.tool_state)
+            if quick is not None:
+                return quick
         limit = self.call_time_limit if self.call_time_limit is not None else math.inf
         with anyio.move_on_after(limit):
             return await self.backend.run(spec, arguments, episode.tool_state, meta)

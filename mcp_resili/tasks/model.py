@@ -116,18 +116,19 @@ def resolve_arguments(
     step: WorkflowStep, inputs: Mapping[str, Any], results: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Concrete arguments of ``step`` given the task inputs and earlier steps' structured results."""
-    arguments: dict[str, Any] = {}
-    for name, binding in step.arguments.items():
-        if isinstance(binding, InputBinding):
-            arguments[name] = inputs[binding.key]
-        elif isinstance(binding, ConstantBinding):
-            arguments[name] = binding.value
-        else:
-            value: Any = results[binding.step]
-            for part in binding.path.split("."):
-                value = value[part]
-            arguments[name] = value
-    return arguments
+    return {name: resolve_binding(binding, inputs, results) for name, binding in step.arguments.items()}
+
+
+def resolve_binding(binding: Binding, inputs: Mapping[str, Any], results: Mapping[str, Any]) -> Any:
+    """The concrete value of one argument binding (``KeyError``/``TypeError`` when a path is missing)."""
+    if isinstance(binding, InputBinding):
+        return inputs[binding.key]
+    if isinstance(binding, ConstantBinding):
+        return binding.value
+    value: Any = results[binding.step]
+    for part in binding.path.split("."):
+        value = value[part]
+    return value
 
 
 class TaskConstraints(BaseModel):

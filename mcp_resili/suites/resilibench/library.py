@@ -16,7 +16,12 @@ def resilibench_library() -> ToolLibrary:
     Every simulator runs behind its world checks (`world.check_call`).
     """
     simulators = {name: checked(name, simulator) for name, simulator in SIMULATORS.items()}
-    return ToolLibrary("resilibench", load_specs(__package__ or __name__, "tools.json"), simulators)
+    # Every simulator does a fixed amount of work per argument element except the Monte-Carlo one,
+    # whose loop runs ``options.iterations`` times: that one keeps its worker thread.
+    inline = frozenset(SIMULATORS) - {"computation_simulator"}
+    return ToolLibrary(
+        "resilibench", load_specs(__package__ or __name__, "tools.json"), simulators, inline=inline
+    )
 
 
 __all__ = ["resilibench_library"]

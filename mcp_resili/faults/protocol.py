@@ -66,6 +66,20 @@ class ProtocolFault(BaseFault):
         return outcome
 
 
+class TransportFault(ProtocolFault):
+    """A fault in how a response is delivered: the tool runs (its side effect happens) first."""
+
+    family: ClassVar[str] = "transport"
+    side: Literal["request", "response"] = "response"
+
+
+class PressureFault(ProtocolFault):
+    """Server-initiated traffic around a call: the tool runs, the client must cope with the rest."""
+
+    family: ClassVar[str] = "pressure"
+    side: Literal["request", "response"] = "response"
+
+
 def _refused(code: str, message: str, **details: Any) -> ToolOutcome:
     return ToolOutcome(structured=None, error_code=code, message=message, details=details)
 
@@ -182,44 +196,36 @@ class ServerRestart(ProtocolFault):
 # --- transport ------------------------------------------------------------------------------------
 
 
-class ResponseDelayed(ProtocolFault):
+class ResponseDelayed(TransportFault):
     """The tool runs; its response comes late.
 
     It is sent ``delay_seconds`` (times the server's time scale) late, past a typical client timeout.
     """
 
     type: Literal["response_delayed"] = "response_delayed"
-    family: ClassVar[str] = "transport"
-    side: Literal["request", "response"] = "response"
     delay_seconds: float = Field(60.0, gt=0, le=3600)
 
 
-class ResponseDropped(ProtocolFault):
+class ResponseDropped(TransportFault):
     """The tool runs (its side effect happens); no response is ever sent."""
 
     type: Literal["response_dropped"] = "response_dropped"
-    family: ClassVar[str] = "transport"
-    side: Literal["request", "response"] = "response"
 
     def apply(self, outcome: ToolOutcome | None, call: CallContext, rng: random.Random) -> ToolOutcome:
         """The agent never learns the result."""
         return _refused(NO_RESPONSE, "no response was sent (the tool ran)")
 
 
-class ResponseDuplicated(ProtocolFault):
+class ResponseDuplicated(TransportFault):
     """The tool runs; its response is sent twice (same JSON-RPC id)."""
 
     type: Literal["response_duplicated"] = "response_duplicated"
-    family: ClassVar[str] = "transport"
-    side: Literal["request", "response"] = "response"
 
 
-class StreamStalled(ProtocolFault):
+class StreamStalled(TransportFault):
     """The tool runs; ``notifications`` progress notifications are sent, then the stream stalls."""
 
     type: Literal["stream_stalled"] = "stream_stalled"
-    family: ClassVar[str] = "transport"
-    side: Literal["request", "response"] = "response"
     notifications: int = Field(3, ge=0, le=1000)
 
     def apply(self, outcome: ToolOutcome | None, call: CallContext, rng: random.Random) -> ToolOutcome:
@@ -227,21 +233,17 @@ class StreamStalled(ProtocolFault):
         return _refused(NO_RESPONSE, f"the stream stalled after {self.notifications} progress notifications")
 
 
-class OversizedResult(ProtocolFault):
+class OversizedResult(TransportFault):
     """The tool runs; its result carries an extra text block of ``megabytes`` MB."""
 
     type: Literal["oversized_result"] = "oversized_result"
-    family: ClassVar[str] = "transport"
-    side: Literal["request", "response"] = "response"
     megabytes: float = Field(5.0, gt=0, le=64)
 
 
-class TransportReset(ProtocolFault):
+class TransportReset(TransportFault):
     """The tool runs; the connection is reset before the response (stdio: the server's output closes)."""
 
     type: Literal["transport_reset"] = "transport_reset"
-    family: ClassVar[str] = "transport"
-    side: Literal["request", "response"] = "response"
 
     def apply(self, outcome: ToolOutcome | None, call: CallContext, rng: random.Random) -> ToolOutcome:
         """The agent never learns the result."""
@@ -251,42 +253,34 @@ class TransportReset(ProtocolFault):
 # --- pressure -------------------------------------------------------------------------------------
 
 
-class ProgressFlood(ProtocolFault):
+class ProgressFlood(PressureFault):
     """The tool runs; ``count`` progress notifications precede its response.
 
     A client that asked for no progress gets log messages instead.
     """
 
     type: Literal["progress_flood"] = "progress_flood"
-    family: ClassVar[str] = "pressure"
-    side: Literal["request", "response"] = "response"
     count: int = Field(500, ge=1, le=100_000)
 
 
-class LogFlood(ProtocolFault):
+class LogFlood(PressureFault):
     """The tool runs; ``count`` log notifications precede its response."""
 
     type: Literal["log_flood"] = "log_flood"
-    family: ClassVar[str] = "pressure"
-    side: Literal["request", "response"] = "response"
     count: int = Field(500, ge=1, le=100_000)
 
 
-class ElicitationRequest(ProtocolFault):
+class ElicitationRequest(PressureFault):
     """The tool runs; before its response the server asks the client (its user) to confirm."""
 
     type: Literal["elicitation_request"] = "elicitation_request"
-    family: ClassVar[str] = "pressure"
-    side: Literal["request", "response"] = "response"
     message: str = "Please confirm that the operation may continue."
 
 
-class SamplingRequest(ProtocolFault):
+class SamplingRequest(PressureFault):
     """The tool runs; before its response the server asks the client's model for a completion."""
 
     type: Literal["sampling_request"] = "sampling_request"
-    family: ClassVar[str] = "pressure"
-    side: Literal["request", "response"] = "response"
     message: str = "Summarise the result of the last operation in one sentence."
 
 

@@ -121,7 +121,7 @@ def _add_execution_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--ray-address",
         metavar="ADDR",
-        help="with --executor ray: the cluster to join, e.g. auto or ray://HOST:10001 "
+        help="with --executor ray: the cluster to join from one of its nodes, e.g. auto or HOST:6379 "
         "(default: start or join a local Ray instance)",
     )
     run.add_argument(

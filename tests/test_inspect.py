@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -208,6 +209,16 @@ def test_a_bad_task_argument_fails_in_one_line_naming_it_before_any_server_start
     with pytest.raises(ValueError) as err:
         suite_task("resilibench", **arguments)
     assert names in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_shared_server_nothing_listens_at_is_refused_in_one_line_before_any_sample_runs():
+    with socket.socket() as probe:  # a loopback port that was free a moment ago and is closed now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(ValueError) as err:
+        suite_task("resilibench", server=f"http://127.0.0.1:{port}/mcp")
+    message = str(err.value)
+    assert f"nothing answers at http://127.0.0.1:{port}/mcp" in message and "\n" not in message
 
 
 # --- the message adapter ---------------------------------------------------------------------------

@@ -21,9 +21,11 @@ does so on every run) stays cheap; a suite is imported when its task is built.
 from __future__ import annotations
 
 import importlib.metadata
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from inspect_ai import Task, task
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -39,6 +41,10 @@ SUITE_ENTRY_POINTS = "mcp_resili.suites"
 #: The registered task of every installed suite, by suite name: ``SUITE_TASKS["toolmaze"](faults=...)``
 #: builds the task ``inspect eval mcp_resili/toolmaze`` runs (for inspect's Python API).
 SUITE_TASKS: dict[str, Callable[..., Task]] = {}
+
+
+#: How long `-T server`'s address may take to accept a connection before the task is refused.
+REACH_TIMEOUT_SECONDS = 10.0
 
 
 def joined(value: str | list[Any] | None) -> str | None:
@@ -110,6 +116,7 @@ def _suite_task(
             )
         if spec is not None:
             raise ValueError("-T faults does not apply with -T server: the shared server's own --faults do")
+        _check_reachable(str(server))
     else:
         spec = spec or suite.default_faults
         parse_fault_spec(spec, suite)
@@ -192,3 +199,16 @@ def installed_suites() -> list[str]:
 
 for _name in installed_suites():
     _register(_name)
+
+
+def _check_reachable(url: str) -> None:
+    """Refuse a ``-T server`` nothing listens at, before inspect starts samples that would all fail."""
+    parsed = urlsplit(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname or "", port), timeout=REACH_TIMEOUT_SECONDS).close()
+    except OSError as exc:
+        raise ValueError(
+            f"-T server: nothing answers at {url} ({exc.strerror or exc}); "
+            "start `mcp-resili serve --transport http` there first"
+        ) from None

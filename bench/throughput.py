@@ -65,10 +65,25 @@ class Measurement:
     runner_cpu: float = 0.0
     fake_cpu: float = 0.0
     reps: list[float] = field(default_factory=list)
+    #: Seconds from the start of the run at which each episode was delivered, in order.
+    finished_at: list[float] = field(default_factory=list)
 
     @property
     def throughput(self) -> float:
         return self.episodes / self.seconds
+
+    @property
+    def steady(self) -> float | None:
+        """Episodes/s once the slots are full and before they drain: between the end of the first
+        ``concurrency`` episodes and the start of the last ``concurrency`` (None under 3 waves)."""
+        done, c = self.finished_at, self.concurrency
+        if len(done) < 3 * c or done[-c - 1] <= done[c - 1]:
+            return None
+        return (len(done) - 2 * c) / (done[-c - 1] - done[c - 1])
+
+    @property
+    def steady_efficiency(self) -> float | None:
+        return None if self.ideal is None or self.steady is None else self.steady / self.ideal
 
     @property
     def ideal(self) -> float | None:
@@ -124,7 +139,10 @@ async def measure(
             fake_cpu = process_cpu(proc.pid)
             runner_cpu = time.process_time()
             started = time.perf_counter()
-            result = await execute(config)
+            finished_at: list[float] = []
+            result = await execute(
+                config, on_episode=lambda row: finished_at.append(time.perf_counter() - started)
+            )
             seconds = time.perf_counter() - started
             runner_cpu = time.process_time() - runner_cpu
             fake_cpu = process_cpu(proc.pid) - fake_cpu
@@ -132,7 +150,9 @@ async def measure(
         proc.kill()
         proc.wait()
     completed = sum(1 for r in result.rows if r.termination == "completed")
-    return Measurement(concurrency, latency, len(result.rows), seconds, completed, runner_cpu, fake_cpu)
+    return Measurement(
+        concurrency, latency, len(result.rows), seconds, completed, runner_cpu, fake_cpu, [], finished_at
+    )
 
 
 def _median(runs: list[Measurement]) -> Measurement:
@@ -160,21 +180,25 @@ def section(
         f" Completions server (`{FAKES[fake].relative_to(ROOT)}`, a separate process on the same CPUs)"
         " answering after the row's latency, two MCP calls to the in-process ResiliBench server, scoring,"
         " storage. Ideal = concurrency ÷ model time per episode"
-        f" ({TURNS_PER_EPISODE} × latency). Wall time covers the whole `execute()` call,"
-        " startup included (MCP connection, tool listing, the first connections to the model).",
+        f" ({TURNS_PER_EPISODE} × latency), Little's law for a full system. *Whole run*: episodes ÷ the"
+        " wall time of the whole `execute()` call, startup included (MCP connection, tool listing, the"
+        " first connections to the model), and the filling and draining of the slots. *Steady state*:"
+        " the rate between the first `concurrency` deliveries and the start of the last `concurrency`,"
+        " when every slot is busy, which is the regime Little's law describes.",
         "",
-        "| concurrency | model latency | episodes | wall s | episodes/s (repeats) | ideal/s | % of ideal"
-        " | runner CPU ms/episode | fake CPU ms/episode |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| concurrency | model latency | episodes | wall s | episodes/s, whole run (repeats) | ideal/s"
+        " | % of ideal, whole run | % of ideal, steady state | runner CPU ms/episode | fake CPU ms/episode |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in baseline + results:
         ideal = "—" if m.ideal is None else f"{m.ideal:.1f}"
         efficiency = (
             "— (baseline: harness ceiling)" if m.efficiency is None else f"**{100 * m.efficiency:.1f}%**"
         )
+        steady = "—" if m.steady_efficiency is None else f"**{100 * m.steady_efficiency:.1f}%**"
         reps = " ".join(f"{r:.0f}" for r in m.reps)
         cells = [str(m.concurrency), f"{m.latency:g} s", str(m.episodes), f"{m.seconds:.1f}"]
-        cells += [f"{m.throughput:.1f} ({reps})", ideal, efficiency]
+        cells += [f"{m.throughput:.1f} ({reps})", ideal, efficiency, steady]
         cells += [f"{1000 * m.runner_cpu / m.episodes:.2f}", f"{1000 * m.fake_cpu / m.episodes:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
@@ -286,7 +310,8 @@ async def main_async(args: argparse.Namespace) -> None:
         results.append(m)
         print(
             f"latency {m.latency}s c={m.concurrency}: {m.throughput:.1f}/s vs ideal {m.ideal:.1f}/s"
-            f" = {100 * (m.efficiency or 0):.1f}% ({m.completed}/{m.episodes} completed) {m.reps}"
+            f" = {100 * (m.efficiency or 0):.1f}%, steady state {100 * (m.steady_efficiency or 0):.1f}%"
+            f" ({m.completed}/{m.episodes} completed) {m.reps}"
             f" runner {1000 * m.runner_cpu / m.episodes:.2f} ms/ep,"
             f" fake {1000 * m.fake_cpu / m.episodes:.2f}",
             flush=True,
@@ -314,7 +339,7 @@ def main() -> None:
         help="seconds per model answer; the first for every concurrency, the others up to 64",
     )
     parser.add_argument("--waves", type=int, default=10, help="episodes = waves × concurrency")
-    parser.add_argument("--waves-large", type=int, default=3, help="waves above concurrency 64 (CPU-bound)")
+    parser.add_argument("--waves-large", type=int, default=6, help="waves above concurrency 64 (CPU-bound)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per row (the median is reported)")
     parser.add_argument("--fake", choices=sorted(FAKES), default="lean", help="the fake model server")
     parser.add_argument("--rss", type=int, nargs="*", default=[], help="concurrency levels for peak RSS")

@@ -274,3 +274,33 @@ async def test_a_hosted_model_runs_against_another_mcp_server_over_stdio(tmp_pat
     assert {r.label for r in result.rows} == {"full"} and {r.faults for r in result.rows} == {"server"}
     trace = Trace.from_lines(result.rows[0].trace.splitlines())
     assert trace.header.fault_plan["kind"] == "external" and len(trace.tool_calls) >= 2
+
+
+@pytest.mark.parametrize(
+    ("body", "media_type", "expected"),
+    [
+        (b"<html>502 Bad Gateway</html>", "text/html", "not a JSON object"),
+        (b'["a", "list"]', "application/json", "not a JSON object"),
+        (b'{"choices": [{"message": {"tool_calls": [{"type": "function"}]}}]}', "application/json", "not a Chat"),
+    ],
+)
+async def test_an_openai_compatible_answer_that_is_not_a_chat_completion_is_an_infrastructure_error(
+    tmp_path, body, media_type, expected
+):
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def answer(request):
+        return Response(body, media_type=media_type)
+
+    app = Starlette(routes=[Route("/v1/chat/completions", answer, methods=["POST"])])
+    async with serve(app) as url:
+        result = await execute(
+            RunConfig(db=tmp_path / "r.db", models=("openai:odd",), trials=1, limit=2, base_url=f"{url}/v1"),
+            model_options={"sleeper": Sleeps()},
+        )
+    assert [r.termination for r in result.rows] == ["infrastructure_error"] * 2
+    assert all(r.label is None and r.score is None for r in result.rows)
+    end = Trace.from_lines(result.rows[0].trace.splitlines()).end
+    assert end is not None and expected in end.detail and "Traceback" not in end.detail

@@ -1,6 +1,8 @@
 """Tools check the meaning of their arguments against the episode's world (issue 13, item 1)."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp import Client
 
 from mcp_resili import META_EPISODE
@@ -10,7 +12,7 @@ from mcp_resili.registry.suites import get_suite
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.tasks import full_tasks
-from mcp_resili.suites.resilibench.world import content_format, initial_state
+from mcp_resili.suites.resilibench.world import content_format, initial_state, same_json
 from mcp_resili.tasks import StepBinding, resolve_arguments
 
 LIB = resilibench_library()
@@ -190,3 +192,62 @@ def test_every_step_bound_argument_of_the_gold_workflow_is_left_to_the_scorer_no
     for step in task.workflow.steps:
         bound = {n for n, b in step.arguments.items() if isinstance(b, StepBinding)}
         assert not bound & {n for fixed in world.fixed.get(step.tool, ()) for n in fixed}
+
+
+def _json_equal_by_definition(a, b):
+    """JSON equality spelled out: numbers by value, booleans only with booleans, containers piecewise."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_json_equal_by_definition(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal_by_definition(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([0.0, 1.0, 2.0, 2.5]),
+    st.sampled_from(["", "a", "1"]),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "b", "c"]), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _swap_numbers(value):
+    """``value`` with 1 and True, 0 and False, 2 and 2.0 exchanged: equal to Python, not all equal in JSON."""
+    swapped = {1: True, True: 1, 0: False, False: 0}
+    if isinstance(value, dict):
+        return {k: _swap_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_swap_numbers(v) for v in value]
+    if isinstance(value, bool):
+        return swapped[value]
+    if isinstance(value, int) and value in swapped:
+        return swapped[value]
+    if isinstance(value, int | float) and float(value).is_integer():
+        return float(value) if isinstance(value, int) else int(value)
+    return value
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(a=_values, b=_values, swap=st.booleans())
+def test_same_json_agrees_with_the_definition_of_json_equality(a, b, swap):
+    other = _swap_numbers(a) if swap else b
+    assert same_json(a, other) == _json_equal_by_definition(a, other)
+    assert same_json(a, a) and same_json(other, other)
+
+
+def test_same_json_tells_booleans_from_numbers_and_lets_2_equal_2_0_at_any_depth():
+    assert same_json({"x": [1, {"y": 2}]}, {"x": [1, {"y": 2.0}]})
+    assert not same_json({"x": [1, {"y": 1}]}, {"x": [1, {"y": True}]})
+    assert not same_json([0], [False]) and not same_json("1", 1) and not same_json({"a": 1}, {"a": 1, "b": 1})

@@ -3,6 +3,8 @@ import threading
 import anyio
 import mcp_types as types
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
@@ -18,7 +20,7 @@ from mcp_resili.faults.chaos import SchemaDrift
 from mcp_resili.registry import ToolLibrary, ToolSpec
 from mcp_resili.registry.suites import Suite, get_suite
 from mcp_resili.server.app import PROMPT_PAGE_SIZE, EpisodeRequest, ResiliServer
-from mcp_resili.server.backend import INLINE_MAX_CHARS, INLINE_MAX_VALUES, small_arguments
+from mcp_resili.server.backend import INLINE_MAX_CHARS, INLINE_MAX_VALUES, _counted_small, small_arguments
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.trace import Trace
@@ -334,8 +336,24 @@ def test_argument_size_check_counts_values_and_characters_at_any_depth():
     assert not small_arguments({"a": [0] * (INLINE_MAX_VALUES + 1)})
     assert not small_arguments({"a": [{"b": ["x" * (INLINE_MAX_CHARS // 2)]}] * 3})
     assert not small_arguments({"k" * (INLINE_MAX_CHARS + 1): 1})
+    # The tightest packing of values, at the bound and one past it.
+    assert small_arguments([0] * (INLINE_MAX_VALUES - 1))
+    assert not small_arguments([0] * INLINE_MAX_VALUES)
     with pytest.raises(ValueError, match="marks unknown tools inline"):
         hand_made_suite((spec("quick"), lambda a, s: {}), inline=frozenset({"missing"}))
+
+
+_json_ish = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=40) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=60,
+)
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(value=_json_ish)
+def test_the_quick_size_check_answers_as_the_count_that_defines_it(value):
+    assert small_arguments(value) == _counted_small(value)
 
 
 @pytest.mark.parametrize("peek_inline", [False, True])

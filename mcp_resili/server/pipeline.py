@@ -264,8 +264,10 @@ class CallPipeline:
             )
             return rejected(INVALID_ARGUMENTS, f"invalid arguments for {tool}: {problems}")
         # 2. dependency check
-        succeeded = {h.tool for h in episode.history if h.ok}
-        unmet = tuple(d for d in spec.dependencies if d not in succeeded)
+        unmet: tuple[str, ...] = ()
+        if spec.dependencies:
+            succeeded = {h.tool for h in episode.history if h.ok}
+            unmet = tuple(d for d in spec.dependencies if d not in succeeded)
         if unmet and self.enforce_dependencies:
             return rejected(
                 DEPENDENCY_NOT_MET,

@@ -176,7 +176,7 @@ class Trace(BaseModel):
     def to_jsonl(self) -> str:
         """Serialise as JSONL: header line, then one line per event."""
         lines = [self.header.model_dump_json()]
-        lines.extend(_EVENT_ADAPTER.dump_json(e).decode() for e in self.events)
+        lines.extend(dump_event(e) for e in self.events)
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -211,13 +211,13 @@ class Trace(BaseModel):
 
 def dump_event(event: TraceEvent) -> str:
     """One event as a JSON line (no newline)."""
-    return _EVENT_ADAPTER.dump_json(event).decode()
+    # The event's own serializer writes exactly what the union's would, without picking the member.
+    return event.model_dump_json()
 
 
 def event_to_dict(event: TraceEvent) -> dict[str, Any]:
     """JSON-ready dict of an event (the whole event, as in a trace file)."""
-    value: dict[str, Any] = _EVENT_ADAPTER.dump_python(event, mode="json")
-    return value
+    return event.model_dump(mode="json")
 
 
 def event_to_meta(event: TraceEvent) -> dict[str, Any]:

@@ -11,10 +11,12 @@ from typing import Any
 
 from mcp_resili.client.model import (
     AssistantMessage,
+    InfrastructureError,
     Message,
     ModelRequest,
     ModelResponse,
     ToolCall,
+    ToolDefinition,
     ToolResultsMessage,
     UserMessage,
 )
@@ -61,6 +63,24 @@ def to_openai_messages(
     return out
 
 
+class _EncodedJSON(str):
+    """JSON text that `encode_body` writes as it is."""
+
+
+def _dumps(value: Any) -> str:
+    # As the SDK encodes bodies (and httpx): compact, UTF-8 kept, no NaN.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def encode_body(fields: dict[str, Any]) -> bytes:
+    """The request body as the SDK would send it, with `_EncodedJSON` values spliced in unchanged."""
+    parts = (
+        f"{_dumps(key)}:{value if isinstance(value, _EncodedJSON) else _dumps(value)}"
+        for key, value in fields.items()
+    )
+    return ("{" + ",".join(parts) + "}").encode()
+
+
 def parse_arguments(raw: str | None) -> dict[str, Any]:
     """A tool call's JSON arguments; anything that is not a JSON object is kept under a marker key.
 
@@ -81,10 +101,8 @@ class OpenAIModel:
 
     def __init__(self, model: str, options: ProviderOptions) -> None:
         import openai as sdk
-        from openai.types.chat import ChatCompletion
 
         self._sdk = sdk
-        self._completion = ChatCompletion
         self._model = model
         self._options = options
         # SDK retries are off: ours classify failures and keep provider trouble out of agent scores.
@@ -99,23 +117,45 @@ class OpenAIModel:
             options,
             sdk.DefaultAsyncHttpxClient,
         )
+        # Every turn of every episode sends the same tool list: encode it once per tool set.
+        self._encoded_tools: tuple[tuple[ToolDefinition, ...], str] | None = None
 
     @property
     def name(self) -> str:
         """The spec this model answers to."""
         return f"openai:{self._model}"
 
+    def _tools_json(self, tools: tuple[ToolDefinition, ...], names: ToolNameMap) -> str:
+        """The request's ``tools`` as JSON text (cached for the last tool set seen)."""
+        if self._encoded_tools is None or self._encoded_tools[0] is not tools:
+            # No `strict`: raw MCP schemas rarely meet strict mode's restrictions.
+            listed = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": names.provider_name(t.name),
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    },
+                }
+                for t in tools
+            ]
+            self._encoded_tools = (tools, _dumps(listed))
+        return self._encoded_tools[1]
+
     async def aclose(self) -> None:
         """Close the HTTP clients."""
         await self._pool.aclose()
 
-    async def _attempt(self, kwargs: dict[str, Any]) -> Any:
+    async def _attempt(self, body: bytes) -> dict[str, Any]:
         sdk = self._sdk
         try:
-            # `post` with a ready wire body skips the SDK's typed-params transform, which walks every tool
-            # schema on every request (~20 ms of CPU for 30 tools): at high concurrency that, not the
-            # model, would bound throughput. Errors, retries-off, auth and parsing are the SDK's as usual.
-            return await self._pool.next().post("/chat/completions", body=kwargs, cast_to=self._completion)
+            # The encoded wire body skips the SDK's typed-params transform (it walked every tool schema
+            # on every request, ~20 ms of CPU for 30 tools) and its JSON encoding, and the answer is read
+            # as plain JSON rather than built into typed objects: at high concurrency those, not the
+            # model, would bound throughput. Errors, retries-off and auth are the SDK's as usual.
+            raw = await self._pool.next().post("/chat/completions", content=body, cast_to=bytes)
+            return _completion_json(raw)
         except sdk.APIStatusError as exc:
             message = f"{exc.message} {getattr(exc, 'code', None) or ''}".strip()
             raise ProviderFailure(
@@ -140,40 +180,56 @@ class OpenAIModel:
         budget_key = "max_tokens" if self._options.base_url else "max_completion_tokens"
         kwargs[budget_key] = self._options.max_output_tokens
         if request.tools:
-            # No `strict`: raw MCP schemas rarely meet strict mode's restrictions.
-            kwargs["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": names.provider_name(t.name),
-                        "description": t.description,
-                        "parameters": t.input_schema,
-                    },
-                }
-                for t in request.tools
-            ]
+            kwargs["tools"] = _EncodedJSON(self._tools_json(request.tools, names))
         if self._options.temperature is not None:
             kwargs["temperature"] = self._options.temperature
+        body = encode_body(kwargs)
         reply = await with_retries(
-            lambda: self._attempt(kwargs),
+            lambda: self._attempt(body),
             policy=self._options.retry,
             sleeper=self._options.sleeper,
             what=self.name,
         )
-        if not reply.choices:
-            return ModelResponse(text="", stop_reason="empty")
-        choice = reply.choices[0]
-        message = choice.message
-        calls = tuple(
-            ToolCall(tc.id, names.mcp_name(tc.function.name), parse_arguments(tc.function.arguments))
-            for tc in (message.tool_calls or ())
-            if getattr(tc, "type", "function") == "function"
+        try:
+            return _response(reply, names)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise InfrastructureError(
+                f"{self.name}: the answer is not a Chat Completion ({type(exc).__name__}: {exc})"
+            ) from None
+
+
+def _completion_json(raw: bytes) -> dict[str, Any]:
+    """The answer's JSON object; anything else is a provider failure (not the agent's doing)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise ProviderFailure("fatal", f"the answer is not a JSON object: {raw[:200]!r}")
+    return data
+
+
+def _response(reply: dict[str, Any], names: ToolNameMap) -> ModelResponse:
+    """A Chat Completion's first choice as our `ModelResponse`."""
+    choices = reply.get("choices")
+    if not choices:
+        return ModelResponse(text="", stop_reason="empty")
+    choice = choices[0]
+    message = choice.get("message") or {}
+    calls = tuple(
+        ToolCall(
+            call.get("id"),
+            names.mcp_name(call["function"]["name"]),
+            parse_arguments(call["function"].get("arguments")),
         )
-        usage = reply.usage
-        return ModelResponse(
-            text=message.content or "",
-            tool_calls=calls,
-            stop_reason=str(choice.finish_reason),
-            input_tokens=int(usage.prompt_tokens) if usage else 0,
-            output_tokens=int(usage.completion_tokens) if usage else 0,
-        )
+        for call in (message.get("tool_calls") or ())
+        if call.get("type", "function") == "function"
+    )
+    usage = reply.get("usage") or {}
+    return ModelResponse(
+        text=message.get("content") or "",
+        tool_calls=calls,
+        stop_reason=str(choice.get("finish_reason")),
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+    )

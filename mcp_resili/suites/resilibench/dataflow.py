@@ -69,10 +69,10 @@ def _mismatch(
     arguments: Mapping[str, Any],
     outputs: Mapping[str, list[Any]],
     library: ToolLibrary,
+    tool_of: Mapping[str, str],
 ) -> str | None:
-    """Why ``arguments`` are not the step's right data, or None when they are."""
+    """Why ``arguments`` are not the step's right data, or None when they are (``tool_of``: step → tool)."""
     properties = library.spec(step.tool).input_schema.get("properties", {})
-    tool_of = {s.id: s.tool for s in task.workflow.steps}
     for name, binding in step.arguments.items():
         if name not in arguments:
             return f"{name} missing"
@@ -94,6 +94,7 @@ def _mismatch(
 def trace_data_flow(task: Task, calls: Sequence[ToolCallEvent], library: ToolLibrary) -> DataFlow:
     """Which steps ``calls`` ran on the right data (see the module docstring), in one pass."""
     by_tool: dict[str, list[WorkflowStep]] = {}
+    tool_of = {step.id: step.tool for step in task.workflow.steps}
     for step in task.workflow.steps:
         by_tool.setdefault(step.tool, []).append(step)
     outputs: dict[str, list[Any]] = {}
@@ -102,7 +103,9 @@ def trace_data_flow(task: Task, calls: Sequence[ToolCallEvent], library: ToolLib
     for index, call in enumerate(calls):
         if call.is_error or call.tool not in by_tool:
             continue
-        problems = {s.id: _mismatch(task, s, call.arguments, outputs, library) for s in by_tool[call.tool]}
+        problems = {
+            s.id: _mismatch(task, s, call.arguments, outputs, library, tool_of) for s in by_tool[call.tool]
+        }
         # A call serves one step: the first still open one it fits, else the first it fits at all.
         fits = [sid for sid, problem in problems.items() if problem is None]
         served = next((sid for sid in fits if sid not in right), fits[0] if fits else None)

@@ -276,6 +276,9 @@ def clairvoyant_full_success(
 
     dead: set[tuple[int, tuple[int, ...], History, int, int]] = set()
     nodes = 0
+    # The search revisits the same masks and histories: compute their ready steps and odds once.
+    ready_of: dict[int, list[int]] = {}
+    probability: dict[History, float] = {}
 
     def search(done: int, ordinals: tuple[int, ...], history: History, consecutive: int, turns: int) -> bool:
         nonlocal nodes
@@ -289,15 +292,20 @@ def clairvoyant_full_success(
         nodes += 1
         if nodes > CLAIRVOYANT_NODE_BUDGET:
             raise _BudgetExceeded
-        p = ready_probability(faults, _failures(history))
-        ready = graph.ready(done)
+        p = probability.get(history)
+        if p is None:
+            p = probability[history] = ready_probability(faults, _failures(history))
+        ready = ready_of.get(done)
+        if ready is None:
+            ready = ready_of[done] = graph.ready(done)
         outcomes = [(i, roll(graph.tools[i], ordinals[i]) < p) for i in ready]
+        cleaner = _push(faults, history, True)
         # Successes first: a feasible episode is then found along its first path.
-        for i, ok in sorted(outcomes, key=lambda o: not o[1]):
-            if ok and search(done | 1 << i, ordinals, _push(faults, history, True), 0, turns - 1):
+        for i, ok in outcomes:
+            if ok and search(done | 1 << i, ordinals, cleaner, 0, turns - 1):
                 return True
         # A filler success: no progress, but a cleaner history and no failure streak.
-        if search(done, ordinals, _push(faults, history, True), 0, turns - 1):
+        if search(done, ordinals, cleaner, 0, turns - 1):
             return True
         for i, ok in outcomes:  # burn a failing draw to reach the next one
             if not ok and consecutive + 1 < CONSECUTIVE_FAILURES:

@@ -89,6 +89,9 @@ def _invalid(message: str) -> MCPError:
     return MCPError(types.INVALID_PARAMS, message)
 
 
+_EPISODE_KEYS = frozenset({"id", "task", "trial", "seed", "fault_key"})
+
+
 def parse_episode(raw: object, where: str) -> EpisodeRequest:
     """An episode named by ``raw`` (an id, or ``{"id", "task", "trial", "seed", "fault_key"}``)."""
     if isinstance(raw, str):
@@ -98,27 +101,20 @@ def parse_episode(raw: object, where: str) -> EpisodeRequest:
     episode_id = raw.get("id")
     if not isinstance(episode_id, str) or not episode_id or len(episode_id) > MAX_EPISODE_ID:
         raise _invalid(f"{where}.id must be a non-empty string of at most {MAX_EPISODE_ID} characters")
-    unknown = sorted(set(raw) - {"id", "task", "trial", "seed", "fault_key"})
-    if unknown:
+    if not raw.keys() <= _EPISODE_KEYS:
+        unknown = sorted(set(raw) - _EPISODE_KEYS)
         raise _invalid(f"{where} has unknown keys {unknown}; known: id, task, trial, seed, fault_key")
-    for name in ("task", "fault_key"):
-        value = raw.get(name)
+    task, fault_key, seed, trial = raw.get("task"), raw.get("fault_key"), raw.get("seed"), raw.get("trial")
+    for name, value in (("task", task), ("fault_key", fault_key)):
         if value is not None and not isinstance(value, str):
             raise _invalid(f"{where}.{name} must be a string, got {value!r:.100}")
-    for name, minimum in (("seed", None), ("trial", 0)):
-        value = raw.get(name)
+    for name, value, minimum in (("seed", seed, None), ("trial", trial, 0)):
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum)
         ):
             what = "a non-negative integer" if minimum is not None else "an integer"
             raise _invalid(f"{where}.{name} must be {what}, got {value!r:.100}")
-    return EpisodeRequest(
-        id=episode_id,
-        task=raw.get("task"),
-        trial=raw.get("trial"),
-        seed=raw.get("seed"),
-        fault_key=raw.get("fault_key"),
-    )
+    return EpisodeRequest(id=episode_id, task=task, trial=trial, seed=seed, fault_key=fault_key)
 
 
 def _from_header(value: str) -> EpisodeRequest:

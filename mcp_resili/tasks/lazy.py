@@ -1,16 +1,16 @@
 """Big task lists kept as JSON text and built into `Task` models one at a time, when used.
 
 ResiliBench's full list has 5,040 tasks: parsed at once into `Task` models they hold ~100 MB for the
-whole process. A `LazyTaskList` keeps the task file's text (12 MB for those) with each task's span,
-plus a light index (`TaskSummary`: id, task type, complexity, which is what the planner's stratified
-sample and the reports need), and builds a task when it is asked for. Tasks still in use somewhere
-(by an episode in flight) are found again through a weak cache, so both ends of an episode share one
-object; the last few hundred built are kept.
+whole process. A `LazyTaskList` keeps each task's JSON, compressed in blocks of `BLOCK_TASKS` tasks
+(12 MB of text: ~1 MB), plus a light index (`TaskSummary`: id, task type, complexity, which is what
+the planner's stratified sample and the reports need), and builds a task when it is asked for. Tasks
+still in use somewhere (by an episode in flight) are found again through a weak cache, so both ends
+of an episode share one object; the last few hundred built are kept.
 
-When a broken file is noticed: reading it (JSON syntax, the set's header, every task's id, type and
-complexity) happens at load, as before; the rest of a task is validated the first time it is built,
-with a one-line `InvalidTaskError`. The runner builds every task it plans before any episode starts,
-so a run never meets a broken task halfway.
+When a broken file is noticed: its JSON syntax, the set's header and every task's id, type and
+complexity are checked at load; the rest of a task the first time it is built (a one-line
+`InvalidTaskError`). The runner builds every task it plans before any episode starts, so a run never
+meets a broken task halfway.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import json
 import re
 import sys
 import weakref
+import zlib
 from array import array
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -32,6 +33,9 @@ from mcp_resili.tasks.model import Task, TaskSet
 
 #: How many recently built tasks stay alive with nothing else holding them.
 RECENT_TASKS = 256
+#: Tasks per compressed block: neighbours share one zlib stream (a task alone compresses 2.6x, a block
+#: of 16 about 11x), and a block is ~40 KB to inflate when one of its tasks is built.
+BLOCK_TASKS = 16
 
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
@@ -57,9 +61,11 @@ def _problems(exc: ValidationError) -> str:
 
 @dataclass(eq=False)
 class _TaskStore:
-    """The shared text, spans and index of one task file, and its cache of built tasks."""
+    """The compressed tasks and the index of one task file, and its cache of built tasks."""
 
-    text: str
+    #: Block ``n`` is the UTF-8 JSON of tasks ``n * BLOCK_TASKS`` onwards, end to end, compressed.
+    blocks: list[bytes]
+    #: Each task's span in its block, inflated.
     starts: array[int]
     ends: array[int]
     summaries: tuple[TaskSummary, ...]
@@ -67,6 +73,8 @@ class _TaskStore:
     source: str
     alive: weakref.WeakValueDictionary[int, Task] = field(default_factory=weakref.WeakValueDictionary)
     recent: deque[Task] = field(default_factory=lambda: deque(maxlen=RECENT_TASKS))
+    #: The last block inflated (its number, its bytes): iterating inflates each block once.
+    inflated: tuple[int, bytes] = (-1, b"")
 
     def build(self, position: int) -> Task:
         """The task at ``position``: the one already built if it is still alive, else a new one."""
@@ -80,12 +88,21 @@ class _TaskStore:
     def parse(self, position: int) -> Task:
         """Validate the task at ``position`` (`InvalidTaskError` in one line when it does not)."""
         try:
-            return self.model.model_validate_json(self.text[self.starts[position] : self.ends[position]])
+            return self.model.model_validate_json(self.json(position))
         except ValidationError as exc:
             raise InvalidTaskError(
                 f"invalid task {self.summaries[position].id!r} (tasks[{position}] of {self.source}): "
                 f"{_problems(exc)}"
             ) from None
+
+    def json(self, position: int) -> bytes:
+        """The JSON of the task at ``position``, as stored in the file."""
+        number = position // BLOCK_TASKS
+        inflated = self.inflated
+        if inflated[0] != number:
+            inflated = (number, zlib.decompress(self.blocks[number]))
+            self.inflated = inflated  # one assignment: another thread sees the old block or this one
+        return inflated[1][self.starts[position] : self.ends[position]]
 
 
 class LazyTaskList(Sequence[Task]):
@@ -120,7 +137,8 @@ class LazyTaskList(Sequence[Task]):
             TaskSet.model_validate({**header, "tasks": ()})
         except ValidationError as exc:
             raise InvalidTaskError(f"{source}: {_problems(exc)}") from None
-        store = _TaskStore(text, starts, ends, summaries, model, source)
+        blocks, starts, ends = _pack(text, starts, ends)
+        store = _TaskStore(blocks, starts, ends, summaries, model, source)
         return cls(store, range(len(summaries)))
 
     @property
@@ -161,6 +179,24 @@ def task_summaries(tasks: Sequence[Task]) -> tuple[TaskSummary, ...]:
     if isinstance(tasks, LazyTaskList):
         return tasks.summaries
     return tuple(TaskSummary(t.id, t.task_type, t.complexity) for t in tasks)
+
+
+def _pack(text: str, starts: array[int], ends: array[int]) -> tuple[list[bytes], array[int], array[int]]:
+    """Each task's JSON (``text[start:end]``) as UTF-8 in compressed blocks, and its span in its block."""
+    blocks: list[bytes] = []
+    block_starts: array[int] = array("q")
+    block_ends: array[int] = array("q")
+    for first in range(0, len(starts), BLOCK_TASKS):
+        parts = [
+            text[starts[p] : ends[p]].encode() for p in range(first, min(first + BLOCK_TASKS, len(starts)))
+        ]
+        offset = 0
+        for part in parts:
+            block_starts.append(offset)
+            offset += len(part)
+            block_ends.append(offset)
+        blocks.append(zlib.compress(b"".join(parts)))
+    return blocks, block_starts, block_ends
 
 
 def _skip(text: str, position: int) -> int:

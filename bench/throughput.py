@@ -116,7 +116,7 @@ async def measure(
 
     # Exactly waves × concurrency episodes, so the last wave is full and no tail skews the rate.
     # The fake answers the same whatever the task: "full" draws the tasks from the suite's full list
-    # (5,040 tasks loaded, ~157 MB), "default" from its 40 default tasks (the full list never loads).
+    # (5,040 tasks, each built when an episode uses it), "default" from its 40 default tasks.
     wanted = concurrency * waves
     suite = get_suite()
     pool = suite.tasks if task_set == "full" else suite.default_tasks
@@ -212,9 +212,10 @@ def section(
             "",
             "Peak resident memory of the runner process (a fresh process per row, 2 s per turn), for this"
             " revision and the baseline revision in the same run. *Tasks*: `default` plays the suite's 40"
-            " default tasks; `full` draws from its full 5,040-task list, which costs ~157 MB of task"
-            " objects once, whatever the concurrency. *In-flight cost*: the row minus the same revision"
-            " and task set at concurrency 8.",
+            " default tasks; `full` draws from its full 5,040-task list (kept compressed, each task built"
+            " when an episode uses it, so every episode in flight holds a task of its own; before the"
+            " lazy task list, all 5,040 were built at load, ~157 MB). *In-flight cost*: the row minus"
+            " the same revision and task set at concurrency 8.",
             "",
             "| revision | tasks | episodes in flight | episodes | peak RSS MB | in-flight cost MB |",
             "|---|---|---:|---:|---:|---:|",

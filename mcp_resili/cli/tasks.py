@@ -93,24 +93,23 @@ def tasks_list_command(args: argparse.Namespace) -> int:
     from mcp_resili.tasks.model import Task
 
     suite = get_suite(args.suite)
+    tasks = list(suite.tasks)  # built once: a big suite's list builds each task when it is read
     if args.json:
-        if any("domain" in t.metadata for t in suite.tasks):
+        if any("domain" in t.metadata for t in tasks):
             # Suites with domains keep them in metadata; show them up front.
-            listing = [{"domain": t.metadata.get("domain"), **t.model_dump(mode="json")} for t in suite.tasks]
+            listing = [{"domain": t.metadata.get("domain"), **t.model_dump(mode="json")} for t in tasks]
             json.dump(listing, sys.stdout)
             sys.stdout.write("\n")
             return 0
         # One pydantic serialisation of the whole list: the full ResiliBench suite has 5,040 tasks.
         sys.stdout.flush()
-        sys.stdout.buffer.write(
-            TypeAdapter(list[Task]).dump_json(list(suite.tasks), serialize_as_any=True) + b"\n"
-        )
+        sys.stdout.buffer.write(TypeAdapter(list[Task]).dump_json(tasks, serialize_as_any=True) + b"\n")
         sys.stdout.buffer.flush()
         return 0
-    table = Table(title=f"{suite.name}: {len(suite.tasks)} tasks", title_justify="left")
+    table = Table(title=f"{suite.name}: {len(tasks)} tasks", title_justify="left")
     for column in ("id", "type", "complexity", "tools", "description"):
         table.add_column(column)
-    for t in suite.tasks:
+    for t in tasks:
         table.add_row(t.id, t.task_type, t.complexity, str(len(t.required_tools)), t.description[:70])
     stdout_console().print(table)
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from mcp_resili.client.model import ARCHITECTURES
@@ -151,13 +151,34 @@ def episode_id(run_id: str, planned: PlannedEpisode) -> str:
     return f"{run_id}/{planned.faults}/{planned.model}/{planned.variant}/{planned.task_id}/{planned.trial}"
 
 
-def stratum(task: Task) -> tuple[str, str]:
+class Stratified(Protocol):
+    """A task, or its `TaskSummary`: what a ``--limit`` sample needs of it."""
+
+    @property
+    def id(self) -> str:
+        """The task's id."""
+
+    @property
+    def task_type(self) -> str:
+        """The task's type."""
+
+    @property
+    def complexity(self) -> str:
+        """The task's complexity."""
+
+
+StratifiedT = TypeVar("StratifiedT", bound=Stratified)
+
+
+def stratum(task: Stratified) -> tuple[str, str]:
     """The stratum a task belongs to in a ``--limit`` sample: (task type, complexity)."""
     return (task.task_type, task.complexity)
 
 
-def select_tasks(tasks: Sequence[Task], limit: int, seed: int) -> list[Task]:
+def select_tasks(tasks: Sequence[StratifiedT], limit: int, seed: int) -> list[StratifiedT]:
     """A sample of ``limit`` tasks, stratified by (task type, complexity), in the list's order.
+
+    ``tasks`` may be tasks or their summaries (`Suite.task_summaries`: no task is built).
 
     Every stratum gets one task first (in the order strata appear, while the limit lasts); the rest of
     the limit is shared out in proportion to the strata's remaining sizes (largest remainders first,
@@ -166,7 +187,7 @@ def select_tasks(tasks: Sequence[Task], limit: int, seed: int) -> list[Task]:
     """
     if limit >= len(tasks):
         return list(tasks)
-    strata: dict[tuple[str, str], list[Task]] = {}
+    strata: dict[tuple[str, str], list[StratifiedT]] = {}
     for task in tasks:
         strata.setdefault(stratum(task), []).append(task)
     quota = {key: 0 for key in strata}
@@ -226,17 +247,28 @@ def _check_endpoints(config: RunConfig) -> None:
         validate_model_spec(model, base_url=config.base_url)
 
 
-def run_tasks(config: RunConfig, suite: Suite) -> list[Task]:
-    """The tasks a run plays: named ones, a ``--limit`` sample, the full list, or the default set."""
+def run_task_ids(config: RunConfig, suite: Suite) -> list[str]:
+    """The ids of the tasks a run plays: named ones, a ``--limit`` sample, the full list, or the default set.
+
+    The full list is read through its summaries, so no more than one task is held at a time; each
+    task drawn from it is built once here, so a broken one stops the run before any episode.
+    """
     if config.tasks:
-        tasks = [suite.task(t) for t in config.tasks]
-    elif config.limit is not None and config.stratified:
-        return select_tasks(suite.tasks, config.limit, config.seed)
-    elif config.all_tasks or config.limit is not None:
-        tasks = list(suite.tasks)
+        return [suite.task(t).id for t in config.tasks][: config.limit]
+    if config.limit is None and not config.all_tasks:
+        return [t.id for t in suite.default_tasks]
+    if config.limit is not None and config.stratified:
+        ids = [s.id for s in select_tasks(suite.task_summaries, config.limit, config.seed)]
     else:
-        tasks = list(suite.default_tasks)
-    return tasks if config.limit is None else tasks[: config.limit]
+        ids = [s.id for s in suite.task_summaries][: config.limit]
+    for task_id in ids:
+        suite.task(task_id)
+    return ids
+
+
+def run_tasks(config: RunConfig, suite: Suite) -> list[Task]:
+    """The tasks a run plays (`run_task_ids`, built)."""
+    return [suite.task(t) for t in run_task_ids(config, suite)]
 
 
 def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
@@ -258,13 +290,13 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
             suite.prompt(suite.default_tasks[0], variant)  # validates the variant
         except ValueError as exc:
             raise RunConfigError(str(exc)) from None
-    tasks = run_tasks(config, suite)
+    task_ids = run_task_ids(config, suite)
     return [
-        PlannedEpisode(model, spec, task.id, trial, variant)
+        PlannedEpisode(model, spec, task_id, trial, variant)
         for spec in faults
         for model in config.models
         for variant in variants
-        for task in tasks
+        for task_id in task_ids
         for trial in range(config.trials)
     ]
 

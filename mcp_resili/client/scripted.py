@@ -6,6 +6,7 @@ They read the task's ground-truth workflow and derive their next move from the c
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -71,13 +72,15 @@ def _usable(task: Task, step: WorkflowStep, result: object) -> bool:
     return True
 
 
-_BOUND_PATHS: dict[int, tuple[Task, dict[str, list[tuple[str, ...]]]]] = {}
+#: By ``id(task)``; the task is held weakly (a lazily built task list frees tasks no episode holds),
+#: and compared on a hit, since a dead task's id may be reused.
+_BOUND_PATHS: dict[int, tuple[weakref.ref[Task], dict[str, list[tuple[str, ...]]]]] = {}
 
 
 def _bound_paths(task: Task) -> dict[str, list[tuple[str, ...]]]:
     """Per step id, the result paths other steps bind to: asked every turn, computed once per task."""
     hit = _BOUND_PATHS.get(id(task))
-    if hit is not None and hit[0] is task:
+    if hit is not None and hit[0]() is task:
         return hit[1]
     paths: dict[str, list[tuple[str, ...]]] = {}
     for later in task.workflow.steps:
@@ -86,7 +89,7 @@ def _bound_paths(task: Task) -> dict[str, list[tuple[str, ...]]]:
                 paths.setdefault(binding.step, []).append(tuple(binding.path.split(".")))
     if len(_BOUND_PATHS) >= 4096:  # tasks of finished runs: drop them rather than grow
         _BOUND_PATHS.clear()
-    _BOUND_PATHS[id(task)] = (task, paths)
+    _BOUND_PATHS[id(task)] = (weakref.ref(task), paths)
     return paths
 
 

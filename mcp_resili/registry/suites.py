@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from mcp_resili.scoring.model import Score
     from mcp_resili.scoring.termination import StopRules
     from mcp_resili.store import EpisodeRow
+    from mcp_resili.tasks.lazy import TaskSummary
     from mcp_resili.tasks.model import Task
     from mcp_resili.trace.model import Trace
 
@@ -60,7 +61,8 @@ class Suite:
     name: str
     description: str
     library: ToolLibrary
-    load_tasks: Callable[[], tuple[Task, ...]] = field(repr=False)
+    #: All tasks: a tuple, or for a big list a `mcp_resili.tasks.lazy.LazyTaskList` (tasks built on use).
+    load_tasks: Callable[[], Sequence[Task]] = field(repr=False)
     render_prompt: Callable[[Task, str], str] = field(repr=False)
     score: Callable[[Task, Trace], Score] = field(repr=False)
     default_faults: str = "none"
@@ -77,7 +79,7 @@ class Suite:
     #: Terminal rendering (a rich renderable) of ``summarize``'s result, for runs without ``--json``.
     summary_table: Callable[[dict[str, Any]], Any] | None = field(default=None, repr=False)
     #: The tasks a run uses when none are selected (None: all tasks). Loaded without loading `tasks`.
-    load_default_tasks: Callable[[], tuple[Task, ...]] | None = field(default=None, repr=False)
+    load_default_tasks: Callable[[], Sequence[Task]] | None = field(default=None, repr=False)
     #: Serve the unfaulted, unscored ``search_tools`` and ``tool_info`` discovery tools.
     discovery: bool = False
     #: The suite's own stop rules (`mcp_resili.scoring.termination.StopRules`): when the runner ends
@@ -94,18 +96,20 @@ class Suite:
     agents: Mapping[str, Callable[[], Model]] = field(default_factory=dict, repr=False)
 
     @cached_property
-    def tasks(self) -> tuple[Task, ...]:
-        """All tasks, loaded once."""
+    def tasks(self) -> Sequence[Task]:
+        """All tasks, loaded once (a `LazyTaskList` builds each task when it is used)."""
         return self._load("tasks", self.load_tasks)
 
     @cached_property
-    def default_tasks(self) -> tuple[Task, ...]:
+    def default_tasks(self) -> Sequence[Task]:
         """The default run's tasks."""
         if self.load_default_tasks is None:
             return self.tasks
         return self._load("default tasks", self.load_default_tasks)
 
-    def _load(self, what: str, load: Callable[[], tuple[Task, ...]]) -> tuple[Task, ...]:
+    def _load(self, what: str, load: Callable[[], Sequence[Task]]) -> Sequence[Task]:
+        from mcp_resili.tasks.lazy import InvalidTaskError
+
         try:
             tasks = load()
         except ValidationError as exc:
@@ -115,6 +119,8 @@ class Suite:
                 f"suite {self.name!r}: invalid {what}: {exc.error_count()} problem(s), first at "
                 f"{where or 'top level'}: {first['msg']}"
             ) from None
+        except InvalidTaskError as exc:
+            raise SuiteLoadError(f"suite {self.name!r}: {exc}") from None
         except (OSError, ValueError) as exc:
             raise SuiteLoadError(f"suite {self.name!r}: cannot load {what}: {exc}") from None
         if not tasks:
@@ -122,35 +128,59 @@ class Suite:
         return tasks
 
     @cached_property
-    def _by_id(self) -> dict[str, Task]:
-        return {t.id: t for t in self.tasks}
+    def task_summaries(self) -> Sequence[TaskSummary]:
+        """Every task's id, type and complexity, in `tasks` order, without building the tasks."""
+        from mcp_resili.tasks.lazy import task_summaries
+
+        return task_summaries(self.tasks)
+
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        """Task id -> its position in `tasks` (a repeated id: the last one, as a dict by id has it)."""
+        return {summary.id: position for position, summary in enumerate(self.task_summaries)}
 
     @cached_property
     def _default_by_id(self) -> dict[str, Task]:
+        if self.load_default_tasks is None:
+            return {}  # the default tasks are `tasks`, found by position (a lazy list stays unbuilt)
         return {t.id: t for t in self.default_tasks}
 
     def task(self, task_id: str) -> Task:
-        """The task ``task_id``, or `UnknownTaskError` with suggestions."""
+        """The task ``task_id``, or `UnknownTaskError` with suggestions.
+
+        Only that task is built; a `LazyTaskList` task that does not validate raises `SuiteLoadError`.
+        """
+        from mcp_resili.tasks.lazy import InvalidTaskError
+
         if task_id in self._default_by_id:  # the default run never loads the full list
             return self._default_by_id[task_id]
-        try:
-            return self._by_id[task_id]
-        except KeyError:
-            close = difflib.get_close_matches(task_id, self._by_id, n=3)
+        position = self._positions.get(task_id)
+        if position is None:
+            close = difflib.get_close_matches(task_id, self._positions, n=3)
             hint = (
                 f"; did you mean {', '.join(close)}?"
                 if close
                 else f"; see `mcp-resili tasks list --suite {self.name}`"
             )
-            raise UnknownTaskError(f"unknown task {task_id!r} in suite {self.name!r}{hint}") from None
+            raise UnknownTaskError(f"unknown task {task_id!r} in suite {self.name!r}{hint}")
+        try:
+            return self.tasks[position]
+        except InvalidTaskError as exc:
+            raise SuiteLoadError(f"suite {self.name!r}: {exc}") from None
 
     def task_info(self, task_id: str) -> dict[str, str]:
-        """The breakdown keys of a task (type, complexity) for reports; empty for an unknown id."""
-        try:
-            task = self.task(task_id)
-        except UnknownTaskError:
+        """The breakdown keys of a task (type, complexity) for reports; empty for an unknown id.
+
+        Read from the task index: no task is built.
+        """
+        known = self._default_by_id.get(task_id)
+        if known is not None:
+            return {"task_type": known.task_type, "complexity": known.complexity}
+        position = self._positions.get(task_id)
+        if position is None:
             return {}
-        return {"task_type": task.task_type, "complexity": task.complexity}
+        summary = self.task_summaries[position]
+        return {"task_type": summary.task_type, "complexity": summary.complexity}
 
     def prompt(self, task: Task, variant: str = "baseline") -> str:
         """The user prompt of ``task`` in ``variant``."""

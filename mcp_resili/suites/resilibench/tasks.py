@@ -6,6 +6,7 @@ import gzip
 from functools import cache
 from importlib import resources
 
+from mcp_resili.tasks.lazy import LazyTaskList
 from mcp_resili.tasks.model import Task, TaskSet
 
 DEFAULT_TASKS_FILE = "default.json"
@@ -20,7 +21,11 @@ def default_tasks() -> tuple[Task, ...]:
 
 
 @cache
-def full_tasks() -> tuple[Task, ...]:
-    """The full suite's 5,040 tasks (``full.json.gz``), in interleaved type order."""
+def full_tasks() -> LazyTaskList:
+    """The full suite's 5,040 tasks (``full.json.gz``), in interleaved type order.
+
+    Kept as the file's text and built one at a time when used (`LazyTaskList`): all 5,040 as models
+    would hold ~100 MB for the whole process.
+    """
     raw = gzip.decompress(resources.files(__package__ or __name__).joinpath(FULL_TASKS_FILE).read_bytes())
-    return TaskSet.model_validate_json(raw).tasks
+    return LazyTaskList.from_json(raw, source=FULL_TASKS_FILE)

@@ -281,7 +281,11 @@ async def test_a_hosted_model_runs_against_another_mcp_server_over_stdio(tmp_pat
     [
         (b"<html>502 Bad Gateway</html>", "text/html", "not a JSON object"),
         (b'["a", "list"]', "application/json", "not a JSON object"),
-        (b'{"choices": [{"message": {"tool_calls": [{"type": "function"}]}}]}', "application/json", "not a Chat"),
+        (
+            b'{"choices": [{"message": {"tool_calls": [{"type": "function"}]}}]}',
+            "application/json",
+            "not a Chat",
+        ),
     ],
 )
 async def test_an_openai_compatible_answer_that_is_not_a_chat_completion_is_an_infrastructure_error(

@@ -203,7 +203,7 @@ def _json_equal_by_definition(a, b):
     if isinstance(a, dict) and isinstance(b, dict):
         return set(a) == set(b) and all(_json_equal_by_definition(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal_by_definition(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_json_equal_by_definition(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
@@ -225,15 +225,14 @@ _values = st.recursive(
 
 def _swap_numbers(value):
     """``value`` with 1 and True, 0 and False, 2 and 2.0 exchanged: equal to Python, not all equal in JSON."""
-    swapped = {1: True, True: 1, 0: False, False: 0}
     if isinstance(value, dict):
         return {k: _swap_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_swap_numbers(v) for v in value]
     if isinstance(value, bool):
-        return swapped[value]
-    if isinstance(value, int) and value in swapped:
-        return swapped[value]
+        return int(value)
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
     if isinstance(value, int | float) and float(value).is_integer():
         return float(value) if isinstance(value, int) else int(value)
     return value

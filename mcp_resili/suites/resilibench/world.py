@@ -102,12 +102,11 @@ def same_json(a: object, b: object) -> bool:
     """JSON equality: 2 equals 2.0, but a boolean is never a number (unlike Python's ``==``)."""
     # Exact JSON types first (every call's data is compared with the task's, so this runs a lot);
     # anything else, subclasses included, by the general rule below.
-    kind = type(a)
-    if kind is str:
+    if type(a) is str:
         return type(b) is str and a == b
-    if kind is dict and type(b) is dict:
+    if type(a) is dict and type(b) is dict:
         return a.keys() == b.keys() and all(same_json(value, b[key]) for key, value in a.items())
-    if kind is list and type(b) is list:
+    if type(a) is list and type(b) is list:
         return len(a) == len(b) and all(map(same_json, a, b))
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b

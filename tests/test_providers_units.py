@@ -197,3 +197,22 @@ def test_provider_messages_lose_keys_before_they_reach_traces_or_logs(monkeypatc
     )
     assert "abcd" not in str(failure) and "my-very-own-key-123" not in str(failure)
     assert "Incorrect API key provided" in str(failure)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"model": "m", "messages": [{"role": "user", "content": "données → résumé"}], "max_tokens": 5},
+        {},
+    ],
+)
+def test_a_request_body_with_ready_tool_json_reads_as_the_same_json_object(fields):
+    import json
+
+    from mcp_resili.client.providers.openai import encode_body
+
+    tools = [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}]
+    body = encode_body(fields, json.dumps(tools))
+    assert json.loads(body) == {**fields, "tools": tools}
+    assert json.loads(encode_body(fields)) == fields
+    assert "→".encode() in body or not fields  # UTF-8 kept, as the SDK sends it

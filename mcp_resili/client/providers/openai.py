@@ -63,22 +63,17 @@ def to_openai_messages(
     return out
 
 
-class _EncodedJSON(str):
-    """JSON text that `encode_body` writes as it is."""
-
-
 def _dumps(value: Any) -> str:
     # As the SDK encodes bodies (and httpx): compact, UTF-8 kept, no NaN.
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def encode_body(fields: dict[str, Any]) -> bytes:
-    """The request body as the SDK would send it, with `_EncodedJSON` values spliced in unchanged."""
-    parts = (
-        f"{_dumps(key)}:{value if isinstance(value, _EncodedJSON) else _dumps(value)}"
-        for key, value in fields.items()
-    )
-    return ("{" + ",".join(parts) + "}").encode()
+def encode_body(fields: dict[str, Any], tools_json: str | None = None) -> bytes:
+    """The request body as the SDK would encode ``fields``, plus ``"tools"`` given as JSON text."""
+    body = _dumps(fields)
+    if tools_json is None:
+        return body.encode()
+    return f'{body[:-1]}{"," if fields else ""}"tools":{tools_json}}}'.encode()
 
 
 def parse_arguments(raw: str | None) -> dict[str, Any]:
@@ -179,11 +174,9 @@ class OpenAIModel:
         # OpenAI's own API wants max_completion_tokens; compatible servers mostly know only max_tokens.
         budget_key = "max_tokens" if self._options.base_url else "max_completion_tokens"
         kwargs[budget_key] = self._options.max_output_tokens
-        if request.tools:
-            kwargs["tools"] = _EncodedJSON(self._tools_json(request.tools, names))
         if self._options.temperature is not None:
             kwargs["temperature"] = self._options.temperature
-        body = encode_body(kwargs)
+        body = encode_body(kwargs, self._tools_json(request.tools, names) if request.tools else None)
         reply = await with_retries(
             lambda: self._attempt(body),
             policy=self._options.retry,

@@ -82,7 +82,8 @@ class _TaskStore:
         if task is None:
             task = self.parse(position)
             self.alive[position] = task
-        self.recent.append(task)
+            # Only new ones: a task asked for again (by the server, the scorer) takes no second place.
+            self.recent.append(task)
         return task
 
     def parse(self, position: int) -> Task:

@@ -276,32 +276,41 @@ async def test_a_hosted_model_runs_against_another_mcp_server_over_stdio(tmp_pat
     assert trace.header.fault_plan["kind"] == "external" and len(trace.tool_calls) >= 2
 
 
+_NOT_AN_ANSWER = {
+    "openai": b'{"choices": [{"message": {"tool_calls": [{"type": "function"}]}}]}',
+    "anthropic": b'{"content": [{"type": "tool_use", "input": {}}], "usage": {}}',
+}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize(
     ("body", "media_type", "expected"),
     [
         (b"<html>502 Bad Gateway</html>", "text/html", "not a JSON object"),
         (b'["a", "list"]', "application/json", "not a JSON object"),
-        (
-            b'{"choices": [{"message": {"tool_calls": [{"type": "function"}]}}]}',
-            "application/json",
-            "not a Chat",
-        ),
+        (None, "application/json", "the answer is not a"),
     ],
 )
-async def test_an_openai_compatible_answer_that_is_not_a_chat_completion_is_an_infrastructure_error(
-    tmp_path, body, media_type, expected
+async def test_an_answer_that_is_not_the_apis_message_is_an_infrastructure_error(
+    tmp_path, provider, body, media_type, expected
 ):
     from starlette.applications import Starlette
     from starlette.responses import Response
     from starlette.routing import Route
 
     async def answer(request):
-        return Response(body, media_type=media_type)
+        return Response(body or _NOT_AN_ANSWER[provider], media_type=media_type)
 
-    app = Starlette(routes=[Route("/v1/chat/completions", answer, methods=["POST"])])
-    async with serve(app) as url:
+    routes = [Route(path, answer, methods=["POST"]) for path in ("/v1/chat/completions", "/v1/messages")]
+    async with serve(Starlette(routes=routes)) as url:
         result = await execute(
-            RunConfig(db=tmp_path / "r.db", models=("openai:odd",), trials=1, limit=2, base_url=f"{url}/v1"),
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=(f"{provider}:odd",),
+                trials=1,
+                limit=2,
+                base_url=base_url(provider, url),
+            ),
             model_options={"sleeper": Sleeps()},
         )
     assert [r.termination for r in result.rows] == ["infrastructure_error"] * 2

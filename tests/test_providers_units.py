@@ -209,7 +209,7 @@ def test_provider_messages_lose_keys_before_they_reach_traces_or_logs(monkeypatc
 def test_a_request_body_with_ready_tool_json_reads_as_the_same_json_object(fields):
     import json
 
-    from mcp_resili.client.providers.openai import encode_body
+    from mcp_resili.client.providers.wire import encode_body
 
     tools = [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}]
     body = encode_body(fields, json.dumps(tools))

@@ -7,10 +7,12 @@ from typing import Any
 from mcp_resili.client.model import (
     AssistantMessage,
     ContextWindowExceededError,
+    InfrastructureError,
     Message,
     ModelRequest,
     ModelResponse,
     ToolCall,
+    ToolDefinition,
     ToolResultsMessage,
     UserMessage,
 )
@@ -22,6 +24,7 @@ from mcp_resili.client.providers.retry import (
     parse_retry_after,
     with_retries,
 )
+from mcp_resili.client.providers.wire import ToolsJSON, encode_body, read_json_object
 
 
 def to_anthropic_messages(messages: tuple[Message, ...], names: ToolNameMap) -> list[dict[str, Any]]:
@@ -79,6 +82,7 @@ class AnthropicModel:
             options,
             sdk.DefaultAsyncHttpxClient,
         )
+        self._tools_json = ToolsJSON(_tool)
 
     @property
     def name(self) -> str:
@@ -89,10 +93,12 @@ class AnthropicModel:
         """Close the HTTP clients."""
         await self._pool.aclose()
 
-    async def _attempt(self, kwargs: dict[str, Any]) -> Any:
+    async def _attempt(self, body: bytes) -> dict[str, Any]:
         sdk = self._sdk
         try:
-            return await self._pool.next().messages.create(**kwargs)
+            # An encoded body in, plain JSON out (`providers/wire.py`); errors and auth are the SDK's.
+            raw = await self._pool.next().post("/v1/messages", content=body, cast_to=bytes)
+            return read_json_object(raw)
         except sdk.APIStatusError as exc:
             raise ProviderFailure(
                 classify_status(exc.status_code, str(exc.message)),
@@ -113,43 +119,59 @@ class AnthropicModel:
             "max_tokens": self._options.max_output_tokens,
             "messages": to_anthropic_messages(request.messages, names),
         }
-        if request.tools:
-            kwargs["tools"] = [
-                {
-                    "name": names.provider_name(t.name),
-                    "description": t.description,
-                    "input_schema": t.input_schema,
-                }
-                for t in request.tools
-            ]
         if request.system:
             kwargs["system"] = request.system
         if self._options.temperature is not None:
             kwargs["temperature"] = self._options.temperature
+        body = encode_body(kwargs, self._tools_json(request.tools, names) if request.tools else None)
         reply = await with_retries(
-            lambda: self._attempt(kwargs),
+            lambda: self._attempt(body),
             policy=self._options.retry,
             sleeper=self._options.sleeper,
             what=self.name,
         )
-        if reply.stop_reason == "model_context_window_exceeded":
+        if reply.get("stop_reason") == "model_context_window_exceeded":
             raise ContextWindowExceededError(f"{self.name}: model_context_window_exceeded")
-        texts: list[str] = []
-        calls: list[ToolCall] = []
-        for block in reply.content:
-            if block.type == "text":
-                texts.append(block.text)
-            elif block.type == "tool_use":
-                arguments = block.input if isinstance(block.input, dict) else {}
-                calls.append(ToolCall(block.id, names.mcp_name(block.name), dict(arguments)))
-        usage = reply.usage
-        cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
-        cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
-        return ModelResponse(
-            text="".join(texts),
-            tool_calls=tuple(calls),
-            stop_reason=str(reply.stop_reason),
-            input_tokens=int(usage.input_tokens) + cache_read + cache_write,
-            output_tokens=int(usage.output_tokens),
-            extra={"cache_read_input_tokens": cache_read, "cache_creation_input_tokens": cache_write},
-        )
+        try:
+            return _response(reply, names)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise InfrastructureError(
+                f"{self.name}: the answer is not a Messages API message ({type(exc).__name__}: {exc})"
+            ) from None
+
+
+def _tool(tool: ToolDefinition, names: ToolNameMap) -> dict[str, Any]:
+    return {
+        "name": names.provider_name(tool.name),
+        "description": tool.description,
+        "input_schema": tool.input_schema,
+    }
+
+
+def _response(reply: dict[str, Any], names: ToolNameMap) -> ModelResponse:
+    """A Messages API message as our `ModelResponse` (cache reads and writes count as input)."""
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for block in reply.get("content") or ():
+        if block["type"] == "text":
+            texts.append(block["text"])
+        elif block["type"] == "tool_use":
+            arguments = block.get("input")
+            calls.append(
+                ToolCall(
+                    block["id"],
+                    names.mcp_name(block["name"]),
+                    dict(arguments) if isinstance(arguments, dict) else {},
+                )
+            )
+    usage = reply.get("usage") or {}
+    cache_read = int(usage.get("cache_read_input_tokens") or 0)
+    cache_write = int(usage.get("cache_creation_input_tokens") or 0)
+    return ModelResponse(
+        text="".join(texts),
+        tool_calls=tuple(calls),
+        stop_reason=str(reply.get("stop_reason")),
+        input_tokens=int(usage.get("input_tokens") or 0) + cache_read + cache_write,
+        output_tokens=int(usage.get("output_tokens") or 0),
+        extra={"cache_read_input_tokens": cache_read, "cache_creation_input_tokens": cache_write},
+    )

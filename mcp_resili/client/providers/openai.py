@@ -28,6 +28,7 @@ from mcp_resili.client.providers.retry import (
     parse_retry_after,
     with_retries,
 )
+from mcp_resili.client.providers.wire import ToolsJSON, encode_body, read_json_object
 
 #: Where a tool call's unparseable ``arguments`` string is kept, so the agent's mistake stays visible.
 INVALID_ARGUMENTS_KEY = "mcp-resili/invalid_arguments"
@@ -63,17 +64,16 @@ def to_openai_messages(
     return out
 
 
-def _dumps(value: Any) -> str:
-    # As the SDK encodes bodies (and httpx): compact, UTF-8 kept, no NaN.
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def encode_body(fields: dict[str, Any], tools_json: str | None = None) -> bytes:
-    """The request body as the SDK would encode ``fields``, plus ``"tools"`` given as JSON text."""
-    body = _dumps(fields)
-    if tools_json is None:
-        return body.encode()
-    return f'{body[:-1]}{"," if fields else ""}"tools":{tools_json}}}'.encode()
+def _function_tool(tool: ToolDefinition, names: ToolNameMap) -> dict[str, Any]:
+    # No `strict`: raw MCP schemas rarely meet strict mode's restrictions.
+    return {
+        "type": "function",
+        "function": {
+            "name": names.provider_name(tool.name),
+            "description": tool.description,
+            "parameters": tool.input_schema,
+        },
+    }
 
 
 def parse_arguments(raw: str | None) -> dict[str, Any]:
@@ -112,31 +112,12 @@ class OpenAIModel:
             options,
             sdk.DefaultAsyncHttpxClient,
         )
-        # Every turn of every episode sends the same tool list: encode it once per tool set.
-        self._encoded_tools: tuple[tuple[ToolDefinition, ...], str] | None = None
+        self._tools_json = ToolsJSON(_function_tool)
 
     @property
     def name(self) -> str:
         """The spec this model answers to."""
         return f"openai:{self._model}"
-
-    def _tools_json(self, tools: tuple[ToolDefinition, ...], names: ToolNameMap) -> str:
-        """The request's ``tools`` as JSON text (cached for the last tool set seen)."""
-        if self._encoded_tools is None or self._encoded_tools[0] is not tools:
-            # No `strict`: raw MCP schemas rarely meet strict mode's restrictions.
-            listed = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": names.provider_name(t.name),
-                        "description": t.description,
-                        "parameters": t.input_schema,
-                    },
-                }
-                for t in tools
-            ]
-            self._encoded_tools = (tools, _dumps(listed))
-        return self._encoded_tools[1]
 
     async def aclose(self) -> None:
         """Close the HTTP clients."""
@@ -145,12 +126,9 @@ class OpenAIModel:
     async def _attempt(self, body: bytes) -> dict[str, Any]:
         sdk = self._sdk
         try:
-            # The encoded wire body skips the SDK's typed-params transform (it walked every tool schema
-            # on every request, ~20 ms of CPU for 30 tools) and its JSON encoding, and the answer is read
-            # as plain JSON rather than built into typed objects: at high concurrency those, not the
-            # model, would bound throughput. Errors, retries-off and auth are the SDK's as usual.
+            # An encoded body in, plain JSON out (`providers/wire.py`); errors and auth are the SDK's.
             raw = await self._pool.next().post("/chat/completions", content=body, cast_to=bytes)
-            return _completion_json(raw)
+            return read_json_object(raw)
         except sdk.APIStatusError as exc:
             message = f"{exc.message} {getattr(exc, 'code', None) or ''}".strip()
             raise ProviderFailure(
@@ -189,17 +167,6 @@ class OpenAIModel:
             raise InfrastructureError(
                 f"{self.name}: the answer is not a Chat Completion ({type(exc).__name__}: {exc})"
             ) from None
-
-
-def _completion_json(raw: bytes) -> dict[str, Any]:
-    """The answer's JSON object; anything else is a provider failure (not the agent's doing)."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise ProviderFailure("fatal", f"the answer is not a JSON object: {raw[:200]!r}")
-    return data
 
 
 def _response(reply: dict[str, Any], names: ToolNameMap) -> ModelResponse:

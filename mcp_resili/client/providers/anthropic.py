@@ -7,7 +7,6 @@ from typing import Any
 from mcp_resili.client.model import (
     AssistantMessage,
     ContextWindowExceededError,
-    InfrastructureError,
     Message,
     ModelRequest,
     ModelResponse,
@@ -24,7 +23,7 @@ from mcp_resili.client.providers.retry import (
     parse_retry_after,
     with_retries,
 )
-from mcp_resili.client.providers.wire import ToolsJSON, encode_body, read_json_object
+from mcp_resili.client.providers.wire import ToolsJSON, encode_body, parse_answer, read_json_object
 
 
 def to_anthropic_messages(messages: tuple[Message, ...], names: ToolNameMap) -> list[dict[str, Any]]:
@@ -132,12 +131,7 @@ class AnthropicModel:
         )
         if reply.get("stop_reason") == "model_context_window_exceeded":
             raise ContextWindowExceededError(f"{self.name}: model_context_window_exceeded")
-        try:
-            return _response(reply, names)
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise InfrastructureError(
-                f"{self.name}: the answer is not a Messages API message ({type(exc).__name__}: {exc})"
-            ) from None
+        return parse_answer(_response, reply, names, model=self.name, what="a Messages API message")
 
 
 def _tool(tool: ToolDefinition, names: ToolNameMap) -> dict[str, Any]:

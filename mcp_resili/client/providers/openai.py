@@ -11,7 +11,6 @@ from typing import Any
 
 from mcp_resili.client.model import (
     AssistantMessage,
-    InfrastructureError,
     Message,
     ModelRequest,
     ModelResponse,
@@ -28,7 +27,7 @@ from mcp_resili.client.providers.retry import (
     parse_retry_after,
     with_retries,
 )
-from mcp_resili.client.providers.wire import ToolsJSON, encode_body, read_json_object
+from mcp_resili.client.providers.wire import ToolsJSON, encode_body, parse_answer, read_json_object
 
 #: Where a tool call's unparseable ``arguments`` string is kept, so the agent's mistake stays visible.
 INVALID_ARGUMENTS_KEY = "mcp-resili/invalid_arguments"
@@ -161,12 +160,7 @@ class OpenAIModel:
             sleeper=self._options.sleeper,
             what=self.name,
         )
-        try:
-            return _response(reply, names)
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise InfrastructureError(
-                f"{self.name}: the answer is not a Chat Completion ({type(exc).__name__}: {exc})"
-            ) from None
+        return parse_answer(_response, reply, names, model=self.name, what="a Chat Completion")
 
 
 def _response(reply: dict[str, Any], names: ToolNameMap) -> ModelResponse:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from mcp_resili.client.model import ToolDefinition
+from mcp_resili.client.model import InfrastructureError, ModelResponse, ToolDefinition
 from mcp_resili.client.providers.names import ToolNameMap
 from mcp_resili.client.providers.retry import ProviderFailure
 
@@ -39,6 +39,23 @@ def read_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ProviderFailure("fatal", f"the answer is not a JSON object: {raw[:200]!r}")
     return data
+
+
+def parse_answer(
+    parse: Callable[[dict[str, Any], ToolNameMap], ModelResponse],
+    reply: dict[str, Any],
+    names: ToolNameMap,
+    *,
+    model: str,
+    what: str,
+) -> ModelResponse:
+    """``parse(reply, names)``; an answer of another shape (not ``what``) is an infrastructure error."""
+    try:
+        return parse(reply, names)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise InfrastructureError(
+            f"{model}: the answer is not {what} ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 class ToolsJSON:

@@ -186,6 +186,40 @@ async def test_the_cost_cap_holds_for_the_whole_run_across_ray_workers_even_with
     assert result.budget_stopped >= 1 and all(r.cost_usd > 0 for r in result.rows)
 
 
+class _FailsToArrive:
+    """Pickles fine here, but unpickling it (in a Ray worker, building its actor) raises."""
+
+    def __reduce__(self):
+        import operator
+
+        return (operator.truediv, (1, 0))
+
+
+async def test_a_worker_that_dies_three_times_before_it_starts_stops_the_run_in_one_line(
+    ray_cluster, tmp_path
+):
+    from dataclasses import replace
+
+    from mcp_resili.client.executor import RunJob, WorkItem
+    from mcp_resili.client.limits import LimitSpec
+    from mcp_resili.client.plan import plan_episodes
+    from mcp_resili.errors import UserError
+    from mcp_resili.integrations.ray import RayRunError
+    from mcp_resili.registry.suites import get_suite
+
+    config = RunConfig(db=tmp_path / "r.db", **CONFIG)
+    items = [WorkItem((planned,)) for planned in plan_episodes(config, get_suite(config.suite))]
+    # Every actor of the slot dies while Ray builds it, as on a node that cannot load the run.
+    job = RunJob(replace(config, prices=_FailsToArrive()), "run-x", LimitSpec())
+    delivered = []
+    executor = RayExecutor(workers=1)
+    with pytest.raises(RayRunError, match=r"^Ray worker 0 died 3 times before it started \(\w+\); stopping$"):
+        await executor.run(job, items, delivered.append)
+    assert isinstance(RayRunError("x"), UserError)  # the CLI prints it as one line, exit 2
+    # Three actors died: the first and two replacements; none ever told its pid or played anything.
+    assert delivered == [] and executor.replaced == 2 and executor.pids == [None]
+
+
 def test_the_ray_executor_without_ray_installed_is_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):
     for key, value in RAY_ENV.items():
         monkeypatch.setenv(key, value)

@@ -250,3 +250,19 @@ def test_same_json_tells_booleans_from_numbers_and_lets_2_equal_2_0_at_any_depth
     assert same_json({"x": [1, {"y": 2}]}, {"x": [1, {"y": 2.0}]})
     assert not same_json({"x": [1, {"y": 1}]}, {"x": [1, {"y": True}]})
     assert not same_json([0], [False]) and not same_json("1", 1) and not same_json({"a": 1}, {"a": 1, "b": 1})
+
+
+def test_a_sources_content_is_rendered_once_for_short_paths_and_is_the_same_text_either_way():
+    from mcp_resili.suites.resilibench import simulators
+
+    short, long = "data/q3.csv", "data/" + "x" * simulators.MAX_CACHED_SOURCE + ".json"
+    for source, fmt in ((short, "csv"), (long, "json")):
+        fresh = simulators._render(simulators._records_for(source), fmt)
+        assert simulators._source_content(source, fmt) == fresh == simulators._source_content(source, fmt)
+    info = simulators._cached_source_content.cache_info
+    seen = info()
+    simulators._source_content(short, "csv")
+    assert info().hits == seen.hits + 1  # the short path is rendered once, then read from the cache
+    simulators._source_content(long, "json")
+    now = info()  # the long path never touches the cache
+    assert (now.hits, now.misses, now.currsize) == (seen.hits + 1, seen.misses, seen.currsize)

@@ -9,6 +9,7 @@ feed the next.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -77,6 +78,23 @@ def _render(records: list[dict[str, Any]], fmt: str) -> str:
     writer.writeheader()
     writer.writerows(records)
     return out.getvalue()
+
+
+def _source_content(source: str, fmt: str) -> str:
+    """What ``source`` holds until something is written there (the same text whoever reads it)."""
+    if len(source) > MAX_CACHED_SOURCE:  # an agent's path may be any length: keep the cache small
+        return _render(_records_for(source), fmt)
+    return _cached_source_content(source, fmt)
+
+
+#: Sources up to this many characters have their content rendered once per process.
+MAX_CACHED_SOURCE = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_source_content(source: str, fmt: str) -> str:
+    # A str: episodes that share it share nothing they could change.
+    return _render(_records_for(source), fmt)
 
 
 #: Largest magnitude of a parsed id or value (the JSON-safe range the server allows in arguments).
@@ -170,7 +188,7 @@ def _file_reader(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
         code = "PERMISSION_DENIED" if "/private/" in source else "FILE_NOT_FOUND"
         raise ToolFailure(code, f"cannot read {source!r}")
     fmt = _format_of(source)
-    content = _render(_records_for(source), fmt)
+    content = _source_content(source, fmt)
     return _ok({"content": content, "format": fmt, "source": source}, bytes=len(content))
 
 
@@ -288,7 +306,7 @@ def _net_fetcher(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     if not source.startswith(("http://", "https://")):
         raise ToolFailure("INVALID_INPUT", f"source must be an http(s) URL, got {source!r}")
     fmt = "json" if "json" in source or source.endswith("/api") else _format_of(source)
-    content = _render(_records_for(source), fmt)
+    content = _source_content(source, fmt)
     return _ok({"content": content, "format": fmt, "status_code": 200}, url=source)
 
 

@@ -51,6 +51,12 @@ def outcomes(rows):
     return out
 
 
+async def run_hosted(tmp_path, model, url, **config):
+    """One trial per task of ``model`` at ``url``; retries wait on a recorder, never the clock."""
+    run = RunConfig(db=tmp_path / "r.db", models=(model,), trials=1, base_url=url, **config)
+    return await execute(run, model_options={"sleeper": Sleeps()})
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_tool_calls_round_trip_through_the_real_sdk_and_our_mcp_server(tmp_path, provider):
     fake = FakeModelServer(oracle_policy())
@@ -137,16 +143,7 @@ async def test_a_provider_that_keeps_failing_yields_infrastructure_errors_not_ag
 async def test_an_invalid_key_is_not_retried(tmp_path, provider):
     fake = FakeModelServer(oracle_policy(), failures=lambda n: Failure(401, message="invalid api key"))
     async with serve(fake.app) as url:
-        result = await execute(
-            RunConfig(
-                db=tmp_path / "r.db",
-                models=(f"{provider}:fake",),
-                trials=1,
-                limit=1,
-                base_url=base_url(provider, url),
-            ),
-            model_options={"sleeper": Sleeps()},
-        )
+        result = await run_hosted(tmp_path, f"{provider}:fake", base_url(provider, url), limit=1)
     assert [r.termination for r in result.rows] == ["infrastructure_error"]
     assert fake.requests == 1
 
@@ -303,16 +300,7 @@ async def test_an_answer_that_is_not_the_apis_message_is_an_infrastructure_error
 
     routes = [Route(path, answer, methods=["POST"]) for path in ("/v1/chat/completions", "/v1/messages")]
     async with serve(Starlette(routes=routes)) as url:
-        result = await execute(
-            RunConfig(
-                db=tmp_path / "r.db",
-                models=(f"{provider}:odd",),
-                trials=1,
-                limit=2,
-                base_url=base_url(provider, url),
-            ),
-            model_options={"sleeper": Sleeps()},
-        )
+        result = await run_hosted(tmp_path, f"{provider}:odd", base_url(provider, url), limit=2)
     assert [r.termination for r in result.rows] == ["infrastructure_error"] * 2
     assert all(r.label is None and r.score is None for r in result.rows)
     end = Trace.from_lines(result.rows[0].trace.splitlines()).end

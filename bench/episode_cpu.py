@@ -25,8 +25,9 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchdocs import write_section
+
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- episode-cpu:start -->", "<!-- episode-cpu:end -->"
 #: The revision the issue measured ("today's revision" when issue 15 was filed).
 DEFAULT_BASE = "afbcb14"
@@ -111,16 +112,6 @@ def section(base: str, base_ms: list[float], ours_ms: list[float], episodes: int
     return "\n".join(lines)
 
 
-def write_docs(text: str) -> None:
-    current = DOC.read_text(encoding="utf-8")
-    if START in current and END in current:
-        before, rest = current.split(START, 1)
-        current = before + text + rest.split(END, 1)[1]
-    else:
-        current = current.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.write_text(current, encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -146,7 +137,7 @@ def main() -> None:
     text = section(args.base, base_ms, ours_ms, args.episodes, load)
     print(text)
     if args.write_docs:
-        write_docs(text)
+        write_section(text, START, END)
 
 
 if __name__ == "__main__":

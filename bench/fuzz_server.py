@@ -40,6 +40,7 @@ from typing import Any
 
 import anyio
 import httpx2
+from benchdocs import write_section
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from mcp import Client, MCPError
@@ -56,7 +57,6 @@ from mcp_resili.trace import Trace
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
-DOCS_FILE = REPO_ROOT / "docs" / "benchmarks.md"
 START_MARKER = "<!-- fuzz:start -->"
 END_MARKER = "<!-- fuzz:end -->"
 sys.path.insert(0, str(REPO_ROOT / "tests"))
@@ -353,16 +353,6 @@ def docs_section(fuzz: list[FuzzCounts], iso: IsolationCounts, args: argparse.Na
     return "\n".join(lines)
 
 
-def write_docs(section: str) -> None:
-    text = DOCS_FILE.read_text(encoding="utf-8")
-    start, end = text.find(START_MARKER), text.find(END_MARKER)
-    if start >= 0 and end > start:
-        text = text[:start] + section + text[end + len(END_MARKER) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOCS_FILE.write_text(text, encoding="utf-8")
-
-
 async def main(args: argparse.Namespace) -> tuple[list[FuzzCounts], IsolationCounts]:
     fuzz = []
     share = args.calls // len(SUITES)
@@ -394,7 +384,7 @@ def cli() -> None:
         for example in counts.examples[:5]:
             print(f"PROBLEM ({counts.where}): {example}", file=sys.stderr)
     if args.write_docs:
-        write_docs(section)
+        write_section(section, START_MARKER, END_MARKER)
 
 
 if __name__ == "__main__":

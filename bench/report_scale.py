@@ -28,8 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchdocs import write_section
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DOCS_FILE = REPO_ROOT / "docs" / "benchmarks.md"
 START_MARKER = "<!-- report-scale:start -->"
 END_MARKER = "<!-- report-scale:end -->"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -153,17 +154,6 @@ def docs_section(results: list[Measure], load: str) -> str:
     return "\n".join(lines)
 
 
-def write_docs(section: str) -> None:
-    text = DOCS_FILE.read_text(encoding="utf-8")
-    start, end = text.find(START_MARKER), text.find(END_MARKER)
-    if start != -1 and end > start:
-        text = text[:start] + section + text[end + len(END_MARKER) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOCS_FILE.write_text(text, encoding="utf-8")
-    print(f"wrote {DOCS_FILE}", file=sys.stderr)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=20_000)
@@ -190,7 +180,7 @@ def main() -> None:
     section = docs_section(results, load)
     print(section)
     if args.write_docs:
-        write_docs(section)
+        write_section(section, START_MARKER, END_MARKER)
 
 
 if __name__ == "__main__":

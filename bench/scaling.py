@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+from benchdocs import write_section
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- scaling:start -->", "<!-- scaling:end -->"
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -178,16 +178,6 @@ def section(settings: list[Setting], args: argparse.Namespace, load: float) -> s
     return "\n".join(lines)
 
 
-def write_docs(text: str) -> None:
-    current = DOC.read_text(encoding="utf-8")
-    if START in current and END in current:
-        before, rest = current.split(START, 1)
-        current = before + text + rest.split(END, 1)[1]
-    else:
-        current = current.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.write_text(current, encoding="utf-8")
-
-
 async def main_async(args: argparse.Namespace) -> None:
     from mcp_resili.integrations.ray.executor import import_ray, prepare_local_env
     from mcp_resili.registry.suites import get_suite
@@ -219,7 +209,7 @@ async def main_async(args: argparse.Namespace) -> None:
     text = section(settings, args, load)
     print(text)
     if args.write_docs:
-        write_docs(text)
+        write_section(text, START, END)
 
 
 def main() -> None:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from benchdocs import BENCHMARKS_PAGE, write_section
 from mcp import Client, StdioServerParameters
 
 import mcp_resili
@@ -59,7 +60,6 @@ from mcp_resili.suites.resilibench.library import resilibench_library
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
-DOCS_FILE = REPO_ROOT / "docs" / "benchmarks.md"
 START_MARKER = "<!-- server-overhead:start -->"
 END_MARKER = "<!-- server-overhead:end -->"
 TARGET_RATIO = 1.05  # issue 15 (it was 1.15 before)
@@ -465,30 +465,6 @@ def docs_section(results: list[ModeResult], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-DOCS_HEADER = """# Benchmarks
-
-Numbers on this page are produced by the scripts in `bench/` and written here by their `--write-docs`
-option (do not edit the generated sections by hand). Each script measures mcp-resili against a baseline
-in the same run, interleaving rounds so machine drift affects both sides alike, and reports medians and
-ratios rather than absolute times, which depend on the machine.
-"""
-
-
-def write_docs(section: str) -> None:
-    if DOCS_FILE.exists():
-        text = DOCS_FILE.read_text(encoding="utf-8")
-    else:
-        DOCS_FILE.parent.mkdir(parents=True, exist_ok=True)
-        text = DOCS_HEADER
-    start, end = text.find(START_MARKER), text.find(END_MARKER)
-    if start != -1 and end > start:
-        text = text[:start] + section + text[end + len(END_MARKER) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOCS_FILE.write_text(text, encoding="utf-8")
-    print(f"wrote {DOCS_FILE}", file=sys.stderr)
-
-
 # --- profiling -------------------------------------------------------------------------------------
 
 
@@ -563,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         default=20,
         help="calls per turn when servers alternate within a round (default 20)",
     )
-    parser.add_argument("--write-docs", action="store_true", help=f"rewrite the section in {DOCS_FILE}")
+    parser.add_argument("--write-docs", action="store_true", help=f"rewrite the section in {BENCHMARKS_PAGE}")
     parser.add_argument(
         "--profile", action="store_true", help="also a differential cProfile, ours vs bare, in memory"
     )
@@ -585,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"total {time.perf_counter() - started:.1f}s", file=sys.stderr)
     if args.write_docs:
-        write_docs(docs_section(results, args))
+        write_section(docs_section(results, args), START_MARKER, END_MARKER)
     if args.profile:
         profile(min(args.calls * args.rounds, 2000), args.warmup)
     return 0

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from benchdocs import BENCHMARKS_PAGE, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- throughput:start -->", "<!-- throughput:end -->"
 TURNS_PER_EPISODE = 2
 FAKES = {
@@ -235,17 +235,6 @@ def section(
     return "\n".join(lines)
 
 
-def write_docs(text: str) -> None:
-    current = DOC.read_text(encoding="utf-8") if DOC.exists() else "# Benchmarks\n"
-    if START in current and END in current:
-        before, rest = current.split(START, 1)
-        after = rest.split(END, 1)[1]
-        updated = before + text + after
-    else:
-        updated = current.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.write_text(updated, encoding="utf-8")
-
-
 def rss_child(
     concurrency: int, waves: int, fake: str, task_set: str, tree: Path | None = None
 ) -> dict[str, float]:
@@ -320,8 +309,8 @@ async def main_async(args: argparse.Namespace) -> None:
     rss = measure_rss(args) if args.rss else []
     text = section(results, baseline, rss, args.fake)
     if args.write_docs:
-        write_docs(text)
-        print(f"updated {DOC}")
+        write_section(text, START, END)
+        print(f"updated {BENCHMARKS_PAGE}")
 
 
 def main() -> None:

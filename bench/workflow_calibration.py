@@ -20,6 +20,8 @@ import statistics
 import time
 from pathlib import Path
 
+from benchdocs import write_section
+
 from mcp_resili.registry.suites import get_suite
 from mcp_resili.workflow import (
     PAPER_RULES,
@@ -172,10 +174,7 @@ def main():
     if derived != TOOL_RULES:
         print(f"\nderived rules {derived} differ from TOOL_RULES {TOOL_RULES}")
     if args.write_docs:
-        current = DOC.read_text(encoding="utf-8")
-        before, rest = current.split(START, 1)
-        _, after = rest.split(END, 1)
-        DOC.write_text(before + text + after, encoding="utf-8")
+        write_section(text, START, END, DOC)
         print(f"updated {DOC}")
 
 

@@ -14,7 +14,8 @@ episode and the fake's.
 Peak memory (``--rss``): a fresh process per concurrency level plays ``waves`` × C episodes at 2 s per
 turn and reports its peak RSS; the same-run baseline is the same at concurrency 8.
 
-    python bench/throughput.py                 # concurrency 64 and 512 at 2 s; 64 at 5 s
+    python bench/throughput.py                 # concurrency 64 and 512 at 2 s (512 also with
+                                               # every slot opened at once); 64 at 5 s
     python bench/throughput.py --rss 1000      # peak RSS at 1,000 episodes in flight
     python bench/throughput.py --write-docs    # also update the throughput section of docs/benchmarks.md
 """
@@ -65,6 +66,8 @@ class Measurement:
     runner_cpu: float = 0.0
     fake_cpu: float = 0.0
     reps: list[float] = field(default_factory=list)
+    #: ``RunConfig.ramp_up`` of the run: None = the default ramp, 0 = every slot opened at once.
+    ramp_up: float | None = None
     #: Seconds from the start of the run at which each episode was delivered, in order.
     finished_at: list[float] = field(default_factory=list)
 
@@ -109,7 +112,12 @@ def start_fake(latency: float, kind: str = "lean") -> tuple[subprocess.Popen[str
 
 
 async def measure(
-    concurrency: int, latency: float, waves: int, fake: str = "lean", task_set: str = "full"
+    concurrency: int,
+    latency: float,
+    waves: int,
+    fake: str = "lean",
+    task_set: str = "full",
+    ramp_up: float | None = None,
 ) -> Measurement:
     from mcp_resili.client.runner import RunConfig, execute
     from mcp_resili.registry.suites import get_suite
@@ -135,6 +143,7 @@ async def measure(
                 concurrency=concurrency,
                 base_url=url,
                 max_turns=TURNS_PER_EPISODE,
+                ramp_up=ramp_up,
             )
             fake_cpu = process_cpu(proc.pid)
             runner_cpu = time.process_time()
@@ -151,8 +160,28 @@ async def measure(
         proc.wait()
     completed = sum(1 for r in result.rows if r.termination == "completed")
     return Measurement(
-        concurrency, latency, len(result.rows), seconds, completed, runner_cpu, fake_cpu, [], finished_at
+        concurrency,
+        latency,
+        len(result.rows),
+        seconds,
+        completed,
+        runner_cpu,
+        fake_cpu,
+        [],
+        finished_at,
+        ramp_up,
     )
+
+
+def slots_open_over(m: Measurement) -> str:
+    """How the row's run opened its slots (`executor.opening_delay` of its last slot)."""
+    from mcp_resili.client.executor import opening_delay
+    from mcp_resili.client.runner import RunConfig
+
+    if m.ramp_up == 0:
+        return "at once (`--ramp-up 0`)"
+    last = opening_delay(RunConfig(ramp_up=m.ramp_up), m.concurrency - 1, m.concurrency)
+    return f"{last:.2f} s" + (" (default)" if m.ramp_up is None else "")
 
 
 def _median(runs: list[Measurement]) -> Measurement:
@@ -166,6 +195,8 @@ def _median(runs: list[Measurement]) -> Measurement:
 def section(
     results: list[Measurement], baseline: list[Measurement], rss: list[dict[str, float]], fake: str
 ) -> str:
+    from mcp_resili.client.executor import SLOT_OPENING_INTERVAL
+
     load = os.getloadavg()
     lines = [
         START,
@@ -184,11 +215,15 @@ def section(
         " wall time of the whole `execute()` call, startup included (MCP connection, tool listing, the"
         " first connections to the model), and the filling and draining of the slots. *Steady state*:"
         " the rate between the first `concurrency` deliveries and the start of the last `concurrency`,"
-        " when every slot is busy, which is the regime Little's law describes.",
+        " when every slot is busy, which is the regime Little's law describes. *Slots open over*: the"
+        " run opens its `concurrency` slots one by one (by default one every"
+        f" {SLOT_OPENING_INTERVAL * 1000:g} ms, `--ramp-up` sets the"
+        " whole ramp); the `--ramp-up 0` row opens them all at once, as the runner did before.",
         "",
-        "| concurrency | model latency | episodes | wall s | episodes/s, whole run (repeats) | ideal/s"
-        " | % of ideal, whole run | % of ideal, steady state | runner CPU ms/episode | fake CPU ms/episode |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| concurrency | model latency | slots open over | episodes | wall s"
+        " | episodes/s, whole run (repeats) | ideal/s | % of ideal, whole run | % of ideal, steady state"
+        " | runner CPU ms/episode | fake CPU ms/episode |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in baseline + results:
         ideal = "—" if m.ideal is None else f"{m.ideal:.1f}"
@@ -197,7 +232,8 @@ def section(
         )
         steady = "—" if m.steady_efficiency is None else f"**{100 * m.steady_efficiency:.1f}%**"
         reps = " ".join(f"{r:.0f}" for r in m.reps)
-        cells = [str(m.concurrency), f"{m.latency:g} s", str(m.episodes), f"{m.seconds:.1f}"]
+        cells = [str(m.concurrency), f"{m.latency:g} s", slots_open_over(m), str(m.episodes)]
+        cells += [f"{m.seconds:.1f}"]
         cells += [f"{m.throughput:.1f} ({reps})", ideal, efficiency, steady]
         cells += [f"{1000 * m.runner_cpu / m.episodes:.2f}", f"{1000 * m.fake_cpu / m.episodes:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -206,6 +242,12 @@ def section(
         "The zero-latency row is the same-run baseline: the harness's own ceiling (CPU-bound: SDK request"
         " building and parsing, the MCP pipeline, scoring, SQLite) on this machine, with the fake's CPU"
         " beside it. As the ideal approaches that ceiling, the shortfall is CPU, not waiting.",
+        "",
+        "Why the slots open one by one: opened all at once, the episodes start in the same instant and,"
+        " with a fixed latency, stay in step for the whole run. Every turn's answers come back together"
+        " and queue behind each other's CPU, and the runner idles between the bursts (compare the"
+        " `--ramp-up 0` row). Opened one by one, they stay spread over the model's latency. Which"
+        " episodes play and their results are the same either way (`tests/test_slot_ramp.py`).",
     ]
     if rss:
         lines += [
@@ -291,15 +333,19 @@ async def main_async(args: argparse.Namespace) -> None:
         m = baseline[-1]
         print(f"baseline  c={m.concurrency}: {m.throughput:.1f} episodes/s {m.reps}", flush=True)
     results = []
-    pairs = [(c, args.latency[0]) for c in args.concurrency]
-    pairs += [(c, latency) for latency in args.latency[1:] for c in args.concurrency if c <= 64]
-    for concurrency, latency in pairs:
+    rows: list[tuple[int, float, float | None]] = [(c, args.latency[0], None) for c in args.concurrency]
+    rows += [(c, args.latency[0], 0.0) for c in args.at_once]
+    rows += [(c, latency, None) for latency in args.latency[1:] for c in args.concurrency if c <= 64]
+    for concurrency, latency, ramp_up in rows:
         waves = args.waves if concurrency <= 64 else args.waves_large
-        runs = [await measure(concurrency, latency, waves, args.fake) for _ in range(args.repeat)]
+        runs = [
+            await measure(concurrency, latency, waves, args.fake, ramp_up=ramp_up) for _ in range(args.repeat)
+        ]
         m = _median(runs)
         results.append(m)
         print(
-            f"latency {m.latency}s c={m.concurrency}: {m.throughput:.1f}/s vs ideal {m.ideal:.1f}/s"
+            f"latency {m.latency}s c={m.concurrency} ramp-up {m.ramp_up}:"
+            f" {m.throughput:.1f}/s vs ideal {m.ideal:.1f}/s"
             f" = {100 * (m.efficiency or 0):.1f}%, steady state {100 * (m.steady_efficiency or 0):.1f}%"
             f" ({m.completed}/{m.episodes} completed) {m.reps}"
             f" runner {1000 * m.runner_cpu / m.episodes:.2f} ms/ep,"
@@ -327,6 +373,13 @@ def main() -> None:
         nargs="+",
         default=[2.0, 5.0],
         help="seconds per model answer; the first for every concurrency, the others up to 64",
+    )
+    parser.add_argument(
+        "--at-once",
+        type=int,
+        nargs="*",
+        default=[512],
+        help="concurrency levels measured again with every slot opened at once (--ramp-up 0)",
     )
     parser.add_argument("--waves", type=int, default=10, help="episodes = waves × concurrency")
     parser.add_argument("--waves-large", type=int, default=6, help="waves above concurrency 64 (CPU-bound)")

@@ -25,7 +25,14 @@ ESTIMATE_THRESHOLD = 20
 #: Exit status of a run none of whose episodes says anything about the agent (infrastructure only).
 EXIT_NOTHING_SCORED = 2
 #: Options that may change on ``--resume`` (how episodes play, not which).
-RESUMABLE = ("concurrency", "provider_concurrency", "max_cost", "requests_per_minute", "tokens_per_minute")
+RESUMABLE = (
+    "concurrency",
+    "provider_concurrency",
+    "ramp_up",
+    "max_cost",
+    "requests_per_minute",
+    "tokens_per_minute",
+)
 
 
 def register(commands: Commands) -> None:
@@ -133,6 +140,13 @@ def _add_execution_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--concurrency", type=int, help="episodes in flight, across all workers (default: 8)")
     run.add_argument("--provider-concurrency", type=int, help="episodes in flight per provider")
     run.add_argument(
+        "--ramp-up",
+        type=float,
+        metavar="SECONDS",
+        help="open the concurrency slots over this time, not all at once (0: at once; default: one "
+        "slot every 4 ms)",
+    )
+    run.add_argument(
         "--time-scale",
         type=float,
         help="multiply injected delays (latency faults) of the in-process server; 0 = no waiting",
@@ -218,6 +232,7 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         all_tasks=bool(args.all_tasks),
         tasks=tuple(args.tasks or ()),
         concurrency=8 if args.concurrency is None else args.concurrency,
+        ramp_up=args.ramp_up,
         seed=0 if args.seed is None else args.seed,
         server=args.server,
         db=args.db,

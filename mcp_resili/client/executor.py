@@ -8,7 +8,7 @@ that spreads the same work over a Ray cluster.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,6 +42,39 @@ class RunJob:
 
 #: Receives each episode's result as it finishes (called on the driver, in its event loop).
 Deliver = Callable[[EpisodeResult], None]
+
+#: Seconds between two slots opening when ``--ramp-up`` is not given: about the CPU one episode
+#: takes this runner, so the first episodes start at the pace it can serve them.
+SLOT_OPENING_INTERVAL = 0.004
+
+
+def opening_delay(config: RunConfig, slot: int, slots: int) -> float:
+    """Seconds after the start at which slot ``slot`` (0-based) of ``slots`` opens (`RunConfig.ramp_up`).
+
+    Opening every slot at once starts every episode in the same instant: their model requests leave
+    in one burst and come back in one, so the episodes stay in step and queue behind each other's
+    CPU at every turn (and a provider sees a burst of ``slots`` requests). Opened over a ramp, they
+    stay spread. Which episodes play, and their results, do not depend on it.
+    """
+    if config.ramp_up is None:
+        return slot * SLOT_OPENING_INTERVAL
+    return config.ramp_up * slot / slots if slots > 1 else 0.0
+
+
+async def open_slots(
+    config: RunConfig,
+    slots: int,
+    open_one: Callable[[], None],
+    sleep_until: Callable[[float], Awaitable[None]] = anyio.sleep_until,
+) -> None:
+    """Open slots 1 … ``slots`` - 1 (slot 0 is open from the start) at their `opening_delay`.
+
+    Cancel it once the work is done: a slot not yet open has nothing left to wait for.
+    """
+    start = anyio.current_time()
+    for slot in range(1, slots):
+        await sleep_until(start + opening_delay(config, slot, slots))
+        open_one()
 
 
 class Executor(Protocol):
@@ -113,7 +146,9 @@ class LocalExecutor:
             model_options=self._model_options,
             **options,
         )
-        run_slots = anyio.CapacityLimiter(config.concurrency)
+        slots = min(config.concurrency, len(items))
+        # Slot 0 is open now, the others open over the ramp (`open_slots`).
+        run_slots = anyio.CapacityLimiter(1 if slots > 1 and config.ramp_up != 0 else config.concurrency)
         per_provider: dict[str, list[WorkItem]] = {}
         for item in items:
             per_provider.setdefault(provider_of(item.chain[0].model), []).append(item)
@@ -126,9 +161,16 @@ class LocalExecutor:
                     for result in await play_item(session, item):
                         deliver(result)
 
-        async with session, anyio.create_task_group() as tg:
-            for provider_items in per_provider.values():
-                queue = iter(provider_items)
-                width = min(config.provider_concurrency or math.inf, config.concurrency, len(provider_items))
-                for _ in range(int(width)):
-                    tg.start_soon(worker, queue)
+        def open_one() -> None:
+            run_slots.total_tokens += 1
+
+        async with session, anyio.create_task_group() as opener:
+            if run_slots.total_tokens < slots:
+                opener.start_soon(open_slots, config, slots, open_one)
+            async with anyio.create_task_group() as tg:
+                for provider_items in per_provider.values():
+                    queue = iter(provider_items)
+                    width = min(config.provider_concurrency or math.inf, slots, len(provider_items))
+                    for _ in range(int(width)):
+                        tg.start_soon(worker, queue)
+            opener.cancel_scope.cancel()

@@ -50,6 +50,10 @@ MATRIX_FIELDS = (
 )
 
 
+#: The longest ``--ramp-up`` (an hour): past it, a typo rather than a plan.
+MAX_RAMP_UP = 3600.0
+
+
 class RunConfigError(UserError):
     """A run configuration that cannot work; raised before anything starts."""
 
@@ -76,6 +80,9 @@ class RunConfig:
     #: Turn budget for every episode (None: each task's own ``constraints.max_turns``).
     max_turns: int | None = None
     concurrency: int = 8
+    #: Seconds over which the ``concurrency`` slots open (0: all at once; None: one every
+    #: `executor.SLOT_OPENING_INTERVAL`), so the first episodes do not all start in one instant.
+    ramp_up: float | None = None
     seed: int = 0
     server: str | None = None
     db: Path = DEFAULT_DB
@@ -225,6 +232,8 @@ def _check_limits(config: RunConfig) -> None:
             raise RunConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
     if config.time_scale < 0:
         raise RunConfigError(f"--time-scale must be >= 0, got {config.time_scale}")
+    if config.ramp_up is not None and not 0 <= config.ramp_up <= MAX_RAMP_UP:
+        raise RunConfigError(f"--ramp-up must be between 0 and {MAX_RAMP_UP:g} seconds, got {config.ramp_up}")
     if config.limit is not None and config.limit < 1:
         raise RunConfigError(f"--limit must be at least 1, got {config.limit}")
 

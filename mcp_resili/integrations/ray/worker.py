@@ -12,7 +12,7 @@ import asyncio
 import os
 from typing import Any
 
-from mcp_resili.client.executor import RunJob, WorkItem, play_item
+from mcp_resili.client.executor import RunJob, WorkItem, open_slots, play_item
 from mcp_resili.client.limits import UNLIMITED, Allowance, BudgetExhaustedError
 from mcp_resili.client.session import EpisodeResult, EpisodeSession
 from mcp_resili.registry.suites import get_suite
@@ -47,7 +47,11 @@ class EpisodeWorker:
     def __init__(self, job: RunJob, keeper: str | None, concurrency: int) -> None:
         self.job = job
         self._keeper_name = keeper
-        self._slots = asyncio.Semaphore(max(1, concurrency))
+        self._slot_count = max(1, concurrency)
+        # This worker's share of the run's slots opens over the run's ramp (`open_slots`).
+        self._ramped = self._slot_count > 1 and job.config.ramp_up != 0
+        self._slots = asyncio.Semaphore(1 if self._ramped else self._slot_count)
+        self._opener: asyncio.Task[None] | None = None
         self._session: EpisodeSession | None = None
         self._failure: BaseException | None = None
         self._ready: asyncio.Event | None = None
@@ -99,6 +103,9 @@ class EpisodeWorker:
     async def play_batch(self, items: list[WorkItem]) -> list[EpisodeResult]:
         """Play ``items`` concurrently (at most the worker's share of the run's concurrency)."""
         session = await self._open()
+        if self._ramped and self._opener is None:
+            opening = open_slots(self.job.config, self._slot_count, self._slots.release)
+            self._opener = asyncio.create_task(opening)
 
         async def one(item: WorkItem) -> list[EpisodeResult]:
             async with self._slots:
@@ -109,6 +116,8 @@ class EpisodeWorker:
 
     async def close(self) -> None:
         """Leave the session (closes MCP clients and model connections)."""
+        if self._opener is not None:
+            self._opener.cancel()
         if self._host is not None and self._stop is not None:
             self._stop.set()
             await self._host

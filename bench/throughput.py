@@ -165,11 +165,10 @@ async def measure(
         len(result.rows),
         seconds,
         completed,
-        runner_cpu,
-        fake_cpu,
-        [],
-        finished_at,
-        ramp_up,
+        runner_cpu=runner_cpu,
+        fake_cpu=fake_cpu,
+        finished_at=finished_at,
+        ramp_up=ramp_up,
     )
 
 

@@ -143,7 +143,8 @@ async def measure(
                 concurrency=concurrency,
                 base_url=url,
                 max_turns=TURNS_PER_EPISODE,
-                ramp_up=ramp_up,
+                # Only when set: the RSS rows' baseline revision has no ramp (it opened slots at once).
+                **({} if ramp_up is None else {"ramp_up": ramp_up}),
             )
             fake_cpu = process_cpu(proc.pid)
             runner_cpu = time.process_time()

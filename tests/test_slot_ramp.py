@@ -88,3 +88,35 @@ def test_resume_may_change_the_ramp(tmp_path, capsys) -> None:
     run_id = json.loads(capsys.readouterr().out)["run_id"]
     assert main(["run", "--resume", run_id, "--db", str(db), "--ramp-up", "0.5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["resumed"] == 4  # 2 tasks × the 2 default models
+
+
+@pytest.mark.anyio
+async def test_a_ray_worker_opens_its_share_of_the_slots_over_the_ramp_too(monkeypatch) -> None:
+    from mcp_resili.client.executor import RunJob, WorkItem
+    from mcp_resili.client.limits import LimitSpec
+    from mcp_resili.client.plan import plan_episodes
+    from mcp_resili.integrations.ray import worker as ray_worker
+    from mcp_resili.registry.suites import get_suite
+
+    in_flight = peak = 0
+    play_item = ray_worker.play_item
+
+    async def counted(session, item):  # type: ignore[no-untyped-def]
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            return await play_item(session, item)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(ray_worker, "play_item", counted)
+    config = RunConfig(trials=1, limit=3, models=("scripted:oracle",), ramp_up=3600)
+    items = [WorkItem((p,)) for p in plan_episodes(config, get_suite(config.suite))]
+    # No Ray here: the actor class is plain Python, and Ray only calls its methods.
+    worker = ray_worker.EpisodeWorker(RunJob(config, "run-1", LimitSpec()), None, concurrency=3)
+    try:
+        results = await worker.play_batch(items)
+    finally:
+        await worker.close()
+    assert peak == 1 and [r.outcome for r in results] == ["played"] * 3

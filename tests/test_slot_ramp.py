@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anyio
 import pytest
@@ -45,6 +46,28 @@ async def test_open_slots_opens_each_slot_after_waiting_for_its_own_time() -> No
     assert [round(at - deadlines[0], 9) for at in deadlines] == [0, 0.2, 0.4, 0.6]
 
 
+class InFlight:
+    """Counts the work items a module's ``play_item`` has in flight, and the most at once."""
+
+    def __init__(self, play_item: Any) -> None:
+        self.play_item = play_item
+        self.now = self.peak = 0
+
+    @classmethod
+    def counting(cls, module: Any, monkeypatch: pytest.MonkeyPatch) -> InFlight:
+        counter = cls(module.play_item)
+        monkeypatch.setattr(module, "play_item", counter.play)
+        return counter
+
+    async def play(self, session: Any, item: Any) -> Any:
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            return await self.play_item(session, item)
+        finally:
+            self.now -= 1
+
+
 def _played(rows) -> list[tuple[str, str, int, str, str, str]]:
     """What each episode did and scored: its calls with their faults, its label and components."""
     out = []
@@ -59,23 +82,11 @@ def _played(rows) -> list[tuple[str, str, int, str, str, str]]:
 
 @pytest.mark.anyio
 async def test_a_run_finishes_on_its_open_slot_when_the_rest_would_open_an_hour_later(tmp_path, monkeypatch):
-    in_flight = peak = 0
-    play_item = executor.play_item
-
-    async def counted(session, item):  # type: ignore[no-untyped-def]
-        nonlocal in_flight, peak
-        in_flight += 1
-        peak = max(peak, in_flight)
-        try:
-            return await play_item(session, item)
-        finally:
-            in_flight -= 1
-
-    monkeypatch.setattr(executor, "play_item", counted)
+    episodes = InFlight.counting(executor, monkeypatch)
     base = dict(trials=2, limit=4, seed=3, concurrency=4)
     # Slot 1 would open after 900 s: the run ends when its work is done, on slot 0 alone.
     slow = await execute(RunConfig(db=tmp_path / "slow.db", ramp_up=3600, **base))
-    assert peak == 1 and len(slow.rows) == 16
+    assert episodes.peak == 1 and len(slow.rows) == 16
     at_once = await execute(RunConfig(db=tmp_path / "at_once.db", ramp_up=0, **base))
     default = await execute(RunConfig(db=tmp_path / "default.db", **base))
     assert _played(slow.rows) == _played(at_once.rows) == _played(default.rows)
@@ -98,19 +109,7 @@ async def test_a_ray_worker_opens_its_share_of_the_slots_over_the_ramp_too(monke
     from mcp_resili.integrations.ray import worker as ray_worker
     from mcp_resili.registry.suites import get_suite
 
-    in_flight = peak = 0
-    play_item = ray_worker.play_item
-
-    async def counted(session, item):  # type: ignore[no-untyped-def]
-        nonlocal in_flight, peak
-        in_flight += 1
-        peak = max(peak, in_flight)
-        try:
-            return await play_item(session, item)
-        finally:
-            in_flight -= 1
-
-    monkeypatch.setattr(ray_worker, "play_item", counted)
+    episodes = InFlight.counting(ray_worker, monkeypatch)
     config = RunConfig(trials=1, limit=3, models=("scripted:oracle",), ramp_up=3600)
     items = [WorkItem((p,)) for p in plan_episodes(config, get_suite(config.suite))]
     # No Ray here: the actor class is plain Python, and Ray only calls its methods.
@@ -119,4 +118,4 @@ async def test_a_ray_worker_opens_its_share_of_the_slots_over_the_ramp_too(monke
         results = await worker.play_batch(items)
     finally:
         await worker.close()
-    assert peak == 1 and [r.outcome for r in results] == ["played"] * 3
+    assert episodes.peak == 1 and [r.outcome for r in results] == ["played"] * 3

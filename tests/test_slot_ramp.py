@@ -10,7 +10,7 @@ import pytest
 
 from mcp_resili.cli import main
 from mcp_resili.client import executor
-from mcp_resili.client.executor import SLOT_OPENING_INTERVAL, open_slots, opening_delay
+from mcp_resili.client.executor import SLOT_OPENING_INTERVAL, initially_open, open_slots, opening_delay
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.trace import Trace
 
@@ -22,6 +22,9 @@ def test_opening_delays_worked_out_by_hand() -> None:
     assert [opening_delay(ramp, s, 5) for s in range(5)] == [0, 0.4, 0.8, 1.2, 1.6]
     assert [opening_delay(RunConfig(ramp_up=0), s, 3) for s in range(3)] == [0, 0, 0]
     assert opening_delay(ramp, 0, 1) == 0
+    # One slot is open from the start under a ramp; all of them with none, or with only one slot.
+    assert [initially_open(c, 4) for c in (default, ramp, RunConfig(ramp_up=0))] == [1, 1, 4]
+    assert initially_open(ramp, 1) == 1
 
 
 def test_the_default_interval_is_the_one_run_help_states(capsys: pytest.CaptureFixture[str]) -> None:

@@ -61,13 +61,18 @@ def opening_delay(config: RunConfig, slot: int, slots: int) -> float:
     return config.ramp_up * slot / slots if slots > 1 else 0.0
 
 
+def initially_open(config: RunConfig, slots: int) -> int:
+    """How many of ``slots`` are open from the start: one when they open over a ramp, else all."""
+    return 1 if slots > 1 and config.ramp_up != 0 else slots
+
+
 async def open_slots(
     config: RunConfig,
     slots: int,
     open_one: Callable[[], None],
     sleep_until: Callable[[float], Awaitable[None]] = anyio.sleep_until,
 ) -> None:
-    """Open slots 1 … ``slots`` - 1 (slot 0 is open from the start) at their `opening_delay`.
+    """Open slots 1 … ``slots`` - 1 at their `opening_delay` (slot 0 is open: `initially_open`).
 
     Cancel it once the work is done: a slot not yet open has nothing left to wait for.
     """
@@ -147,8 +152,7 @@ class LocalExecutor:
             **options,
         )
         slots = min(config.concurrency, len(items))
-        # Slot 0 is open now, the others open over the ramp (`open_slots`).
-        run_slots = anyio.CapacityLimiter(1 if slots > 1 and config.ramp_up != 0 else config.concurrency)
+        run_slots = anyio.CapacityLimiter(max(1, initially_open(config, slots)))
         per_provider: dict[str, list[WorkItem]] = {}
         for item in items:
             per_provider.setdefault(provider_of(item.chain[0].model), []).append(item)

@@ -12,7 +12,7 @@ import asyncio
 import os
 from typing import Any
 
-from mcp_resili.client.executor import RunJob, WorkItem, open_slots, play_item
+from mcp_resili.client.executor import RunJob, WorkItem, initially_open, open_slots, play_item
 from mcp_resili.client.limits import UNLIMITED, Allowance, BudgetExhaustedError
 from mcp_resili.client.session import EpisodeResult, EpisodeSession
 from mcp_resili.registry.suites import get_suite
@@ -49,8 +49,7 @@ class EpisodeWorker:
         self._keeper_name = keeper
         self._slot_count = max(1, concurrency)
         # This worker's share of the run's slots opens over the run's ramp (`open_slots`).
-        self._ramped = self._slot_count > 1 and job.config.ramp_up != 0
-        self._slots = asyncio.Semaphore(1 if self._ramped else self._slot_count)
+        self._slots = asyncio.Semaphore(initially_open(job.config, self._slot_count))
         self._opener: asyncio.Task[None] | None = None
         self._session: EpisodeSession | None = None
         self._failure: BaseException | None = None
@@ -103,7 +102,7 @@ class EpisodeWorker:
     async def play_batch(self, items: list[WorkItem]) -> list[EpisodeResult]:
         """Play ``items`` concurrently (at most the worker's share of the run's concurrency)."""
         session = await self._open()
-        if self._ramped and self._opener is None:
+        if self._opener is None and initially_open(self.job.config, self._slot_count) < self._slot_count:
             opening = open_slots(self.job.config, self._slot_count, self._slots.release)
             self._opener = asyncio.create_task(opening)
 

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -73,6 +74,36 @@ def run_cli(*args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedPro
         timeout=timeout,
         check=False,
     )
+
+
+def stored_episodes(db: Path) -> int:
+    """Episodes stored in ``db`` so far (0 before the run has created it)."""
+    try:
+        with sqlite3.connect(db) as conn:
+            return int(conn.execute("SELECT count(*) FROM episodes").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+async def signal_mid_run(
+    run_args: list[str], db: Path, signum: int, *, stored: int = 3, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Start ``mcp-resili run RUN_ARGS --db DB``, send ``signum`` once ``stored`` episodes are stored.
+
+    Returns the exit status and stderr. The run must still be mid-way then: give it a model that
+    holds its requests after a few episodes (`FakeModelServer`'s ``hold_after_finishes``).
+    """
+    argv = [sys.executable, "-m", "mcp_resili", "run", *run_args, "--db", str(db)]
+    async with await anyio.open_process(argv, cwd=REPO_ROOT, env=env) as proc:
+        with anyio.fail_after(START_TIMEOUT):
+            while stored_episodes(db) < stored:
+                await anyio.sleep(0.02)  # polling another process's database; nothing is timed
+        proc.send_signal(signum)
+        assert proc.stderr is not None
+        with anyio.fail_after(CLI_TIMEOUT):
+            stderr = b"".join([chunk async for chunk in proc.stderr])
+            returncode = await proc.wait()
+    return returncode, stderr.decode()
 
 
 def stdio_parameters(*serve_args: str) -> StdioServerParameters:

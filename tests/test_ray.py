@@ -14,6 +14,7 @@ import tempfile
 import anyio
 import pytest
 from fakes.model_server import FakeModelServer, oracle_policy, serve
+from servers import signal_mid_run
 
 from mcp_resili.cli import main
 from mcp_resili.client.runner import RunConfig, execute
@@ -184,6 +185,53 @@ async def test_the_cost_cap_holds_for_the_whole_run_across_ray_workers_even_with
     assert 1.0 <= result.spent_usd < 1.0 + 4 * 0.14
     assert len(result.rows) + result.budget_stopped + result.skipped == 12
     assert result.budget_stopped >= 1 and all(r.cost_usd > 0 for r in result.rows)
+
+
+async def test_sigterm_stops_a_ray_run_in_one_line_and_gives_the_cluster_its_cpus_back(ray_cluster, tmp_path):
+    import ray
+
+    fake = FakeModelServer(oracle_policy(), hold_after_finishes=3)
+    async with serve(fake.app) as url:
+        run_args = [
+            *("--executor", "ray", "--ray-address", ray_cluster.address_info["gcs_address"]),
+            *("--ray-workers", "2", "--model", "openai:fake", "--base-url", f"{url}/v1"),
+            *("--limit", "4", "--trials", "2", "--concurrency", "4"),
+        ]
+        returncode, stderr = await signal_mid_run(run_args, tmp_path / "r.db", signal.SIGTERM)
+        fake.release.set()
+    # Ray's own SIGTERM handling would exit 15 after a native stack dump ("*** SIGTERM received").
+    assert returncode == 143, stderr
+    assert stderr.splitlines()[-1] == "mcp-resili: stopped by SIGTERM; finished episodes are stored"
+    assert "SIGTERM received" not in stderr and "Traceback" not in stderr
+    # The run's worker actors were killed on the way out: the cluster gets both CPUs back.
+    with anyio.fail_after(60):
+        while ray.available_resources().get("CPU", 0) < 2:
+            await anyio.sleep(0.05)  # Ray frees an actor's CPU asynchronously; nothing is timed
+
+
+def test_an_unreachable_ray_address_is_one_line_before_anything_is_stored(tmp_path, capsys, monkeypatch):
+    import socket
+
+    # A bound port that does not listen refuses connections (Ray would retry it for minutes).
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        db = tmp_path / "r.db"
+        for flags, env in (
+            (["--ray-address", address], None),
+            (["--ray-address", f"ray://{address}"], None),
+            ([], address),  # RAY_ADDRESS, which Ray joins when no address is given
+        ):
+            if env is not None:
+                monkeypatch.setenv("RAY_ADDRESS", env)
+            assert main(["run", "--executor", "ray", *flags, "--limit", "1", "--db", str(db)]) == 2
+            err = capsys.readouterr().err
+            named = flags[-1] if flags else address
+            assert err == (
+                f"mcp-resili: error: cannot reach Ray at {named}: Connection refused "
+                "(is `ray start --head` running there?)\n"
+            )
+            assert not db.exists()
 
 
 class _FailsToArrive:

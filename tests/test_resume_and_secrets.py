@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 from fakes.model_server import Failure, FakeModelServer, oracle_policy, serve
+from servers import signal_mid_run, stored_episodes
 
 from mcp_resili.cli import main
 from mcp_resili.client.runner import RunConfig, RunConfigError, execute
@@ -19,14 +19,6 @@ from mcp_resili.trace import Trace
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def stored(db):
-    try:
-        with sqlite3.connect(db) as conn:
-            return conn.execute("SELECT count(*) FROM episodes").fetchone()[0]
-    except sqlite3.Error:
-        return 0
 
 
 def comparable(rows, run_id):
@@ -58,15 +50,10 @@ async def test_a_run_killed_with_sigkill_and_resumed_equals_an_uninterrupted_run
     db = tmp_path / "killed.db"
     async with serve(fake.app) as url:
         matrix = ["--model", "openai:fake", "--base-url", f"{url}/v1", "--limit", "4", "--trials", "2"]
-        argv = [sys.executable, "-m", "mcp_resili", "run", *matrix, "--seed", "7", "--concurrency", "3"]
-        async with await anyio.open_process([*argv, "--db", str(db), "--json"], cwd=ROOT) as proc:
-            with anyio.fail_after(30):
-                while stored(db) < 3:
-                    await anyio.sleep(0.02)  # polling another process's database; nothing is timed
-            proc.send_signal(signal.SIGKILL)
-            await proc.wait()
-        assert proc.returncode == -signal.SIGKILL
-        before = stored(db)
+        run_args = [*matrix, "--seed", "7", "--concurrency", "3", "--json"]
+        returncode, _ = await signal_mid_run(run_args, db, signal.SIGKILL)
+        assert returncode == -signal.SIGKILL
+        before = stored_episodes(db)
         assert 3 <= before < 8
         store = Store(db)
         (run_id,) = store.run_ids()
@@ -98,6 +85,31 @@ async def test_a_run_killed_with_sigkill_and_resumed_equals_an_uninterrupted_run
     assert comparable(rows, run_id) == comparable(clean.rows, clean.run_id)
 
 
+async def test_a_run_stopped_with_sigterm_says_so_in_one_line_and_resume_plays_only_the_rest(tmp_path):
+    # What a CI job's timeout or a scheduler sends: the run stops the way Ctrl-C stops it.
+    fake = FakeModelServer(oracle_policy(), hold_after_finishes=3)
+    db = tmp_path / "stopped.db"
+    async with serve(fake.app) as url:
+        matrix = ["--model", "openai:fake", "--base-url", f"{url}/v1", "--limit", "4", "--trials", "2"]
+        returncode, stderr = await signal_mid_run([*matrix, "--concurrency", "3"], db, signal.SIGTERM)
+        assert returncode == 143
+        assert stderr.splitlines()[-1] == "mcp-resili: stopped by SIGTERM; finished episodes are stored"
+        assert "Traceback" not in stderr
+        store = Store(db)
+        (run_id,) = store.run_ids()
+        # The episodes cut short were not stored (as infrastructure errors or otherwise).
+        rows = store.episodes(run_id)
+        store.close()
+        assert 3 <= len(rows) < 8 and all(r.label is not None for r in rows)
+
+        fake.hold_after_finishes = None
+        fake.release.set()
+        resumed = await cli("run", "--resume", run_id, "--db", str(db), "--json")
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    summary = json.loads(resumed.stdout)
+    assert summary["resumed"] == len(rows) and summary["episodes"] == 8
+
+
 def test_resume_refuses_matrix_options_and_unknown_runs(tmp_path, capsys):
     anyio.run(_resume_refusals, tmp_path, capsys)
 
@@ -116,7 +128,7 @@ async def _resume_refusals(tmp_path, capsys):
         await execute(RunConfig(db=db, trials=2, limit=1, models=("scripted:oracle",)), resume=run_id)
     again = await execute(RunConfig(db=db, trials=1, limit=1, models=("scripted:oracle",)), resume=run_id)
     assert again.resumed == 1 and len(again.rows) == 1
-    assert stored(db) == 1
+    assert stored_episodes(db) == 1
 
 
 @dataclass(frozen=True)

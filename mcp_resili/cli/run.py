@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +28,8 @@ if TYPE_CHECKING:
 ESTIMATE_THRESHOLD = 20
 #: Exit status of a run none of whose episodes says anything about the agent (infrastructure only).
 EXIT_NOTHING_SCORED = 2
+#: Exit status of a run stopped by SIGTERM (128 + 15, what a shell reports for a process it ended).
+EXIT_TERMINATED = 143
 #: Options that may change on ``--resume`` (how episodes play, not which).
 RESUMABLE = (
     "concurrency",
@@ -257,10 +263,12 @@ def make_executor(args: argparse.Namespace) -> Executor:
             raise RunConfigError("--ray-address and --ray-workers go with --executor ray")
         return local_executor()
     from mcp_resili.integrations.ray import RayExecutor, import_ray
-    from mcp_resili.integrations.ray.executor import prepare_local_env
+    from mcp_resili.integrations.ray.executor import check_reachable, prepare_local_env
 
     prepare_local_env(args.ray_address)
-    import_ray()  # fail now, in one line naming the extra, rather than after planning
+    # Fail now, in one line, rather than after planning: without the extra, or with no cluster there.
+    import_ray()
+    check_reachable(args.ray_address)
     return RayExecutor(args.ray_address, workers=args.ray_workers)
 
 
@@ -277,9 +285,45 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     executor = make_executor(args)
     err = Console(stderr=True)
-    result = _execute_with_progress(config, args, err, executor)
+    with sigterm_stops_like_ctrl_c() as terminated:
+        try:
+            result = _execute_with_progress(config, args, err, executor)
+        except KeyboardInterrupt:
+            if not terminated.is_set():
+                raise
+            print("mcp-resili: stopped by SIGTERM; finished episodes are stored", file=sys.stderr)
+            return EXIT_TERMINATED
     _print_summary(config, result, args, err)
     return _exit_status(result, err)
+
+
+@contextlib.contextmanager
+def sigterm_stops_like_ctrl_c() -> Iterator[threading.Event]:
+    """Within: SIGTERM stops the run the way Ctrl-C does; yields an event set when SIGTERM came.
+
+    A CI job that times out, or a scheduler, ends a run with SIGTERM: the episodes in flight are
+    cancelled, finished ones stay stored and ``--resume`` plays the rest, as after Ctrl-C. (Ray
+    replaces SIGTERM handling when it connects, with an exit and a native stack dump; its executor
+    puts this handler back.) A second SIGTERM, like a second Ctrl-C, stops at once.
+    """
+    received = threading.Event()
+    if threading.current_thread() is not threading.main_thread():  # only there can handlers be set
+        yield received
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        received.set()
+        on_interrupt = signal.getsignal(signal.SIGINT)
+        if callable(on_interrupt):  # asyncio's runner cancels the run; Python's default raises
+            on_interrupt(signal.SIGINT, frame)
+        else:  # Ctrl-C is ignored here (a background job): stop anyway
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _execute_with_progress(

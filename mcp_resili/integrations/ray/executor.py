@@ -20,6 +20,9 @@ import logging
 import math
 import os
 import secrets
+import signal
+import socket
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +45,9 @@ WINDOW = 2
 SPEND_EVERY = 1.0
 #: Largest batch of work items per call (amortises Ray's per-call cost, ~1-2 ms here).
 MAX_BATCH = 16
+#: Seconds a cluster address gets to accept a TCP connection before the run calls it unreachable
+#: (Ray itself keeps retrying an unreachable address for minutes, showing nothing).
+REACH_TIMEOUT = 10.0
 #: Environment for a Ray instance this process starts: no usage statistics, every port on loopback,
 #: and a token of this process only (nothing written under ~/.ray). Read when ray is first imported.
 LOCAL_ENV = {
@@ -73,6 +79,30 @@ def prepare_local_env(address: str | None) -> None:
         for key, value in LOCAL_ENV.items():
             os.environ.setdefault(key, value)
         os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+
+
+def check_reachable(address: str | None) -> None:
+    """Raise `RayUnavailableError` when the cluster Ray would join takes no TCP connection.
+
+    Ray joins ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``), or ``RAY_ADDRESS`` when ``address`` is
+    None or ``auto``. An address without a port (``auto`` alone, ``local``) is left to Ray, which fails
+    fast when nothing runs there.
+    """
+    if address in (None, "auto"):
+        address = os.environ.get("RAY_ADDRESS") or address
+    if not address:
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # not HOST:PORT: Ray's own error names the format
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT):
+            return
+    except TimeoutError:
+        why = f"no answer within {REACH_TIMEOUT:g} s"
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+    raise RayUnavailableError(f"cannot reach Ray at {address}: {why} (is `ray start --head` running there?)")
 
 
 @dataclass
@@ -127,12 +157,18 @@ class RayExecutor:
             "log_to_driver": False,
             "configure_logging": False,
         }
+        check_reachable(self.address)
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        on_sigterm = signal.getsignal(signal.SIGTERM) if in_main_thread else None
         try:
             # No address: Ray joins the instance `ray start` runs on this machine, else starts one.
             ray.init(address=self.address, **options)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except Exception as exc:  # whatever Ray raises here, the cluster could not be started or joined
             where = self.address or "a local instance"
             raise RayUnavailableError(f"cannot start or reach Ray at {where}: {exc}") from None
+        if callable(on_sigterm):
+            # Ray's own SIGTERM handling exits with a native stack dump: keep the caller's handler.
+            signal.signal(signal.SIGTERM, on_sigterm)
         return True
 
     async def run(self, job: RunJob, items: Sequence[WorkItem], deliver: Deliver) -> None:

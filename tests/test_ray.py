@@ -234,6 +234,28 @@ def test_an_unreachable_ray_address_is_one_line_before_anything_is_stored(tmp_pa
             assert not db.exists()
 
 
+def test_worker_shares_split_the_concurrency_exactly_over_no_more_workers_than_slots_or_work():
+    from mcp_resili.integrations.ray.executor import worker_shares
+
+    assert worker_shares(8, 2, 100) == [4, 4]
+    assert worker_shares(5, 2, 100) == [3, 2]  # 5 in flight, not 2 x ceil(5/2) = 6
+    assert worker_shares(3, 16, 100) == [1, 1, 1]  # more workers than slots: 3 workers
+    assert worker_shares(8, 100_000, 4) == [2, 2, 2, 2]  # a typo'd --ray-workers: 4 items, 4 workers
+    assert worker_shares(1, 1, 0) == [1]
+
+
+async def test_more_ray_workers_than_concurrency_start_no_more_actors_than_slots(
+    ray_cluster, local_rows, tmp_path
+):
+    from dataclasses import replace
+
+    config = replace(RunConfig(db=tmp_path / "r.db", **CONFIG), concurrency=2)
+    executor = RayExecutor(workers=100_000)
+    with anyio.fail_after(120):
+        result = await execute(config, executor=executor)
+    assert len(executor.pids) == 2 and comparable(result) == local_rows
+
+
 class _FailsToArrive:
     """Pickles fine here, but unpickling it (in a Ray worker, building its actor) raises."""
 

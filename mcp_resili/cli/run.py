@@ -141,7 +141,7 @@ def _add_execution_options(run: argparse.ArgumentParser) -> None:
         "--ray-workers",
         type=int,
         metavar="N",
-        help="with --executor ray: worker actors (default: one per CPU)",
+        help="with --executor ray: worker actors (default: one per CPU; never more than --concurrency)",
     )
     run.add_argument("--concurrency", type=int, help="episodes in flight, across all workers (default: 8)")
     run.add_argument("--provider-concurrency", type=int, help="episodes in flight per provider")

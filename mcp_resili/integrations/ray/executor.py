@@ -1,9 +1,10 @@
 """`RayExecutor`: a run's episodes played by a pool of Ray actors, results streamed home to the driver.
 
 The driver keeps the plan and the store (`runner.execute`); this executor only plays. It starts or
-joins a Ray instance, starts one `EpisodeWorker` actor per CPU of the cluster (or ``workers``), a
-`BudgetKeeper` actor when the run has a cost cap or rate limits, and sends the work items in batches,
-a few calls in flight per worker. Each finished batch comes back as `EpisodeResult` s and is delivered
+joins a Ray instance, starts one `EpisodeWorker` actor per CPU of the cluster (or ``workers``; never
+more than the run's concurrency or work items, see `worker_shares`), a `BudgetKeeper` actor when the
+run has a cost cap or rate limits, and sends the work items in batches, a few calls in flight per
+worker. Each finished batch comes back as `EpisodeResult` s and is delivered
 to the driver, which stores it.
 
 Fault tolerance: when a worker dies (its process killed, its node lost), the calls it had in flight
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
 import os
 import secrets
 import signal
@@ -105,6 +105,17 @@ def check_reachable(address: str | None) -> None:
     raise RayUnavailableError(f"cannot reach Ray at {address}: {why} (is `ray start --head` running there?)")
 
 
+def worker_shares(concurrency: int, workers: int, items: int) -> list[int]:
+    """Episodes in flight on each worker: ``concurrency`` split as evenly as it goes, in all.
+
+    No more workers than ``concurrency`` (each holds at least one slot) or than ``items`` (work to
+    give them): ``--concurrency`` bounds the episodes in flight across all workers, and a typo in
+    ``--ray-workers`` starts no thousands of idle actors.
+    """
+    count = max(1, min(workers, concurrency, items))
+    return [concurrency // count + (index < concurrency % count) for index in range(count)]
+
+
 @dataclass
 class _Slot:
     """One worker place in the pool: its current actor and how many times it was replaced."""
@@ -183,7 +194,7 @@ class RayExecutor:
                 raise RayRunError(
                     "the Ray cluster has no CPU for a worker; add worker nodes or --ray-workers"
                 )
-            count = self.workers or cpus
+            shares = worker_shares(job.config.concurrency, self.workers or cpus, len(items))
             keeper_name = None
             if job.limits.active:
                 from mcp_resili.integrations.ray.budget import BudgetKeeper
@@ -193,7 +204,7 @@ class RayExecutor:
                     ray.remote(BudgetKeeper).options(name=keeper_name, num_cpus=0).remote(job.limits)
                 )
                 actors.append(self._keeper)
-            await self._play(ray, job, items, deliver, count, keeper_name, actors)
+            await self._play(ray, job, items, deliver, shares, keeper_name, actors)
             if self._keeper is not None:
                 self._spent = await self._keeper.spent.remote()
         finally:
@@ -208,29 +219,28 @@ class RayExecutor:
         job: RunJob,
         items: Sequence[WorkItem],
         deliver: Deliver,
-        count: int,
+        shares: list[int],
         keeper: str | None,
         actors: list[Any],
     ) -> None:
         from mcp_resili.integrations.ray.worker import EpisodeWorker
 
-        config = job.config
-        per_worker = max(1, math.ceil(config.concurrency / count))
-        batch = max(1, min(MAX_BATCH, per_worker // WINDOW or 1))
+        count = len(shares)
         worker_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(EpisodeWorker)
 
-        def new_actor() -> Any:
-            actor = worker_class.remote(job, keeper, per_worker)
+        def new_actor(index: int) -> Any:
+            actor = worker_class.remote(job, keeper, shares[index])
             actors.append(actor)
             return actor
 
-        def replace(slot: _Slot, generation: int) -> None:
+        def replace(index: int, generation: int) -> None:
             # Only the first of a slot's feeders to notice a death replaces its actor.
+            slot = slots[index]
             if slot.generation == generation:
-                slot.actor, slot.pid, slot.generation = new_actor(), None, generation + 1
+                slot.actor, slot.pid, slot.generation = new_actor(index), None, generation + 1
                 self.replaced += 1
 
-        slots = [_Slot(new_actor()) for _ in range(count)]
+        slots = [_Slot(new_actor(index)) for index in range(count)]
         self.pids = [None] * count
         queue: deque[WorkItem] = deque(items)
         attempts: dict[int, int] = {}
@@ -240,6 +250,7 @@ class RayExecutor:
         async def feeder(index: int, scope: anyio.CancelScope) -> None:
             nonlocal undelivered
             slot = slots[index]
+            batch = max(1, min(MAX_BATCH, shares[index] // WINDOW or 1))
             while queue and not failures:
                 generation = slot.generation
                 if slot.pid is None:
@@ -258,7 +269,7 @@ class RayExecutor:
                                     )
                                 )
                                 break
-                        replace(slot, generation)
+                        replace(index, generation)
                         continue
                     if slot.generation == generation:  # not an actor already replaced meanwhile
                         slot.pid = self.pids[index] = pid
@@ -276,7 +287,7 @@ class RayExecutor:
                     except RayRunError as gave_up:
                         failures.append(gave_up)
                         break
-                    replace(slot, generation)
+                    replace(index, generation)
                     continue
                 except ray.exceptions.RayTaskError as exc:
                     # The worker raised (e.g. a model key missing on its node): the run stops with it.

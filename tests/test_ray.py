@@ -4,6 +4,7 @@ Ray comes with the [test] extra, so these tests always run. The instance binds l
 no usage statistics and writes nothing under ~/.ray (a token of this process only).
 """
 
+import json
 import os
 import secrets
 import shutil
@@ -212,26 +213,60 @@ async def test_sigterm_stops_a_ray_run_in_one_line_and_gives_the_cluster_its_cpu
 def test_an_unreachable_ray_address_is_one_line_before_anything_is_stored(tmp_path, capsys, monkeypatch):
     import socket
 
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # where `ray start` records its instance
+    record = tmp_path / "ray" / "ray_current_cluster"
     # A bound port that does not listen refuses connections (Ray would retry it for minutes).
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{closed.getsockname()[1]}"
-        db = tmp_path / "r.db"
-        for flags, env in (
-            (["--ray-address", address], None),
-            (["--ray-address", f"ray://{address}"], None),
-            ([], address),  # RAY_ADDRESS, which Ray joins when no address is given
-        ):
-            if env is not None:
-                monkeypatch.setenv("RAY_ADDRESS", env)
+        asked = "is `ray start --head` running there?"
+        cases = [
+            (["--ray-address", address], None, address, asked),
+            (["--ray-address", f"ray://{address}"], None, f"ray://{address}", asked),
+            # A `ray start` instance that is gone without `ray stop`: Ray would try to join it.
+            ([], "record", address, f"from `ray start` here, recorded in {record} until `ray stop`"),
+            (
+                ["--ray-address", "auto"],
+                "record",
+                address,
+                f"from `ray start` here, recorded in {record} until `ray stop`",
+            ),
+            ([], "RAY_ADDRESS", address, "from RAY_ADDRESS"),  # Ray joins it when given no address
+        ]
+        for flags, source, named, why in cases:
+            if source == "record":
+                record.parent.mkdir(exist_ok=True)
+                record.write_text(address + "\n")
+            elif source == "RAY_ADDRESS":
+                record.unlink()
+                monkeypatch.setenv("RAY_ADDRESS", address)
+            db = tmp_path / "r.db"
             assert main(["run", "--executor", "ray", *flags, "--limit", "1", "--db", str(db)]) == 2
             err = capsys.readouterr().err
-            named = flags[-1] if flags else address
-            assert err == (
-                f"mcp-resili: error: cannot reach Ray at {named}: Connection refused "
-                "(is `ray start --head` running there?)\n"
-            )
+            assert err == f"mcp-resili: error: cannot reach Ray at {named}: Connection refused ({why})\n"
             assert not db.exists()
+
+
+async def test_the_default_joins_the_instance_ray_start_runs_here_with_that_instances_own_token(
+    ray_cluster, tmp_path
+):
+    # What `ray start --head` leaves for a later `ray.init()`: its address recorded under Ray's
+    # temporary directory, and (Ray's default) token auth with the token in ~/.ray/auth_token.
+    home, ray_tmp = tmp_path / "home", tmp_path / "t"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(RAY_ENV["RAY_AUTH_TOKEN"])
+    (ray_tmp / "ray").mkdir(parents=True)
+    (ray_tmp / "ray" / "ray_current_cluster").write_text(ray_cluster.address_info["gcs_address"])
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+    env.update(HOME=str(home), RAY_TMPDIR=str(ray_tmp))
+    db = tmp_path / "r.db"
+    run = ["run", "--executor", "ray", "--limit", "2", "--trials", "1", "--db", str(db), "--json"]
+    with anyio.fail_after(120):
+        done = await anyio.run_process([sys.executable, "-m", "mcp_resili", *run], env=env, check=False)
+    # Before, the run set a token of its own for a new instance, and could not join this one.
+    assert done.returncode == 0, done.stderr.decode()[-500:]
+    assert json.loads(done.stdout)["episodes"] == 4
 
 
 def test_worker_shares_split_the_concurrency_exactly_over_no_more_workers_than_slots_or_work():

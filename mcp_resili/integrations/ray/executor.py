@@ -22,10 +22,13 @@ import os
 import secrets
 import signal
 import socket
+import sys
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -73,9 +76,37 @@ def import_ray() -> Any:
         raise RayUnavailableError(f"--executor ray needs Ray: {RAY_EXTRA}") from None
 
 
+def running_instance() -> tuple[str, str] | None:
+    """(address, where it came from) of the instance Ray joins when given no address, or None.
+
+    Ray's own lookup: ``RAY_ADDRESS``, else the instance the last ``ray start`` on this machine runs
+    (recorded under Ray's temporary directory until ``ray stop``). Read without importing Ray, whose
+    environment must be settled first (`prepare_local_env`).
+    """
+    named = os.environ.get("RAY_ADDRESS")
+    if named:
+        return named, "RAY_ADDRESS"
+    if "RAY_TMPDIR" in os.environ:
+        base = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        base = os.environ["TMPDIR"]
+    else:
+        base = "/tmp" if sys.platform.startswith(("linux", "darwin")) else tempfile.gettempdir()
+    record = Path(base) / "ray" / "ray_current_cluster"
+    try:
+        started = record.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return (started, f"`ray start` here, recorded in {record} until `ray stop`") if started else None
+
+
 def prepare_local_env(address: str | None) -> None:
-    """Set `LOCAL_ENV` before Ray is imported, when this process will start its own instance."""
-    if address is None:
+    """Set `LOCAL_ENV` before Ray is imported, when this process will start its own instance.
+
+    Joining an instance (``address``, or one Ray finds by itself) leaves Ray's environment alone: that
+    instance's own settings, its token among them, decide.
+    """
+    if address is None and running_instance() is None:
         for key, value in LOCAL_ENV.items():
             os.environ.setdefault(key, value)
         os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
@@ -84,14 +115,17 @@ def prepare_local_env(address: str | None) -> None:
 def check_reachable(address: str | None) -> None:
     """Raise `RayUnavailableError` when the cluster Ray would join takes no TCP connection.
 
-    Ray joins ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``), or ``RAY_ADDRESS`` when ``address`` is
-    None or ``auto``. An address without a port (``auto`` alone, ``local``) is left to Ray, which fails
-    fast when nothing runs there.
+    Ray joins ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``), or, when ``address`` is None or
+    ``auto``, the `running_instance`. An address without a port (``local``, ``auto`` with no instance
+    found) is left to Ray, which fails fast when nothing runs there.
     """
-    if address in (None, "auto"):
-        address = os.environ.get("RAY_ADDRESS") or address
-    if not address:
-        return
+    source = "is `ray start --head` running there?"
+    if address is None or address == "auto":
+        found = running_instance()
+        if found is None:
+            return
+        address, origin = found
+        source = f"from {origin}"
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return  # not HOST:PORT: Ray's own error names the format
@@ -102,7 +136,7 @@ def check_reachable(address: str | None) -> None:
         why = f"no answer within {REACH_TIMEOUT:g} s"
     except OSError as exc:
         why = exc.strerror or str(exc) or type(exc).__name__
-    raise RayUnavailableError(f"cannot reach Ray at {address}: {why} (is `ray start --head` running there?)")
+    raise RayUnavailableError(f"cannot reach Ray at {address}: {why} ({source})")
 
 
 def worker_shares(concurrency: int, workers: int, items: int) -> list[int]:

@@ -11,6 +11,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from dataclasses import replace
 
 import anyio
 import pytest
@@ -289,6 +290,48 @@ async def test_more_ray_workers_than_concurrency_start_no_more_actors_than_slots
     with anyio.fail_after(120):
         result = await execute(config, executor=executor)
     assert len(executor.pids) == 2 and comparable(result) == local_rows
+
+
+async def test_a_budget_actor_that_dies_stops_the_run_in_one_line_and_resume_finishes_it_as_a_local_run(
+    ray_cluster, tmp_path
+):
+    import ray
+
+    from mcp_resili.integrations.ray import RayRunError
+    from mcp_resili.store import Store
+
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[prices."openai:fake"]\ninput = 1.0\noutput = 1.0\n')
+    fake = FakeModelServer(oracle_policy())
+    async with serve(fake.app) as url:
+        options = {"models": ("openai:fake",), "faults": ("none",), "trials": 1, "limit": 6}
+        options.update(concurrency=4, base_url=f"{url}/v1", prices=prices, max_cost=100.0)
+        local = await execute(RunConfig(db=tmp_path / "l.db", **options))
+        config = RunConfig(db=tmp_path / "r.db", **options)
+        executor = RayExecutor(workers=2)
+
+        def kill_the_keeper_on_the_first_batch(index, pid, episodes):
+            if executor._keeper is not None:
+                ray.kill(executor._keeper)  # what a lost node does to it
+
+        executor.on_dispatch = kill_the_keeper_on_the_first_batch
+        with anyio.fail_after(120), pytest.raises(BaseExceptionGroup) as stopped:
+            await execute(config, executor=executor)
+        # Not an ActorDiedError traceback: the CLI prints this one line (a UserError), exit 2.
+        assert stopped.group_contains(RayRunError, match=r"^the run's budget actor died")
+        store = Store(config.db)
+        (run_id,) = store.run_ids()
+        kept = store.episodes(run_id)
+        store.close()
+        assert all(row.label is not None for row in kept)  # nothing cut short was stored
+
+        with anyio.fail_after(120):
+            resumed = await execute(config, resume=run_id, executor=RayExecutor(workers=2))
+    assert resumed.resumed == len(kept) and len(resumed.rows) + len(kept) == len(local.rows)
+    store = Store(config.db)
+    rows = store.episodes(run_id)
+    store.close()
+    assert comparable(replace(resumed, rows=rows)) == comparable(local)
 
 
 class _FailsToArrive:

@@ -16,6 +16,7 @@ has stored). A replacement actor takes the dead one's place. An item whose worke
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -48,6 +49,11 @@ WINDOW = 2
 SPEND_EVERY = 1.0
 #: Largest batch of work items per call (amortises Ray's per-call cost, ~1-2 ms here).
 MAX_BATCH = 16
+#: Why a run stops when its budget actor is gone (killed, or its node lost).
+KEEPER_LOST = (
+    "the run's budget actor died, so its --max-cost and rate limits can no longer be kept; "
+    "finished episodes are stored, --resume plays the rest"
+)
 #: Seconds a cluster address gets to accept a TCP connection before the run calls it unreachable
 #: (Ray itself keeps retrying an unreachable address for minutes, showing nothing).
 REACH_TIMEOUT = 10.0
@@ -240,7 +246,9 @@ class RayExecutor:
                 actors.append(self._keeper)
             await self._play(ray, job, items, deliver, shares, keeper_name, actors)
             if self._keeper is not None:
-                self._spent = await self._keeper.spent.remote()
+                # Every episode is home; a keeper lost just now leaves the spend last read.
+                with contextlib.suppress(ray.exceptions.RayActorError):
+                    self._spent = await self._keeper.spent.remote()
         finally:
             for actor in actors:
                 ray.kill(actor)
@@ -337,7 +345,12 @@ class RayExecutor:
         async def watch_spend() -> None:
             # The driver's progress shows the whole run's spend, calls still in flight included.
             while self._keeper is not None:
-                self._spent = await self._keeper.spent.remote()
+                try:
+                    self._spent = await self._keeper.spent.remote()
+                except ray.exceptions.RayActorError:
+                    failures.append(RayRunError(KEEPER_LOST))
+                    tg.cancel_scope.cancel()  # batches in flight are not delivered: resume plays them
+                    return
                 await anyio.sleep(SPEND_EVERY)
 
         async with anyio.create_task_group() as tg:

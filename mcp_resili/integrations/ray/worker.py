@@ -15,22 +15,35 @@ from typing import Any
 from mcp_resili.client.executor import RunJob, WorkItem, initially_open, open_slots, play_item
 from mcp_resili.client.limits import UNLIMITED, Allowance, BudgetExhaustedError
 from mcp_resili.client.session import EpisodeResult, EpisodeSession
+from mcp_resili.integrations.ray.executor import KEEPER_LOST, RayRunError
 from mcp_resili.registry.suites import get_suite
 
 
 class RemoteAllowance:
-    """The run's allowance as seen from a worker: every question goes to the budget actor."""
+    """The run's allowance as seen from a worker: every question goes to the budget actor.
+
+    A keeper that is gone stops the batch with `RayRunError` (`KEEPER_LOST`): its episode is not
+    played on without the run's limits, nor stored, and the driver stops the run in one line.
+    """
 
     def __init__(self, keeper: Any) -> None:
         self._keeper = keeper
 
+    async def _ask(self, method: str, *args: Any) -> Any:
+        import ray
+
+        try:
+            return await getattr(self._keeper, method).remote(*args)
+        except ray.exceptions.RayActorError:
+            raise RayRunError(KEEPER_LOST) from None
+
     async def is_open(self) -> bool:
         """Ask the keeper whether calls may still start."""
-        return bool(await self._keeper.is_open.remote())
+        return bool(await self._ask("is_open"))
 
     async def admit(self, key: str, tokens: int) -> None:
         """Reserve with the keeper, then wait out the rate limit here."""
-        wait = await self._keeper.reserve.remote(key, tokens)
+        wait = await self._ask("reserve", key, tokens)
         if wait is None:
             raise BudgetExhaustedError("the run's --max-cost is reached")
         if wait > 0:
@@ -38,7 +51,7 @@ class RemoteAllowance:
 
     async def settle(self, key: str, estimated: int, used: int, cost: float) -> None:
         """Charge the call (awaited, so the spend is known before the episode's next call)."""
-        await self._keeper.settle.remote(key, estimated, used, cost)
+        await self._ask("settle", key, estimated, used, cost)
 
 
 class EpisodeWorker:

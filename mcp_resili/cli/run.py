@@ -265,11 +265,12 @@ def make_executor(args: argparse.Namespace) -> Executor:
     from mcp_resili.integrations.ray import RayExecutor, import_ray
     from mcp_resili.integrations.ray.executor import check_reachable, prepare_local_env
 
+    executor = RayExecutor(args.ray_address, workers=args.ray_workers)  # checks them, imports nothing
     prepare_local_env(args.ray_address)
     # Fail now, in one line, rather than after planning: without the extra, or with no cluster there.
     import_ray()
     check_reachable(args.ray_address)
-    return RayExecutor(args.ray_address, workers=args.ray_workers)
+    return executor
 
 
 def run_command(args: argparse.Namespace) -> int:

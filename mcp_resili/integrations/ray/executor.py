@@ -181,6 +181,8 @@ class RayExecutor:
     ) -> None:
         if workers is not None and workers < 1:
             raise RayRunError(f"--ray-workers must be at least 1, got {workers}")
+        if address is not None and not address.strip():
+            raise RayRunError("--ray-address is empty (leave it out to start or join a local instance)")
         self.address = address
         self.workers = workers
         #: Called after each batch is sent: (worker index, worker pid, episodes in the batch).

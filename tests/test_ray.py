@@ -249,25 +249,43 @@ def test_an_unreachable_ray_address_is_one_line_before_anything_is_stored(tmp_pa
             assert not db.exists()
 
 
-async def test_the_default_joins_the_instance_ray_start_runs_here_with_that_instances_own_token(
+async def test_a_token_protected_instance_is_joined_by_default_and_by_address_with_ray_auth_mode(
     ray_cluster, tmp_path
 ):
     # What `ray start --head` leaves for a later `ray.init()`: its address recorded under Ray's
-    # temporary directory, and (Ray's default) token auth with the token in ~/.ray/auth_token.
+    # temporary directory, and token auth with the token in ~/.ray/auth_token.
     home, ray_tmp = tmp_path / "home", tmp_path / "t"
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text(RAY_ENV["RAY_AUTH_TOKEN"])
     (ray_tmp / "ray").mkdir(parents=True)
-    (ray_tmp / "ray" / "ray_current_cluster").write_text(ray_cluster.address_info["gcs_address"])
+    address = ray_cluster.address_info["gcs_address"]
+    (ray_tmp / "ray" / "ray_current_cluster").write_text(address)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")}
     env.update(HOME=str(home), RAY_TMPDIR=str(ray_tmp))
-    db = tmp_path / "r.db"
-    run = ["run", "--executor", "ray", "--limit", "2", "--trials", "1", "--db", str(db), "--json"]
-    with anyio.fail_after(120):
-        done = await anyio.run_process([sys.executable, "-m", "mcp_resili", *run], env=env, check=False)
+
+    async def run(*flags, **extra_env):
+        argv = ["run", "--executor", "ray", *flags, "--limit", "2", "--trials", "1", "--json"]
+        argv += ["--db", str(tmp_path / f"{len(flags)}-{len(extra_env)}.db")]
+        with anyio.fail_after(120):
+            return await anyio.run_process(
+                [sys.executable, "-m", "mcp_resili", *argv], env={**env, **extra_env}, check=False
+            )
+
     # Before, the run set a token of its own for a new instance, and could not join this one.
-    assert done.returncode == 0, done.stderr.decode()[-500:]
-    assert json.loads(done.stdout)["episodes"] == 4
+    joined = await run()
+    assert joined.returncode == 0, joined.stderr.decode()[-500:]
+    assert json.loads(joined.stdout)["episodes"] == 4
+    # By address, Ray looks for no token: the line says what is missing (one retry keeps it quick).
+    refused = await run("--ray-address", address, RAY_NUM_REDIS_GET_RETRIES="1")
+    assert refused.returncode == 2
+    assert refused.stderr.decode().splitlines()[-1] == (
+        f"mcp-resili: error: cannot start or reach Ray at {address}: Failed to connect to Ray cluster at "
+        f"{address} (a cluster with token auth also needs RAY_AUTH_MODE=token, and its token in "
+        "RAY_AUTH_TOKEN or ~/.ray/auth_token)"
+    )
+    joined = await run("--ray-address", address, RAY_AUTH_MODE="token")
+    assert joined.returncode == 0, joined.stderr.decode()[-500:]
+    assert json.loads(joined.stdout)["episodes"] == 4
 
 
 def test_worker_shares_split_the_concurrency_exactly_over_no_more_workers_than_slots_or_work():

@@ -218,7 +218,14 @@ class RayExecutor:
             ray.init(address=self.address, **options)
         except Exception as exc:  # whatever Ray raises here, the cluster could not be started or joined
             where = self.address or "a local instance"
-            raise RayUnavailableError(f"cannot start or reach Ray at {where}: {exc}") from None
+            hint = ""
+            if isinstance(exc, ConnectionError) and self.address and "RAY_AUTH_MODE" not in os.environ:
+                # Ray finds a token by itself only for an instance it finds by itself (`auto`).
+                hint = (
+                    " (a cluster with token auth also needs RAY_AUTH_MODE=token, and its token in "
+                    "RAY_AUTH_TOKEN or ~/.ray/auth_token)"
+                )
+            raise RayUnavailableError(f"cannot start or reach Ray at {where}: {exc}{hint}") from None
         if callable(on_sigterm):
             # Ray's own SIGTERM handling exits with a native stack dump: keep the caller's handler.
             signal.signal(signal.SIGTERM, on_sigterm)

@@ -85,16 +85,14 @@ def stored_episodes(db: Path) -> int:
         return 0
 
 
-async def signal_mid_run(
-    run_args: list[str], db: Path, signum: int, *, stored: int = 3, env: dict[str, str] | None = None
-) -> tuple[int, str]:
+async def signal_mid_run(run_args: list[str], db: Path, signum: int, *, stored: int = 3) -> tuple[int, str]:
     """Start ``mcp-resili run RUN_ARGS --db DB``, send ``signum`` once ``stored`` episodes are stored.
 
     Returns the exit status and stderr. The run must still be mid-way then: give it a model that
     holds its requests after a few episodes (`FakeModelServer`'s ``hold_after_finishes``).
     """
     argv = [sys.executable, "-m", "mcp_resili", "run", *run_args, "--db", str(db)]
-    async with await anyio.open_process(argv, cwd=REPO_ROOT, env=env) as proc:
+    async with await anyio.open_process(argv, cwd=REPO_ROOT) as proc:
         with anyio.fail_after(START_TIMEOUT):
             while stored_episodes(db) < stored:
                 await anyio.sleep(0.02)  # polling another process's database; nothing is timed

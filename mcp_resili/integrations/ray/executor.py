@@ -4,8 +4,8 @@ The driver keeps the plan and the store (`runner.execute`); this executor only p
 joins a Ray instance, starts one `EpisodeWorker` actor per CPU of the cluster (or ``workers``; never
 more than the run's concurrency or work items, see `worker_shares`), a `BudgetKeeper` actor when the
 run has a cost cap or rate limits, and sends the work items in batches, a few calls in flight per
-worker. Each finished batch comes back as `EpisodeResult` s and is delivered
-to the driver, which stores it.
+worker. Each finished batch comes back as `EpisodeResult` s and is delivered to the driver, which
+stores it.
 
 Fault tolerance: when a worker dies (its process killed, its node lost), the calls it had in flight
 fail; their episodes, which were never delivered, go back in the queue and are played again by

@@ -203,7 +203,9 @@ async def test_sigterm_stops_a_ray_run_in_one_line_and_gives_the_cluster_its_cpu
         fake.release.set()
     # Ray's own SIGTERM handling would exit 15 after a native stack dump ("*** SIGTERM received").
     assert returncode == 143, stderr
-    assert stderr.splitlines()[-1] == "mcp-resili: stopped by SIGTERM; finished episodes are stored"
+    assert stderr.splitlines()[-1].startswith(
+        "mcp-resili: stopped by SIGTERM; finished episodes are stored (resume: mcp-resili run --resume "
+    )
     assert "SIGTERM received" not in stderr and "Traceback" not in stderr
     # The run's worker actors were killed on the way out: the cluster gets both CPUs back.
     with anyio.fail_after(60):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import sys
 from dataclasses import dataclass
@@ -93,18 +94,23 @@ async def test_a_run_stopped_with_sigterm_says_so_in_one_line_and_resume_plays_o
         matrix = ["--model", "openai:fake", "--base-url", f"{url}/v1", "--limit", "4", "--trials", "2"]
         returncode, stderr = await signal_mid_run([*matrix, "--concurrency", "3"], db, signal.SIGTERM)
         assert returncode == 143
-        assert stderr.splitlines()[-1] == "mcp-resili: stopped by SIGTERM; finished episodes are stored"
-        assert "Traceback" not in stderr
         store = Store(db)
         (run_id,) = store.run_ids()
         # The episodes cut short were not stored (as infrastructure errors or otherwise).
         rows = store.episodes(run_id)
         store.close()
         assert 3 <= len(rows) < 8 and all(r.label is not None for r in rows)
+        resume = f"mcp-resili run --resume {run_id} --db {db}"
+        last = stderr.splitlines()[-1]
+        assert last == f"mcp-resili: stopped by SIGTERM; finished episodes are stored (resume: {resume})"
+        assert "Traceback" not in stderr
 
         fake.hold_after_finishes = None
         fake.release.set()
-        resumed = await cli("run", "--resume", run_id, "--db", str(db), "--json")
+        # The command the line gives, as a user would paste it.
+        command = shlex.split(last.partition("(resume: ")[2].removesuffix(")"))
+        assert command[:2] == ["mcp-resili", "run"]
+        resumed = await cli(*command[1:], "--json")
     assert resumed.returncode == 0, resumed.stderr.decode()
     summary = json.loads(resumed.stdout)
     assert summary["resumed"] == len(rows) and summary["episodes"] == 8

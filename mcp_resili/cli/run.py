@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shlex
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 ESTIMATE_THRESHOLD = 20
 #: Exit status of a run none of whose episodes says anything about the agent (infrastructure only).
 EXIT_NOTHING_SCORED = 2
-#: Exit status of a run stopped by SIGTERM (128 + 15, what a shell reports for a process it ended).
+#: Exit status of a run stopped by Ctrl-C or SIGTERM (128 + the signal, what a shell reports).
+EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 #: Options that may change on ``--resume`` (how episodes play, not which).
 RESUMABLE = (
@@ -286,14 +288,20 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     executor = make_executor(args)
     err = Console(stderr=True)
+    run_ids: list[str] = []
     with sigterm_stops_like_ctrl_c() as terminated:
         try:
-            result = _execute_with_progress(config, args, err, executor)
+            result = _execute_with_progress(config, args, err, executor, run_ids.append)
         except KeyboardInterrupt:
-            if not terminated.is_set():
-                raise
-            print("mcp-resili: stopped by SIGTERM; finished episodes are stored", file=sys.stderr)
-            return EXIT_TERMINATED
+            how, status = (
+                ("stopped by SIGTERM", EXIT_TERMINATED)
+                if terminated.is_set()
+                else ("interrupted", EXIT_INTERRUPTED)
+            )
+            db = shlex.quote(str(config.db))
+            resume = f" (resume: mcp-resili run --resume {run_ids[0]} --db {db})" if run_ids else ""
+            print(f"mcp-resili: {how}; finished episodes are stored{resume}", file=sys.stderr)
+            return status
     _print_summary(config, result, args, err)
     return _exit_status(result, err)
 
@@ -328,7 +336,11 @@ def sigterm_stops_like_ctrl_c() -> Iterator[threading.Event]:
 
 
 def _execute_with_progress(
-    config: RunConfig, args: argparse.Namespace, err: Console, executor: Executor
+    config: RunConfig,
+    args: argparse.Namespace,
+    err: Console,
+    executor: Executor,
+    on_run: Callable[[str], None],
 ) -> RunResult:
     from mcp_resili.cli.progress import RunProgress
     from mcp_resili.client.pricing import CostEstimate
@@ -352,6 +364,7 @@ def _execute_with_progress(
                 on_episode=with_trace_file(args.trace_dir, progress.on_episode),
                 on_estimate=show_estimate if hosted else None,
                 executor=executor,
+                on_run=on_run,
             )
         )
 

@@ -214,8 +214,12 @@ async def execute(
     on_estimate: Callable[[CostEstimate], None] | None = None,
     model_options: dict[str, Any] | None = None,
     executor: Executor | None = None,
+    on_run: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run the matrix and store every episode; returns the run's stored rows.
+
+    ``on_run`` hears the run id once the run is in the store (so an interrupted run can say how to
+    resume it).
 
     With ``resume`` (a run id in ``config.db``), only the episodes not yet stored are played: episode
     ids and fault keys are deterministic, so the finished run equals an uninterrupted one.
@@ -239,6 +243,8 @@ async def execute(
         else:
             result.rows.extend(store.episodes(run_id))
             result.resumed = len(result.rows)
+        if on_run is not None:
+            on_run(run_id)
         stored = {r.episode_id for r in result.rows}
         todo = [p for p in planned if episode_id(run_id, p) not in stored]
         if on_planned is not None:

@@ -91,7 +91,13 @@ async def signal_mid_run(run_args: list[str], db: Path, signum: int, *, stored: 
     Returns the exit status and stderr. The run must still be mid-way then: give it a model that
     holds its requests after a few episodes (`FakeModelServer`'s ``hold_after_finishes``).
     """
-    argv = [sys.executable, "-m", "mcp_resili", "run", *run_args, "--db", str(db)]
+    # Ctrl-C must reach the run even where the test runner ignores SIGINT (which children inherit):
+    # restore its default, which Python turns into KeyboardInterrupt, then become the run.
+    become_run = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'mcp_resili', *sys.argv[1:]])"
+    )
+    argv = [sys.executable, "-c", become_run, "run", *run_args, "--db", str(db)]
     async with await anyio.open_process(argv, cwd=REPO_ROOT) as proc:
         with anyio.fail_after(START_TIMEOUT):
             while stored_episodes(db) < stored:

@@ -86,14 +86,21 @@ async def test_a_run_killed_with_sigkill_and_resumed_equals_an_uninterrupted_run
     assert comparable(rows, run_id) == comparable(clean.rows, clean.run_id)
 
 
-async def test_a_run_stopped_with_sigterm_says_so_in_one_line_and_resume_plays_only_the_rest(tmp_path):
-    # What a CI job's timeout or a scheduler sends: the run stops the way Ctrl-C stops it.
+@pytest.mark.parametrize(
+    ("signum", "status", "how"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM")],
+    ids=["ctrl-c", "sigterm"],
+)
+async def test_a_run_stopped_by_a_signal_says_so_in_one_line_with_the_command_that_resumes_only_the_rest(
+    tmp_path, signum, status, how
+):
+    # Ctrl-C, and what a CI job's timeout or a scheduler sends: the run stops the same way.
     fake = FakeModelServer(oracle_policy(), hold_after_finishes=3)
     db = tmp_path / "stopped.db"
     async with serve(fake.app) as url:
         matrix = ["--model", "openai:fake", "--base-url", f"{url}/v1", "--limit", "4", "--trials", "2"]
-        returncode, stderr = await signal_mid_run([*matrix, "--concurrency", "3"], db, signal.SIGTERM)
-        assert returncode == 143
+        returncode, stderr = await signal_mid_run([*matrix, "--concurrency", "3"], db, signum)
+        assert returncode == status
         store = Store(db)
         (run_id,) = store.run_ids()
         # The episodes cut short were not stored (as infrastructure errors or otherwise).
@@ -102,7 +109,7 @@ async def test_a_run_stopped_with_sigterm_says_so_in_one_line_and_resume_plays_o
         assert 3 <= len(rows) < 8 and all(r.label is not None for r in rows)
         resume = f"mcp-resili run --resume {run_id} --db {db}"
         last = stderr.splitlines()[-1]
-        assert last == f"mcp-resili: stopped by SIGTERM; finished episodes are stored (resume: {resume})"
+        assert last == f"mcp-resili: {how}; finished episodes are stored (resume: {resume})"
         assert "Traceback" not in stderr
 
         fake.hold_after_finishes = None

@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except KeyboardInterrupt:
-        print("mcp-resili: interrupted; finished episodes are stored", file=sys.stderr)
+        print("mcp-resili: interrupted", file=sys.stderr)  # `run` says more itself (cli/run.py)
         return 130
     except Exception as exc:
         mistake = _user_error(exc)

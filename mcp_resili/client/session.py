@@ -44,7 +44,6 @@ from mcp_resili.client.plan import (
 )
 from mcp_resili.client.pricing import PriceTable, load_price_table
 from mcp_resili.client.providers import ClosableModel, create_model, provider_of
-from mcp_resili.client.providers.options import EPISODES_PER_POOL
 from mcp_resili.faults import parse_fault_spec
 from mcp_resili.proxy.upstream import entered
 from mcp_resili.registry.suites import Suite
@@ -217,11 +216,8 @@ class EpisodeSession:
                 if config.server
                 else parse_fault_spec(spec, self.suite).to_dict()
             )
-        in_flight = min(config.concurrency, config.provider_concurrency or config.concurrency)
         for spec in config.models:
-            options: dict[str, Any] = {"connection_pools": -(-in_flight // EPISODES_PER_POOL)}
-            options.update(self._model_options)
-            model = self._model_factory(spec, base_url=config.base_url, **options)
+            model = self._model_factory(spec, base_url=config.base_url, **self._model_options)
             if isinstance(model, ClosableModel):
                 self._stack.push_async_callback(model.aclose)
             if self.limited and provider_of(spec) != "scripted":

@@ -20,7 +20,14 @@ from mcp_resili.client.model import (
     UserMessage,
 )
 from mcp_resili.client.providers.names import ToolNameMap
-from mcp_resili.client.providers.options import ProviderOptions, SDKClientPool, api_key, name_map
+from mcp_resili.client.providers.options import (
+    ProviderOptions,
+    aiohttp_client,
+    api_key,
+    connection_failure,
+    name_map,
+    transport_errors,
+)
 from mcp_resili.client.providers.retry import (
     ProviderFailure,
     classify_status,
@@ -100,17 +107,14 @@ class OpenAIModel:
         self._model = model
         self._options = options
         # SDK retries are off: ours classify failures and keep provider trouble out of agent scores.
-        self._pool = SDKClientPool(
-            lambda http_client: sdk.AsyncOpenAI(
-                api_key=api_key("openai", options.base_url),
-                base_url=options.base_url,
-                timeout=options.timeout,
-                max_retries=0,
-                http_client=http_client,
-            ),
-            options,
-            sdk.DefaultAsyncHttpxClient,
+        self._client = sdk.AsyncOpenAI(
+            api_key=api_key("openai", options.base_url),
+            base_url=options.base_url,
+            timeout=options.timeout,
+            max_retries=0,
+            http_client=options.http_client or aiohttp_client(sdk.DefaultAioHttpClient),
         )
+        self._transport_errors = transport_errors()
         self._tools_json = ToolsJSON(_function_tool)
 
     @property
@@ -119,14 +123,14 @@ class OpenAIModel:
         return f"openai:{self._model}"
 
     async def aclose(self) -> None:
-        """Close the HTTP clients."""
-        await self._pool.aclose()
+        """Close the HTTP client."""
+        await self._client.close()
 
     async def _attempt(self, body: bytes) -> dict[str, Any]:
         sdk = self._sdk
         try:
             # An encoded body in, plain JSON out (`providers/wire.py`); errors and auth are the SDK's.
-            raw = await self._pool.next().post("/chat/completions", content=body, cast_to=bytes)
+            raw = await self._client.post("/chat/completions", content=body, cast_to=bytes)
             return read_json_object(raw)
         except sdk.APIStatusError as exc:
             message = f"{exc.message} {getattr(exc, 'code', None) or ''}".strip()
@@ -136,10 +140,10 @@ class OpenAIModel:
                 status=exc.status_code,
                 retry_after=parse_retry_after(exc.response.headers),
             ) from None
-        except sdk.APITimeoutError as exc:
-            raise ProviderFailure("timeout", str(exc)) from None
-        except sdk.APIConnectionError as exc:
-            raise ProviderFailure("connection", str(exc)) from None
+        except sdk.APIConnectionError as exc:  # timeouts are connection errors too
+            raise connection_failure(exc, timed_out=isinstance(exc, sdk.APITimeoutError)) from None
+        except self._transport_errors as exc:
+            raise connection_failure(exc, timed_out=False) from None
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """One Chat Completions call (with retries); tool names are mapped both ways."""

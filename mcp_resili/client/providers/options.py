@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +13,7 @@ import anyio
 from mcp_resili.client.model import ToolDefinition
 from mcp_resili.client.providers.keys import API_KEY_ENV
 from mcp_resili.client.providers.names import ToolNameMap
-from mcp_resili.client.providers.retry import RetryPolicy, Sleeper
+from mcp_resili.client.providers.retry import FailureKind, ProviderFailure, RetryPolicy, Sleeper
 from mcp_resili.errors import UserError
 
 #: Sent to local OpenAI-compatible servers that want no key (the SDK refuses an empty one).
@@ -36,15 +34,10 @@ class ProviderOptions:
     temperature: float | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sleeper: Sleeper = anyio.sleep
-    #: An ``httpx2.AsyncClient`` to use instead of the SDK's own (tests, proxies).
+    #: An ``httpx2.AsyncClient`` to use instead of the SDK's aiohttp one (tests, proxies).
     http_client: Any = None
-    #: SDK clients (each with its own connection pool) used in turn; the runner sets one per 64
-    #: episodes in flight.
-    connection_pools: int = 1
 
     def __post_init__(self) -> None:
-        if self.connection_pools < 1:
-            raise ValueError(f"connection_pools must be at least 1, got {self.connection_pools}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be positive, got {self.timeout}")
 
@@ -74,53 +67,62 @@ def name_map(tools: tuple[ToolDefinition, ...]) -> ToolNameMap:
 
 #: Connections per SDK client: enough that high concurrency never queues on the pool.
 MAX_CONNECTIONS = 1024
-#: Episodes in flight per connection pool (see `ProviderOptions.connection_pools`).
-EPISODES_PER_POOL = 16
 
 
 @functools.cache
 def _ssl_context() -> Any:
-    """One TLS context for every pool: building one loads the CA bundle (~0.4 s)."""
+    """One TLS context for every client: building one loads the CA bundle (~0.4 s)."""
     import httpx2
 
     return httpx2.create_ssl_context()
 
 
-def tuned_http_client(factory: Callable[..., Any]) -> Any:
-    """An SDK's default HTTP client with a pool sized for high concurrency, and ``TCP_NODELAY``.
+def aiohttp_client(sdk_aiohttp_client: Callable[..., Any]) -> Any:
+    """The SDK's aiohttp-backed HTTP client, its pool sized for high concurrency.
 
-    The SDKs keep at most 100 idle connections, so at a concurrency of 512 most requests would open
-    a new connection. ``TCP_NODELAY`` stops a request written in two pieces from waiting for the
-    peer's delayed ACK (40 ms on Linux).
+    The SDKs' default transport (httpx2) spent ~1.4 ms of CPU per request against a local server,
+    and its pool scans every connection on each request; the SDKs' own aiohttp transport spends
+    ~0.8 ms in one pool at a concurrency of 512 (`bench/throughput.py`). aiohttp sets
+    ``TCP_NODELAY`` itself; proxies from the environment still go through httpx2's transport.
     """
     import httpx2
 
-    transport = httpx2.AsyncHTTPTransport(
-        verify=_ssl_context(),
-        limits=httpx2.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS),
-        socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-    )
-    return factory(transport=transport)
+    limits = httpx2.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    return sdk_aiohttp_client(verify=_ssl_context(), limits=limits)
 
 
-class SDKClientPool:
-    """A few SDK clients used in turn, each built by ``make(http_client)`` with SDK retries off.
+def transport_errors() -> tuple[type[Exception], ...]:
+    """Failures of the aiohttp transport that an SDK lets through unwrapped.
 
-    One client's connection pool scans all its connections on every request, so one pool of 512
-    connections costs more CPU than the model wait it serves; a shared test ``http_client`` gets one.
+    An answer that is not HTTP, for one, reaches the openai SDK's caller as
+    ``aiohttp.ClientResponseError``.
     """
+    import aiohttp
 
-    def __init__(self, make: Callable[[Any], Any], options: ProviderOptions, sdk_http_client: Any) -> None:
-        shared = options.http_client
-        count = 1 if shared is not None else options.connection_pools
-        self._clients = [make(shared or tuned_http_client(sdk_http_client)) for _ in range(count)]
-        self._turn = itertools.count()
+    return (aiohttp.ClientError,)
 
-    def next(self) -> Any:
-        """The client for the next request."""
-        return self._clients[next(self._turn) % len(self._clients)]
 
-    async def aclose(self) -> None:
-        """Close every client."""
-        for client in self._clients:
-            await client.close()
+def connection_failure(exc: BaseException, *, timed_out: bool) -> ProviderFailure:
+    """A failed connection as a retryable provider failure, named after its transport-level cause.
+
+    The SDKs say only "Connection error." or "Request timed out." (the aiohttp transport even maps a
+    dropped connection to a connect timeout); the cause says what happened, e.g.
+    ``ServerDisconnectedError: Server disconnected``: the first aiohttp error in the chain, else the
+    innermost exception.
+    """
+    import aiohttp
+
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    cause: BaseException | None = next((e for e in chain if isinstance(e, aiohttp.ClientError)), None)
+    if cause is not None:
+        timed_out = isinstance(cause, aiohttp.ServerTimeoutError)
+    elif len(chain) > 1:
+        cause = chain[-1]
+    else:
+        return ProviderFailure("timeout" if timed_out else "connection", str(exc))
+    kind: FailureKind = "timeout" if timed_out else "connection"
+    return ProviderFailure(kind, " ".join(f"{type(cause).__name__}: {cause}".split()))

@@ -1,5 +1,6 @@
 """The real anthropic and openai SDK clients against a loopback fake model API, through our MCP server."""
 
+import contextlib
 import json
 import re
 from dataclasses import replace
@@ -305,3 +306,112 @@ async def test_an_answer_that_is_not_the_apis_message_is_an_infrastructure_error
     assert all(r.label is None and r.score is None for r in result.rows)
     end = Trace.from_lines(result.rows[0].trace.splitlines()).end
     assert end is not None and expected in end.detail and "Traceback" not in end.detail
+
+
+#: Answers that break HTTP itself, each sent after the whole request was read: (answer, whether the
+#: server then closes the connection, what the infrastructure error's detail names). The detail names
+#: the transport's own cause, not the SDK's bare "Connection error.".
+_BROKEN_HTTP = {
+    "connection closed": (b"", True, "connection: ServerDisconnectedError"),
+    "not HTTP": (b"HELLO WORLD\r\n\r\n", True, "connection: ClientResponseError: 400"),
+    "body cut short": (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{",
+        True,
+        "connection: ClientPayloadError",
+    ),
+    "bad chunk": (
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nZZ\r\nabc\r\n",
+        True,
+        "connection: ClientResponseError",
+    ),
+    "bad gzip": (
+        b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 5\r\n\r\nabcde",
+        False,
+        "while decompressing data",
+    ),
+    "no answer": (None, False, "timeout: SocketTimeoutError"),
+}
+
+
+async def _read_request(stream, buffer=b""):
+    """Read one HTTP request with a Content-Length body (what both SDKs send); returns what follows."""
+    while b"\r\n\r\n" not in buffer:
+        buffer += await stream.receive()
+    head, _, rest = buffer.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    while len(rest) < length:
+        rest += await stream.receive()
+    return rest[length:]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("case", list(_BROKEN_HTTP))
+async def test_broken_http_is_retried_then_an_infrastructure_error_naming_its_cause(tmp_path, provider, case):
+    answer, close, expected = _BROKEN_HTTP[case]
+    requests = []
+
+    async def handle(stream):
+        async with stream:
+            buffer = b""
+            # Keep-alive: every request on the connection gets the same broken answer.
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while True:
+                    buffer = await _read_request(stream, buffer)
+                    requests.append(case)
+                    if answer is None:
+                        await anyio.sleep_forever()  # the client's read timeout ends it
+                    if answer:
+                        await stream.send(answer)
+                    if close:
+                        return
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    url = base_url(provider, f"http://127.0.0.1:{port}")
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        result = await execute(
+            RunConfig(db=tmp_path / "r.db", models=(f"{provider}:x",), trials=1, limit=1, base_url=url),
+            model_options={"sleeper": Sleeps(), "retry": RetryPolicy(max_attempts=2), "timeout": 0.2},
+        )
+        tg.cancel_scope.cancel()
+    (row,) = result.rows
+    assert row.termination == "infrastructure_error" and row.label is None and row.score is None
+    end = Trace.from_lines(row.trace.splitlines()).end
+    assert end is not None and "failed after 2 attempts" in end.detail and expected in end.detail
+    assert "\n" not in end.detail and "Traceback" not in end.detail
+    assert len(requests) == 2  # both attempts reached the server
+
+
+async def test_a_group_of_infrastructure_errors_only_reports_no_rates_not_zero(tmp_path, capsys):
+    """n = 0 scored episodes: the levels are undefined ("–", null), not 0% full, partial and failure."""
+    from mcp_resili.cli import main
+
+    fake = FakeModelServer(oracle_policy(), failures=lambda n: Failure(503))
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=("openai:down", "scripted:oracle"),
+                trials=1,
+                limit=2,
+                base_url=base_url("openai", url),
+            ),
+            model_options={"sleeper": Sleeps(), "retry": RetryPolicy(max_attempts=1)},
+        )
+    down, oracle = sorted(summarize(result.rows), key=lambda s: s.model)
+    assert (down.model, down.scored, down.infrastructure_errors) == ("openai:down", 0, 2)
+    assert all(down.levels[lv].value is None for lv in ("full", "partial", "failure"))
+    assert down.mean_value is None and oracle.mean_value is not None
+    capsys.readouterr()
+    assert main(["report", "--db", str(tmp_path / "r.db"), "--json"]) == 0
+    groups = {g["model"]: g for g in json.loads(capsys.readouterr().out)["sections"]["outcomes"]["groups"]}
+    assert groups["openai:down"]["levels"]["full"] == {"rate": None, "count": 0, "n": 0, "ci95": [0.0, 1.0]}
+    assert groups["openai:down"]["mean_value"] is None
+    assert groups["scripted:oracle"]["levels"]["full"]["n"] == 2
+    assert main(["report", "--db", str(tmp_path / "r.db")]) == 0
+    (line,) = [row for row in capsys.readouterr().out.splitlines() if "openai:down" in row and "react" in row]
+    assert re.search(r"│\s+2\s+│\s+–\s+│\s+–\s+│\s+–\s+│", line), line  # episodes, then 3 levels
+    assert main(["report", "--db", str(tmp_path / "r.db"), "--html", str(tmp_path / "page.html")]) == 0

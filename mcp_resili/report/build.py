@@ -176,15 +176,16 @@ def outcomes_section(
     ]
     bars = bar_chart(
         "Full success rate with 95% interval",
-        [
-            Bar(name, g.levels["full"].value, g.levels["full"].low, g.levels["full"].high)
-            for name, g in zip(labels, groups, strict=True)
-        ],
+        [bar for name, g in zip(labels, groups, strict=True) if (bar := g.levels["full"].bar(name))],
         axis_title="full-success rate (% of scored episodes)",
     )
     stacked = stacked_levels(
         "Outcome levels",
-        [(name, {lv: g.levels[lv].value for lv in LEVELS}) for name, g in zip(labels, groups, strict=True)],
+        [
+            (name, {lv: g.levels[lv].count / g.scored for lv in LEVELS})
+            for name, g in zip(labels, groups, strict=True)
+            if g.scored  # a group of infrastructure errors only has no levels to stack
+        ],
     )
     return ReportSection(
         id="outcomes",
@@ -366,7 +367,8 @@ def cost_section(rows: Sequence[EpisodeRow]) -> ReportSection:
                 ", ".join(f"{k} {v}" for k, v in sorted(terminations.items())),
             )
         )
-        bars.append(Bar(model, infra.value, infra.low, infra.high))
+        if (bar := infra.bar(model)) is not None:
+            bars.append(bar)
     return ReportSection(
         id="cost",
         title="Cost and infrastructure errors",

@@ -18,7 +18,7 @@ from mcp_resili.report.build import Report, load_runs, suite_or_none, workflow_s
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.stats import mcnemar_exact
 from mcp_resili.report.summary import GroupSummary, rate, summarize
-from mcp_resili.report.svg import PALETTE, Bar, grouped_bar_chart
+from mcp_resili.report.svg import PALETTE, grouped_bar_chart
 from mcp_resili.store import EpisodeRow, RunRow
 
 Cell = tuple[str, str, str]
@@ -97,12 +97,7 @@ def side_by_side_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) ->
         groups_for_chart.append(
             (
                 name,
-                [
-                    None
-                    if g is None
-                    else Bar(name, g.levels["full"].value, g.levels["full"].low, g.levels["full"].high)
-                    for g in entries
-                ],
+                [None if g is None else g.levels["full"].bar(name) for g in entries],
             )
         )
     series = [(run.id, PALETTE[n % len(PALETTE)]) for n, (run, _) in enumerate(runs)]

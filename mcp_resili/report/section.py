@@ -54,6 +54,8 @@ def percent(value: float) -> str:
 
 
 def rate_cell(rate: dict[str, Any]) -> str:
-    """A `Rate.to_dict()` as 'value % (low–high)'."""
+    """A `Rate.to_dict()` as 'value % (low–high)'; '–' for a rate over no episodes."""
+    if rate["rate"] is None:
+        return "–"
     low, high = rate["ci95"]
     return f"{percent(rate['rate'])} ({100 * low:.0f}–{100 * high:.0f})"

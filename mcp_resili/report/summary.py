@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mcp_resili.report.svg import Bar
 from mcp_resili.store import EpisodeRow
 
 
@@ -31,14 +32,20 @@ class Rate:
     high: float
 
     @property
-    def value(self) -> float:
-        """Count / n (0 when n is 0)."""
-        return self.count / self.n if self.n else 0.0
+    def value(self) -> float | None:
+        """Count / n; None when n is 0 (no episode to measure: not a rate of 0)."""
+        return self.count / self.n if self.n else None
+
+    def bar(self, label: str) -> Bar | None:
+        """The rate as a chart bar with its interval; None (no bar) for a rate over no episodes."""
+        value = self.value
+        return None if value is None else Bar(label, value, self.low, self.high)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
+        value = self.value
         return {
-            "rate": round(self.value, 4),
+            "rate": None if value is None else round(value, 4),
             "count": self.count,
             "n": self.n,
             "ci95": [round(self.low, 4), round(self.high, 4)],
@@ -67,7 +74,8 @@ class GroupSummary:
     scored: int
     infrastructure_errors: int
     levels: dict[str, Rate]
-    mean_value: float
+    #: Mean value of the scored episodes; None when none was scored (all infrastructure errors).
+    mean_value: float | None
     #: Values of the extra grouping keys (`BREAKDOWN_KEYS`) that define this group, if any.
     breakdown: dict[str, str] = field(default_factory=dict)
     #: Share of episodes an agent knowing the fault draws could have fully solved (ResiliBench
@@ -84,7 +92,7 @@ class GroupSummary:
         """JSON-ready form."""
         data = asdict(self)
         data["levels"] = {k: v.to_dict() for k, v in self.levels.items()}
-        data["mean_value"] = round(self.mean_value, 4)
+        data["mean_value"] = None if self.mean_value is None else round(self.mean_value, 4)
         data["bound_ii"] = None if self.bound_ii is None else self.bound_ii.to_dict()
         data["bound_iii_mean"] = None if self.bound_iii_mean is None else round(self.bound_iii_mean, 4)
         data["cost_usd"] = None if self.cost_usd is None else round(self.cost_usd, 6)
@@ -164,7 +172,7 @@ def summarize(
                 scored=n,
                 infrastructure_errors=len(members) - n,
                 levels={level: rate(sum(1 for r in scored if r.label == level), n) for level in LEVELS},
-                mean_value=sum(r.value or 0.0 for r in scored) / n if n else 0.0,
+                mean_value=sum(r.value or 0.0 for r in scored) / n if n else None,
                 breakdown=dict(zip(by, extra, strict=True)),
                 **_bounds(scored),
                 input_tokens=sum(r.input_tokens for r in members),

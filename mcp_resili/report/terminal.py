@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from mcp_resili.report.section import ReportSection, TableBlock
-from mcp_resili.report.summary import LEVELS, GroupSummary
+from mcp_resili.report.summary import LEVELS, GroupSummary, Rate
 
 
 def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
@@ -29,10 +29,7 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
         table.add_column("tokens in/out", justify="right")
         table.add_column("cost $", justify="right")
     for s in summaries:
-        cells = [
-            f"{100 * s.levels[lv].value:5.1f} ({100 * s.levels[lv].low:.0f}–{100 * s.levels[lv].high:.0f})"
-            for lv in LEVELS
-        ]
+        cells = [_rate(s.levels[lv]) for lv in LEVELS]
         cost = "n/a" if s.cost_usd is None else f"{s.cost_usd:.4f}"
         table.add_row(
             s.model,
@@ -47,6 +44,13 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
             *((f"{s.input_tokens:,}/{s.output_tokens:,}", cost) if spending else ()),
         )
     return table
+
+
+def _rate(rate: Rate) -> str:
+    """'value (low–high)' in percent; '–' for a group with no scored episode."""
+    if rate.value is None:
+        return "–"
+    return f"{100 * rate.value:5.1f} ({100 * rate.low:.0f}–{100 * rate.high:.0f})"
 
 
 def _pct(value: float | None) -> str:

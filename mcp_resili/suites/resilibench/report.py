@@ -53,6 +53,7 @@ def _blocks(
     bars = [
         Bar(name, g["full"]["rate"], *g["full"]["ci95"])  # type: ignore[index]
         for name, g in groups
+        if g["full"]["rate"] is not None  # type: ignore[index]  # no bar for infrastructure errors only
     ]
     return table, ChartBlock(title, bar_chart(f"{title}: full success (95% interval)", bars))
 
@@ -64,7 +65,11 @@ def resilibench_sections(
     by_variant = _levels_by(rows, lambda r: f"{r.model} · {r.variant}")
     stacked = stacked_levels(
         "Levels by model × variant",
-        [(name, {lv: g[lv]["rate"] for lv in LEVELS}) for name, g in by_variant],  # type: ignore[index]
+        [
+            (name, {lv: g[lv]["rate"] for lv in LEVELS})  # type: ignore[index]
+            for name, g in by_variant
+            if g["full"]["rate"] is not None  # type: ignore[index]
+        ],
     )
 
     def task_type(row: EpisodeRow) -> str | None:

@@ -64,7 +64,18 @@ def test_compare_pairs_repeated_tools_by_order_and_raises_no_compression_alert(t
     assert verdict["scores"]["chain_f1"] == 0.8
     assert verdict["scores"]["kendall_tau"] == 1.0
     assert verdict["threshold_set"] == "tools"
-    assert verdict["alerts"] == ["missing_steps: chain_f1 = 0.800 < 0.85"]
+    assert verdict["alerts"] == ["missing_steps: chain_f1 = 0.8 < 0.85"]
+
+
+def test_the_gate_tests_unrounded_scores_against_its_thresholds():
+    """Chain F1 of one step found of two is 2/3 = 0.666667, which rounds to 0.6667 in reports."""
+    golden, candidate = tool_chain(2), tool_chain(1)
+    just_above = AlertRule("missing_steps", ("chain_f1",), 0.66667)  # above 2/3, below 0.6667
+    assert evaluate(candidate, golden).to_dict()["chain_f1"] == 0.6667
+    assert compare(golden, candidate, [just_above]).alerts == (
+        "missing_steps: chain_f1 = 0.666667 < 0.66667",
+    )
+    assert compare(golden, candidate, [AlertRule("missing_steps", ("chain_f1",), 2 / 3)]).alerts == ()
 
 
 def test_one_missing_step_in_ten_raises_no_alert_under_the_tool_thresholds():

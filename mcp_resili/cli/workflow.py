@@ -58,9 +58,15 @@ def register(commands: Commands) -> None:
         action="store_true",
         help="fit alert thresholds separating alpha=0.1 from alpha>=0.3 (see docs/reports.md)",
     )
-    calibrate.add_argument("--seeds", type=int, default=3, help="perturbation seeds per golden (default 3)")
     calibrate.add_argument(
-        "--min-steps", type=int, default=5, help="goldens shorter than this are skipped (default 5)"
+        "--seeds",
+        type=int,
+        help="perturbation seeds per golden, from --seed on (default 1; 3 with --derive-thresholds)",
+    )
+    calibrate.add_argument(
+        "--min-steps",
+        type=int,
+        help="goldens shorter than this are skipped (default 1; 5 with --derive-thresholds)",
     )
     calibrate.set_defaults(handler=calibrate_command)
 
@@ -127,7 +133,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     """Print each metric's sensitivity to the perturbations (or fitted thresholds) as JSON."""
     from mcp_resili.registry.suites import get_suite
     from mcp_resili.workflow import load_workflow, sensitivity, workflow_from_task
-    from mcp_resili.workflow.calibration import derive_thresholds, rules_from_fits
+    from mcp_resili.workflow.calibration import MIN_STEPS, derive_thresholds, rules_from_fits
 
     if bool(args.suite) == bool(args.workflows):
         raise UserError("give golden workflow files or --suite NAME (one of the two)")
@@ -135,10 +141,13 @@ def calibrate_command(args: argparse.Namespace) -> int:
         goldens = [workflow_from_task(t) for t in get_suite(args.suite).tasks]
     else:
         goldens = [load_workflow(path) for path in args.workflows]
-    if args.seeds < 1 or args.min_steps < 1:
+    derive = args.derive_thresholds
+    seeds = args.seeds if args.seeds is not None else (3 if derive else 1)
+    min_steps = args.min_steps if args.min_steps is not None else (MIN_STEPS if derive else 1)
+    if seeds < 1 or min_steps < 1:
         raise UserError("--seeds and --min-steps must be at least 1")
-    if args.derive_thresholds:
-        fits = derive_thresholds(goldens, seeds=range(args.seeds), min_steps=args.min_steps)
+    if derive:
+        fits = derive_thresholds(goldens, seeds=range(args.seed, args.seed + seeds), min_steps=min_steps)
         rules = [
             {"mode": r.failure_mode, "metrics": list(r.metrics), "below": r.threshold}
             for r in rules_from_fits(fits)
@@ -149,6 +158,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    result = sensitivity(goldens, args.seed, graph=args.graph)
-    print(json.dumps({"workflows": len(goldens), "seed": args.seed, "graph": args.graph, **result}, indent=2))
+    result = sensitivity(goldens, args.seed, graph=args.graph, seeds=seeds, min_steps=min_steps)
+    header = {"workflows": len(goldens), "seed": args.seed, "seeds": seeds, "min_steps": min_steps}
+    print(json.dumps({**header, "graph": args.graph, **result}, indent=2))
     return 0

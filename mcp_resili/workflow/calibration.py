@@ -21,7 +21,7 @@ A metric whose balanced accuracy stays below 0.95 (`MIN_ACCURACY`) does not sepa
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from mcp_resili.workflow.gate import AlertRule
 from mcp_resili.workflow.metrics import evaluate
@@ -91,8 +91,8 @@ def perturbed_scores(
                 variant = perturb(gold, kind, alpha, seed * 1_000_003 + index)
             except PerturbationError:
                 continue
-            scores = evaluate(variant, gold)
-            out.append({k: float(v) for k, v in scores.to_dict().items()})
+            scores = asdict(evaluate(variant, gold))  # unrounded: thresholds are fitted on these
+            out.append({k: float(v) for k, v in scores.items()})
     return out
 
 

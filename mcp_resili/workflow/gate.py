@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from mcp_resili.workflow.metrics import DEFAULT_GRAPH, GATE_METRICS, GraphDefinition, WorkflowScores, evaluate
@@ -149,12 +149,12 @@ def compare(
     else:
         set_name, resolved = "custom", tuple(rules)
     scores = evaluate(candidate, golden, graph=graph, match_arguments=match_arguments)
-    values = scores.to_dict()
+    values = asdict(scores)  # unrounded: 0.529966 is below a threshold of 0.53
     alerts = []
     for rule in resolved:
         for metric in rule.metrics:
             if metric not in GATE_METRICS:
                 raise ValueError(f"rule {rule.failure_mode} names unknown metric {metric!r}")
             if values[metric] < rule.threshold:
-                alerts.append(f"{rule.failure_mode}: {metric} = {values[metric]:.3f} < {rule.threshold:.2f}")
+                alerts.append(f"{rule.failure_mode}: {metric} = {values[metric]:.6g} < {rule.threshold:.6g}")
     return Verdict(scores=scores, alerts=tuple(alerts), rules=resolved, threshold_set=set_name, graph=graph)

@@ -168,36 +168,50 @@ def perturb(workflow: WorkflowGraph, kind: PerturbationType, alpha: float, seed:
 
 
 def sensitivity(
-    goldens: Sequence[WorkflowGraph], seed: int = 0, graph: GraphDefinition = DEFAULT_GRAPH
+    goldens: Sequence[WorkflowGraph],
+    seed: int = 0,
+    graph: GraphDefinition = DEFAULT_GRAPH,
+    *,
+    seeds: int = 1,
+    min_steps: int = 1,
 ) -> dict[str, dict[str, object]]:
-    """Mean metric per (perturbation, level) over ``goldens`` and each metric's Δ.
+    """Mean metric per (perturbation, level) over ``goldens`` and each metric's Δ = 2.5·(s̄₁₀ − s̄₅₀).
 
-    Goldens a perturbation cannot apply to (too small, wrong kind) are skipped and counted.
-    ``graph`` is the Graph F1 definition (``lcc`` or ``mcs``).
+    Δ is a difference of means, so every level averages the same goldens: a golden (per seed
+    ``seed`` … ``seed + seeds - 1``) enters a perturbation's means only if it has ``min_steps``
+    steps and the perturbation applies to it at all three levels (a 2-step chain loses a step at
+    10% but cannot lose one at 50%); the rest are counted as skipped. ``graph`` is the Graph F1
+    definition (``lcc`` or ``mcs``).
     """
     out: dict[str, dict[str, object]] = {}
     for kind in PERTURBATIONS:
-        means: dict[float, dict[str, float]] = {}
-        used: dict[float, int] = {}
-        for alpha in LEVELS:
-            sums = dict.fromkeys(METRICS, 0.0)
-            count = 0
+        sums = {alpha: dict.fromkeys(METRICS, 0.0) for alpha in LEVELS}
+        used: set[int] = set()
+        variants = 0
+        for offset in range(seeds):
             for index, gold in enumerate(goldens):
+                if len(gold.steps) < min_steps:
+                    continue
                 try:
-                    variant = perturb(gold, kind, alpha, seed * 1_000_003 + index)
+                    perturbed = {
+                        alpha: perturb(gold, kind, alpha, (seed + offset) * 1_000_003 + index)
+                        for alpha in LEVELS
+                    }
                 except PerturbationError:
                     continue
-                scores = evaluate(variant, gold, graph=graph).to_dict()
-                for metric in METRICS:
-                    sums[metric] += float(scores[metric])
-                count += 1
-            used[alpha] = count
-            means[alpha] = {m: sums[m] / count for m in METRICS} if count else {}
-        if not all(means.values()):
-            out[kind] = {"workflows": used, "means": None, "delta": None}
+                for alpha, variant in perturbed.items():
+                    scores = evaluate(variant, gold, graph=graph)
+                    for metric in METRICS:
+                        sums[alpha][metric] += float(getattr(scores, metric))
+                used.add(index)
+                variants += 1
+        counts = {"workflows": len(used), "skipped": len(goldens) - len(used), "variants": variants}
+        if not variants:
+            out[kind] = {**counts, "means": None, "delta": None}
             continue
+        means = {alpha: {m: v / variants for m, v in sums[alpha].items()} for alpha in LEVELS}
         out[kind] = {
-            "workflows": {str(a): used[a] for a in LEVELS},
+            **counts,
             "means": {str(a): {m: round(v, 4) for m, v in means[a].items()} for a in LEVELS},
             "delta": {m: round(2.5 * (means[0.1][m] - means[0.5][m]), 4) for m in METRICS},
         }

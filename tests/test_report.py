@@ -58,10 +58,17 @@ def test_mcnemar_exact_by_hand():
     assert mcnemar_exact([(True, True), (False, False)]).p_value == 1.0
 
 
-def test_mean_interval_covers_the_mean_and_is_whole_range_for_one_value():
+def test_mean_interval_is_wilsons_on_the_rescaled_mean_and_never_collapses_to_a_point():
     mean, low, high = mean_interval([0.0, 1.0, 1.0, 1.0])
     assert low < mean == 0.75 < high
-    assert mean_interval([0.4]) == (0.4, 0.0, 1.0)
+    # By hand, Wilson at p = 0, n = 3, z² = 3.8415: centre = (z²/6)/(1 + z²/3) = 0.64025/2.28049 =
+    # 0.28075 and half-width = z·√(z²/36)/2.28049 = 0.28075, so [0, 0.5615]; all ones mirror it.
+    assert mean_interval([0.0, 0.0, 0.0]) == pytest.approx((0.0, 0.0, 0.5615), abs=1e-4)
+    assert mean_interval([1.0, 1.0, 1.0]) == pytest.approx((1.0, 0.4385, 1.0), abs=1e-4)
+    # Kendall's τ lives in [-1, 1]: three reversed orders give [-1, -1 + 2 · 0.5615].
+    assert mean_interval([-1.0] * 3, (-1.0, 1.0)) == pytest.approx((-1.0, -1.0, 0.1230), abs=1e-4)
+    # One value: p = 0.4, n = 1: centre = (0.4 + z²/2)/(1 + z²) = 0.47934, half = 0.44354.
+    assert mean_interval([0.4]) == pytest.approx((0.4, 0.0358, 0.9229), abs=1e-4)
     assert mean_interval([]) is None
 
 

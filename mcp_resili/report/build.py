@@ -25,7 +25,7 @@ from mcp_resili.report.summary import LEVELS, rate, summarize
 from mcp_resili.report.svg import Bar, bar_chart, stacked_levels
 from mcp_resili.store import EpisodeRow, RunRow, Store
 from mcp_resili.trace import Trace, TraceError
-from mcp_resili.workflow import METRICS, PerturbationError, episode_workflow_scores
+from mcp_resili.workflow import METRIC_BOUNDS, METRICS, PerturbationError, episode_workflow_scores
 
 
 class ReportError(UserError):
@@ -252,7 +252,7 @@ def workflow_section(rows: Sequence[EpisodeRow], scores: dict[str, dict[str, flo
         entry: dict[str, Any] = {"episodes": len(members)}
         cells = []
         for metric in METRICS:
-            interval = mean_interval([float(m[metric]) for m in members])
+            interval = mean_interval([float(m[metric]) for m in members], METRIC_BOUNDS[metric])
             assert interval is not None  # members is never empty
             mean, low, high = interval
             entry[metric] = {"mean": round(mean, 4), "ci95": [round(low, 4), round(high, 4)]}
@@ -265,7 +265,7 @@ def workflow_section(rows: Sequence[EpisodeRow], scores: dict[str, dict[str, flo
         NoteBlock(
             "Each scored episode's successful tool calls, in order, against the task's golden DAG "
             "(exact tool identity). Chain F1 uses the best topological order; Graph F1 WorFBench's "
-            "largest connected component; intervals are normal-approximation 95% intervals of the mean."
+            "largest connected component; intervals are 95% Wilson intervals of the mean (Kendall's τ rescaled from [-1, 1])."
         ),
         TableBlock("Mean per cell (95% CI)", ("cell", "episodes", *METRICS), tuple(table_rows)),
     )

@@ -7,21 +7,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_resili.scoring.passk import Z95, wilson
 
-def mean_interval(values: Sequence[float], z: float = 1.959964) -> tuple[float, float, float] | None:
-    """(mean, low, high): a normal-approximation 95% interval, clipped to [0, 1]; None when empty.
 
-    With one value the interval is the whole [0, 1] range: one observation says nothing of spread.
+def mean_interval(
+    values: Sequence[float], bounds: tuple[float, float] = (0.0, 1.0), z: float = Z95
+) -> tuple[float, float, float] | None:
+    """(mean, low, high): a conservative 95% interval for the mean of values within ``bounds``.
+
+    None when there are no values. A value in [a, b] with mean μ has variance at most
+    (μ − a)(b − μ), so the Wilson score interval of the mean rescaled to [0, 1] (`wilson`, as for
+    pass^k) covers it. Unlike a normal approximation it does not shrink to a point when every value
+    is the same: three zeros do not prove a mean of zero (their Wilson interval is [0, 0.56]).
     """
     n = len(values)
     if n == 0:
         return None
+    a, b = bounds
     mean = sum(values) / n
-    if n == 1:
-        return (mean, 0.0, 1.0)
-    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
-    half = z * math.sqrt(variance / n)
-    return (mean, max(0.0, mean - half), min(1.0, mean + half))
+    low, high = wilson((mean - a) / (b - a), n, z)
+    return (mean, a + low * (b - a), a + high * (b - a))
 
 
 @dataclass(frozen=True)

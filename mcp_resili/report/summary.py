@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mcp_resili.report.svg import Bar
+from mcp_resili.scoring.passk import Z95, wilson
 from mcp_resili.store import EpisodeRow
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     """95% Wilson score interval for a binomial rate (well behaved at 0 and 1, unlike Wald)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return wilson(successes / n if n else 0.0, n, z)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from mcp_resili.workflow.match import Alignment, align, match_steps, text_simila
 from mcp_resili.workflow.metrics import (
     DEFAULT_GRAPH,
     GRAPH_DEFINITIONS,
+    METRIC_BOUNDS,
     METRICS,
     GraphDefinition,
     WorkflowScores,
@@ -55,6 +56,7 @@ __all__ = [
     "GRAPH_DEFINITIONS",
     "LEVELS",
     "METRICS",
+    "METRIC_BOUNDS",
     "PAPER_RULES",
     "PERTURBATIONS",
     "THRESHOLD_SETS",

@@ -64,6 +64,11 @@ from mcp_resili.workflow.match import (
 from mcp_resili.workflow.model import WorkflowGraph
 
 METRICS = ("chain_f1", "graph_f1", "kendall_tau", "bleu", "gleu")
+#: The range of each metric's values (Kendall's τ alone can be negative: a reversed order is −1).
+METRIC_BOUNDS: dict[str, tuple[float, float]] = {
+    **dict.fromkeys(METRICS, (0.0, 1.0)),
+    "kendall_tau": (-1.0, 1.0),
+}
 #: What an alert rule may name: the metrics, and Graph F1 under a fixed definition.
 GATE_METRICS = (*METRICS, "graph_f1_lcc", "graph_f1_mcs")
 GraphDefinition = Literal["lcc", "mcs"]

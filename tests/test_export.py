@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from mcp_resili.cli import main
+from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.store import Store
 from mcp_resili.store.export import FIXED_COLUMNS, trace_file_name
 from mcp_resili.store.synthetic import write_synthetic_run
@@ -87,7 +88,7 @@ def test_csv_and_parquet_exports_carry_the_same_typed_rows(run_db, tmp_path, cap
     types = {f.name: str(f.type) for f in table.schema}
     assert types["tool_calls"] == "int64" and types["value"] == "double"
     assert types["infrastructure_error"] == "bool" and types["score_order_ok"] == "bool"
-    assert table.schema.metadata[b"mcp_resili.export_version"] == b"1"
+    assert table.schema.metadata[b"mcp_resili.export_version"] == b"2"
     columns = table.to_pydict()
     for i, record in enumerate(records):
         for name in ("episode_id", "label", "injected_total", "score_coverage", "cost_usd"):
@@ -150,6 +151,35 @@ def test_parquet_without_pyarrow_names_the_extra(run_db, tmp_path, capsys, monke
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # what an install without the extra looks like
     assert main(["export", "--db", str(db), "--format", "parquet", "--out", str(tmp_path / "x.parquet")]) == 2
     assert "mcp-resili[parquet]" in capsys.readouterr().err
+
+
+def test_react_and_reflexion_rows_of_one_run_set_are_told_apart_by_architecture(tmp_path, capsys):
+    """ReliabilityBench keys every result by architecture; the export must carry it (and the stop rule)."""
+    import anyio
+
+    db = tmp_path / "rb.db"
+    for architecture in ("react", "reflexion"):
+        config = RunConfig(
+            suite="reliabilitybench",
+            db=db,
+            time_scale=0,
+            trials=2,
+            limit=2,
+            models=("scripted:learner",),
+            architecture=architecture,
+        )
+        anyio.run(lambda config=config: execute(config))
+    store = Store(db)
+    run_ids = store.run_ids()
+    rows = {(r.run_id, r.episode_id): r for run_id in run_ids for r in store.episodes(run_id)}
+    store.close()
+    assert main(["export", *run_ids, "--db", str(db)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted({r["architecture"] for r in records}) == ["react", "reflexion"]
+    assert len(records) == len(rows) == 8
+    for record in records:
+        row = rows[(record["run_id"], record["episode_id"])]
+        assert (record["architecture"], record["stop_rule"]) == (row.architecture, row.stop_rule)
 
 
 def test_the_documented_schema_is_the_exported_one():

@@ -22,7 +22,7 @@ from mcp_resili.store.sqlite import EpisodeRow, RunRow, Store
 Scalar = str | int | float | bool | None
 
 #: Version of the row layout, written into Parquet metadata; bumped when a column changes meaning.
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: `architecture` and `stop_rule` columns
 FORMATS = ("jsonl", "csv", "parquet")
 
 
@@ -41,6 +41,7 @@ FIXED_COLUMNS = (
     Column("seed", "int64", "the run's seed (every fault draw derives from it)"),
     Column("episode_id", "string", "unique within the run"),
     Column("model", "string", "model spec, e.g. `scripted:oracle`, `anthropic:claude-…`"),
+    Column("architecture", "string", "the agent architecture (`react`, `reflexion`)"),
     Column("faults", "string", "fault spec of the episode's server"),
     Column("variant", "string", "prompt variant (`baseline`, `flawed:TYPE`, `eps=0.2`…)"),
     Column("task_id", "string", "the task"),
@@ -48,6 +49,7 @@ FIXED_COLUMNS = (
     Column(
         "termination", "string", "why the episode ended (`completed`, `max_turns`, `infrastructure_error`…)"
     ),
+    Column("stop_rule", "string", "the suite's stop rule that ended the episode, if one did (else null)"),
     Column("label", "string", "the suite's outcome label (`full`/`partial`/`failure`…); null: not scored"),
     Column("value", "float64", "the suite's score value; null when not scored"),
     Column("infrastructure_error", "bool", "true when the episode says nothing about the agent"),
@@ -118,11 +120,13 @@ def episode_record(run: RunRow, row: EpisodeRow) -> dict[str, Scalar]:
         "seed": run.seed,
         "episode_id": row.episode_id,
         "model": row.model,
+        "architecture": row.architecture,
         "faults": row.faults,
         "variant": row.variant,
         "task_id": row.task_id,
         "trial": row.trial,
         "termination": row.termination,
+        "stop_rule": row.stop_rule,
         "label": row.label,
         "value": row.value,
         "infrastructure_error": row.label is None,

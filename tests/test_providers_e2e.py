@@ -339,7 +339,9 @@ async def _read_request(stream, buffer=b""):
         buffer += await stream.receive()
     head, _, rest = buffer.partition(b"\r\n\r\n")
     length = next(
-        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length")
     )
     while len(rest) < length:
         rest += await stream.receive()

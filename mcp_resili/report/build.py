@@ -265,7 +265,8 @@ def workflow_section(rows: Sequence[EpisodeRow], scores: dict[str, dict[str, flo
         NoteBlock(
             "Each scored episode's successful tool calls, in order, against the task's golden DAG "
             "(exact tool identity). Chain F1 uses the best topological order; Graph F1 WorFBench's "
-            "largest connected component; intervals are 95% Wilson intervals of the mean (Kendall's τ rescaled from [-1, 1])."
+            "largest connected component; intervals are 95% Wilson intervals of the mean "
+            "(Kendall's τ rescaled from [-1, 1])."
         ),
         TableBlock("Mean per cell (95% CI)", ("cell", "episodes", *METRICS), tuple(table_rows)),
     )

@@ -190,3 +190,26 @@ def test_the_documented_schema_is_the_exported_one():
     documented = [tuple(cell.strip(" `") for cell in line.split("|")[1:3]) for line in table.splitlines()[2:]]
     assert documented[: len(FIXED_COLUMNS)] == [(c.name, c.type) for c in FIXED_COLUMNS]
     assert [name for name, _ in documented[len(FIXED_COLUMNS) :]] == ["score_<component>", "injected_<type>"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "--out", "{db}"],
+        ["export", "--format", "csv", "--out", "{db}"],
+        ["export", "--format", "parquet", "--out", "{db}"],
+        ["export", "--traces", "--out", "{link}"],  # another name of the same file
+        ["report", "--html", "{db}"],
+    ],
+)
+def test_writing_over_the_results_database_is_refused_and_it_survives(run_db, tmp_path, capsys, argv):
+    db, _ = run_db
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(db.read_bytes())
+    (tmp_path / "link.db").symlink_to(copy)
+    before = stored(copy)[1]
+    argv = [a.format(db=copy, link=tmp_path / "link.db") for a in argv]
+    assert main([*argv, "--db", str(copy)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "is the results database" in line
+    assert stored(copy)[1] == before

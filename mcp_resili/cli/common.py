@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
@@ -36,3 +37,14 @@ def add_seed(parser: argparse.ArgumentParser, default: int | None = 0, what: str
         help=f"seed of the {what}' random draws (with task, trial, tool and call number); default: "
         f"{0 if default is None else default}",
     )
+
+
+def refuse_database_as_output(output: Path | None, db: Path, option: str) -> None:
+    """Refuse (one line, exit 2) to write ``output`` when it is the results database itself.
+
+    Commands read the database, then write their output: writing over it would destroy every run.
+    """
+    from mcp_resili.errors import UserError
+
+    if output is not None and output.is_file() and db.is_file() and output.samefile(db):
+        raise UserError(f"{option} {output} is the results database; writing it would destroy the runs")

@@ -34,6 +34,7 @@ def register(commands: Commands) -> None:
 
 def export_command(args: argparse.Namespace) -> int:
     """Write the rows (or traces) of the runs to ``--out`` or stdout."""
+    from mcp_resili.cli.common import refuse_database_as_output
     from mcp_resili.report.build import open_store
     from mcp_resili.store import export
 
@@ -41,6 +42,7 @@ def export_command(args: argparse.Namespace) -> int:
         raise export.ExportError("--traces writes JSONL; drop --format or use --format jsonl")
     if args.format == "parquet" and args.out is None:
         raise export.ExportError("Parquet is a binary file: give --out FILE.parquet")
+    refuse_database_as_output(args.out, args.db, "--out")
     runs = list(args.runs) or [None]
     store = open_store(args.db)
     try:

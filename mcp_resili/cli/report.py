@@ -47,12 +47,13 @@ def register(commands: Commands) -> None:
 
 def report_command(args: argparse.Namespace) -> int:
     """Print (or write) the report of one stored run, or the comparison of several."""
-    from mcp_resili.cli.common import stdout_console
+    from mcp_resili.cli.common import refuse_database_as_output, stdout_console
     from mcp_resili.report.build import ReportError, load_report
     from mcp_resili.report.compare import load_comparison
     from mcp_resili.report.html import write_figures, write_html
     from mcp_resili.report.terminal import section_tables
 
+    refuse_database_as_output(args.html, args.db, "--html")
     runs = [*args.runs, *([args.run_option] if args.run_option else [])]
     if len(set(runs)) < len(runs):
         raise ReportError(f"a run is named twice in {' '.join(runs)}: compare different runs")

@@ -287,6 +287,8 @@ _NOT_AN_ANSWER = {
         (b"<html>502 Bad Gateway</html>", "text/html", "not a JSON object"),
         (b'["a", "list"]', "application/json", "not a JSON object"),
         (None, "application/json", "the answer is not a"),
+        (b'{"choices": "nope", "content": "nope"}', "application/json", "the answer is not a"),
+        (b'{"id": "msg_1", "usage": {}}', "application/json", "the answer is not a"),
     ],
 )
 async def test_an_answer_that_is_not_the_apis_message_is_an_infrastructure_error(

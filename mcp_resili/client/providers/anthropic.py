@@ -148,9 +148,12 @@ def _tool(tool: ToolDefinition, names: ToolNameMap) -> dict[str, Any]:
 
 def _response(reply: dict[str, Any], names: ToolNameMap) -> ModelResponse:
     """A Messages API message as our `ModelResponse` (cache reads and writes count as input)."""
+    content = reply["content"]  # an answer without it is not a message (an infrastructure error)
+    if not isinstance(content, list):
+        raise TypeError(f"content is {type(content).__name__}, not a list of blocks")
     texts: list[str] = []
     calls: list[ToolCall] = []
-    for block in reply.get("content") or ():
+    for block in content:
         if block["type"] == "text":
             texts.append(block["text"])
         elif block["type"] == "tool_use":

@@ -169,7 +169,9 @@ class OpenAIModel:
 
 def _response(reply: dict[str, Any], names: ToolNameMap) -> ModelResponse:
     """A Chat Completion's first choice as our `ModelResponse`."""
-    choices = reply.get("choices")
+    choices = reply["choices"]  # an answer without it is not a completion (an infrastructure error)
+    if not isinstance(choices, list):
+        raise TypeError(f"choices is {type(choices).__name__}, not a list")
     if not choices:
         return ModelResponse(text="", stop_reason="empty")
     choice = choices[0]

@@ -112,3 +112,23 @@ async def test_bad_run_configs_fail_before_anything_runs(tmp_path, config, messa
     with pytest.raises((RunConfigError, ValueError, KeyError), match=message):
         await execute(replace(config, db=db))
     assert not db.exists()
+
+
+async def test_a_server_that_dies_mid_run_gives_infrastructure_errors_not_agent_failures(tmp_path):
+    """The server exits on the first tool call: every later call meets a closed connection.
+
+    A closed connection that a ping confirms is the harness's trouble; the agent was not measured.
+    """
+    import sys
+    from pathlib import Path
+
+    dying = f"{sys.executable} {Path(__file__).parent / 'fakes' / 'dying_server.py'}"
+    result = await execute(
+        RunConfig(db=tmp_path / "r.db", server=dying, models=("scripted:naive",), trials=2, limit=2)
+    )
+    assert len(result.rows) == 4
+    assert {(r.termination, r.label, r.score) for r in result.rows} == {("infrastructure_error", None, None)}
+    end = Trace.from_lines(result.rows[0].trace.splitlines()).end
+    assert end is not None and "MCP server gone during" in end.detail
+    (summary,) = summarize(result.rows)
+    assert (summary.scored, summary.infrastructure_errors) == (0, 4)

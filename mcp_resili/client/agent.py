@@ -61,6 +61,8 @@ CALL_TIMEOUT_SECONDS = 60.0
 MAX_RESULT_CHARS = 100_000
 #: ``error.data["reason"]`` of a refused request that never ran: initialize again, then retry any call.
 _SESSION_GONE = frozenset({"session_expired", "unauthorized"})
+#: How long a server that closed a request's connection has to answer a ping before it counts as gone.
+PING_SECONDS = 10.0
 
 
 class ProtocolNotices:
@@ -328,6 +330,21 @@ async def reinitialize(client: Client, episode: EpisodeSpec) -> bool:
     return True
 
 
+async def connection_alive(client: Client) -> bool:
+    """Whether the server still answers a ping (within `PING_SECONDS`).
+
+    Any answer counts, an error too: a 2026-07-28 server may not know ``ping`` any more.
+    """
+    try:
+        with anyio.fail_after(PING_SECONDS):
+            await client.session.send_ping()
+    except MCPError as exc:
+        return exc.code != types.CONNECTION_CLOSED
+    except (TimeoutError, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        return False
+    return True
+
+
 def _reason(exc: MCPError) -> str | None:
     data = exc.error.data
     reason = data.get("reason") if isinstance(data, dict) else None
@@ -385,6 +402,9 @@ async def call_tool(
                 protocol.extend(recorded.after_call(episode.id))  # the failed attempt's record
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, TimeoutError) as exc:
             raise InfrastructureError(f"MCP connection failed during {call.name}: {exc!r}") from exc
+    if error is not None and error.code == types.CONNECTION_CLOSED and not await connection_alive(client):
+        # A server that died is the harness's trouble; a dropped response (a protocol fault) is not.
+        raise InfrastructureError(f"MCP server gone during {call.name}: {error.error.message}")
     own = list(recorded.after_call(episode.id)) if recorded is not None and recorded.after_call else []
     if protocol is not None:
         protocol.extend(e for e in own if isinstance(e, ProtocolEvent))

@@ -179,3 +179,44 @@ async def test_no_api_key_reaches_the_database_traces_logs_or_reports(tmp_path):
     for blob in [p.read_bytes() for p in written] + [r.stdout + r.stderr for r in runs]:
         for key in (keys.anthropic, keys.openai, "SECRET"):
             assert key.encode() not in blob
+
+
+def stored_comparable(db, run_id):
+    store = Store(db)
+    try:
+        return comparable(store.episodes(run_id), run_id)
+    finally:
+        store.close()
+
+
+def test_a_resume_plays_the_fault_plan_the_run_started_with_not_the_file_as_it_is_now(
+    tmp_path, monkeypatch, capsys
+):
+    """The fault file is edited, then deleted, between the start and the resume, run from elsewhere."""
+    import sqlite3
+
+    start, elsewhere = tmp_path / "start", tmp_path / "elsewhere"
+    start.mkdir(), elsewhere.mkdir()
+    rules = {"kind": "rules", "rules": [{"tool": "*", "calls": [1], "fault": {"type": "connection_reset"}}]}
+    (start / "faults.json").write_text(json.dumps(rules))
+    db = tmp_path / "r.db"
+    monkeypatch.chdir(start)  # the spec is a relative path, as users type it
+    argv = ["run", "--db", str(db), "--faults", "faults.json", "--limit", "4", "--trials", "2", "--json"]
+    assert main(argv) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    whole = stored_comparable(db, run_id)
+    assert len(whole) == 16  # 2 models × 4 tasks × 2 trials
+    # Interrupted: half the episodes never got stored. Then the file changes, then it goes.
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM episodes WHERE rowid % 2 = 0")
+    rules["rules"][0]["calls"] = [2]  # another plan: the second call of each tool fails instead
+    (start / "faults.json").write_text(json.dumps(rules))
+    monkeypatch.chdir(elsewhere)
+    assert main(["run", "--resume", run_id, "--db", str(db), "--json"]) == 0
+    capsys.readouterr()
+    assert stored_comparable(db, run_id) == whole
+    (start / "faults.json").unlink()
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM episodes WHERE rowid % 3 = 0")
+    assert main(["run", "--resume", run_id, "--db", str(db), "--json"]) == 0
+    assert stored_comparable(db, run_id) == whole

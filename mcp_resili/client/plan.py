@@ -6,8 +6,9 @@ identified by `episode_id`; results go back to the one driver that stores them (
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
@@ -15,7 +16,8 @@ from urllib.parse import urlsplit
 from mcp_resili.client.model import ARCHITECTURES
 from mcp_resili.client.providers import DEFAULT_MODELS, validate_model_spec
 from mcp_resili.errors import UserError
-from mcp_resili.faults import parse_fault_spec
+from mcp_resili.faults import BasePlan, parse_fault_spec
+from mcp_resili.faults.base import parse_plan
 from mcp_resili.faults.rng import derive_rng
 from mcp_resili.registry.suites import DEFAULT_SUITE, Suite
 from mcp_resili.scoring.termination import STOP_RULE_SETS, StopRules, resolve_stop_rules
@@ -110,6 +112,10 @@ class RunConfig:
     time_limit: float | None = None
     #: A TOML price file overriding the built-in table.
     prices: Path | None = None
+    #: (fault spec, its plan as JSON) for every fault spec, fixed when the run started
+    #: (`freeze_fault_plans`): a resume and every worker play these plans, whatever a fault file
+    #: holds by then and wherever they run.
+    fault_plans: tuple[tuple[str, str], ...] = ()
 
     def all_variants(self) -> tuple[str, ...]:
         """The prompt variants this run sweeps: ``variants`` and ``perturb`` levels, else ``variant``."""
@@ -135,6 +141,8 @@ class RunConfig:
         for f in fields(cls):  # JSON turned every tuple into a list
             if f.name in values and isinstance(values[f.name], list):
                 values[f.name] = tuple(values[f.name])
+        if "fault_plans" in values:
+            values["fault_plans"] = tuple((str(spec), str(plan)) for spec, plan in values["fault_plans"])
         if "db" in values:
             values["db"] = Path(values["db"])
         if values.get("prices") is not None:
@@ -287,7 +295,7 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
     faults = (EXTERNAL_FAULTS,) if config.server else (config.faults or (suite.default_faults,))
     if config.server is None:
         for spec in faults:
-            parse_fault_spec(spec, suite)
+            fault_plan(config, spec, suite)
     if config.architecture not in ARCHITECTURES:
         raise RunConfigError(
             f"unknown architecture {config.architecture!r}; choose from {', '.join(ARCHITECTURES)}"
@@ -344,6 +352,23 @@ def chains(config: RunConfig, todo: Sequence[PlannedEpisode]) -> list[list[Plann
     for p in todo:
         grouped.setdefault(chain_key(p), []).append(p)
     return [sorted(chain, key=lambda p: p.trial) for chain in grouped.values()]
+
+
+def fault_plan(config: RunConfig, spec: str, suite: Suite) -> BasePlan:
+    """The plan of fault spec ``spec``: the one the run started with, else parsed from the spec now."""
+    frozen = dict(config.fault_plans).get(spec)
+    return parse_fault_spec(spec, suite) if frozen is None else parse_plan(json.loads(frozen))
+
+
+def freeze_fault_plans(config: RunConfig, suite: Suite) -> RunConfig:
+    """``config`` with the plan of each of its fault specs fixed (see ``RunConfig.fault_plans``)."""
+    if config.server is not None:
+        return config
+    specs = config.faults or (suite.default_faults,)
+    plans = tuple(
+        (spec, json.dumps(fault_plan(config, spec, suite).to_dict(), sort_keys=True)) for spec in specs
+    )
+    return replace(config, fault_plans=plans)
 
 
 def load_run_config(db: Path, run_id: str) -> RunConfig:

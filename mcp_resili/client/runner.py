@@ -14,7 +14,7 @@ import logging
 import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +32,7 @@ from mcp_resili.client.plan import (
     chain_key,
     chains,
     episode_id,
+    freeze_fault_plans,
     load_run_config,
     plan_episodes,
     stop_rules_for,
@@ -180,7 +181,8 @@ def local_executor(model_options: dict[str, Any] | None = None) -> LocalExecutor
     return LocalExecutor(model_factory=_model_factory, model_options=model_options)
 
 
-def _check_resume(config: RunConfig, resume: str) -> None:
+def _resumed_config(config: RunConfig, resume: str) -> RunConfig:
+    """``config`` with the stored run's fault plans, once its matrix is checked against the stored one."""
     stored = load_run_config(config.db, resume)
     changed = [f for f in MATRIX_FIELDS if getattr(stored, f) != getattr(config, f)]
     if changed:
@@ -188,6 +190,7 @@ def _check_resume(config: RunConfig, resume: str) -> None:
             f"--resume {resume}: the run was stored with different {', '.join(changed)}; "
             "a resume plays the stored configuration"
         )
+    return replace(config, fault_plans=stored.fault_plans)
 
 
 @contextmanager
@@ -228,10 +231,11 @@ async def execute(
     this process alone writes the store, and an episode id is stored at most once.
     """
     suite = get_suite(config.suite)
-    planned = plan_episodes(config, suite)
-    _check_prices(config, load_price_table(config.prices))
     if resume is not None:
-        _check_resume(config, resume)
+        config = _resumed_config(config, resume)
+    planned = plan_episodes(config, suite)
+    config = freeze_fault_plans(config, suite)
+    _check_prices(config, load_price_table(config.prices))
     if executor is None:
         executor = local_executor(model_options)
     store = Store(config.db)

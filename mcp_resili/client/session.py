@@ -40,11 +40,11 @@ from mcp_resili.client.plan import (
     RunConfig,
     RunConfigError,
     episode_id,
+    fault_plan,
     stop_rules_for,
 )
 from mcp_resili.client.pricing import PriceTable, load_price_table
 from mcp_resili.client.providers import ClosableModel, create_model, provider_of
-from mcp_resili.faults import parse_fault_spec
 from mcp_resili.proxy.upstream import entered
 from mcp_resili.registry.suites import Suite
 from mcp_resili.registry.validator import compiled, schema_error
@@ -75,7 +75,7 @@ async def connect_recorded(
     """
     if config.server is None:
         server = ResiliServer(
-            suite, parse_fault_spec(fault_spec, suite), seed=config.seed, time_scale=config.time_scale
+            suite, fault_plan(config, fault_spec, suite), seed=config.seed, time_scale=config.time_scale
         )
         without_idle_tracing(server.mcp)
 
@@ -214,7 +214,7 @@ class EpisodeSession:
             self.plans[spec] = (
                 {"kind": "external", "server": config.server}
                 if config.server
-                else parse_fault_spec(spec, self.suite).to_dict()
+                else fault_plan(config, spec, self.suite).to_dict()
             )
         for spec in config.models:
             model = self._model_factory(spec, base_url=config.base_url, **self._model_options)

@@ -213,3 +213,42 @@ def test_writing_over_the_results_database_is_refused_and_it_survives(run_db, tm
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "is the results database" in line
     assert stored(copy)[1] == before
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        ("UPDATE episodes SET score = '{bad' WHERE rowid = (SELECT min(rowid) FROM episodes)", "the score of"),
+        ("UPDATE episodes SET score = '[1]' WHERE rowid = (SELECT min(rowid) FROM episodes)", "the score of"),
+        ("UPDATE runs SET config = '{'", "the configuration of run"),
+        ("UPDATE runs SET config = '[1]'", "the configuration of run"),
+    ],
+)
+@pytest.mark.parametrize("command", ["report", "export", "resume"])
+def test_a_damaged_stored_value_is_one_line_naming_it(run_db, tmp_path, capsys, damage, named, command):
+    import sqlite3
+
+    db, _ = run_db
+    copy = tmp_path / "damaged.db"
+    copy.write_bytes(db.read_bytes())
+    run_id, _ = stored(copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute(damage)
+    argv = {"report": ["report"], "export": ["export"], "resume": ["run", "--resume", run_id]}[command]
+    assert main([*argv, "--db", str(copy)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert named in line and "damaged" in line
+
+
+def test_a_stored_config_of_the_wrong_types_is_refused_on_resume(run_db, tmp_path, capsys):
+    import sqlite3
+
+    db, _ = run_db
+    copy = tmp_path / "damaged.db"
+    copy.write_bytes(db.read_bytes())
+    run_id, _ = stored(copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute("""UPDATE runs SET config = json_set(config, '$.models', 5)""")
+    assert main(["run", "--resume", run_id, "--db", str(copy)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "stored run config is damaged: models" in line

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from pydantic import TypeAdapter, ValidationError
+
 from mcp_resili.client.model import ARCHITECTURES
 from mcp_resili.client.providers import DEFAULT_MODELS, validate_model_spec
 from mcp_resili.errors import UserError
@@ -137,17 +139,12 @@ class RunConfig:
             raise RunConfigError(
                 f"stored run config has unknown keys {unknown} (written by a newer version?)"
             )
-        values = dict(data)
-        for f in fields(cls):  # JSON turned every tuple into a list
-            if f.name in values and isinstance(values[f.name], list):
-                values[f.name] = tuple(values[f.name])
-        if "fault_plans" in values:
-            values["fault_plans"] = tuple((str(spec), str(plan)) for spec, plan in values["fault_plans"])
-        if "db" in values:
-            values["db"] = Path(values["db"])
-        if values.get("prices") is not None:
-            values["prices"] = Path(values["prices"])
-        return cls(**values)
+        try:  # types checked and JSON's lists made tuples, strings paths
+            return TypeAdapter(cls).validate_python(data)
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"])
+            raise RunConfigError(f"stored run config is damaged: {where}: {problem['msg']}") from None
 
 
 @dataclass(frozen=True)

@@ -190,6 +190,18 @@ class Store:
                 _values(row),
             )
 
+    def _json(self, text: str, what: str) -> dict[str, Any]:
+        """A stored JSON object; a damaged one is a `StoreError` naming it, not a traceback."""
+        try:
+            value = json.loads(text)
+            if not isinstance(value, dict):
+                raise TypeError(f"a JSON {type(value).__name__}, not an object")
+            return value
+        except (TypeError, ValueError):
+            raise StoreError(
+                f"{self.path}: {what} is damaged (not a JSON object); the database was edited or corrupted"
+            ) from None
+
     def episodes(self, run_id: str) -> list[EpisodeRow]:
         """All stored episodes of a run, in a stable order."""
         return list(self.iter_episodes(run_id))
@@ -213,7 +225,7 @@ class Store:
                 termination=r[7],
                 label=r[8],
                 value=r[9],
-                score=None if r[10] is None else json.loads(r[10]),
+                score=None if r[10] is None else self._json(r[10], f"the score of episode {r[1]}"),
                 trace=r[11],
                 input_tokens=r[12],
                 output_tokens=r[13],
@@ -247,7 +259,7 @@ class Store:
         row = self._db.execute("SELECT config FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             return None
-        config: dict[str, Any] = json.loads(row[0])
+        config: dict[str, Any] = self._json(row[0], f"the configuration of run {run_id}")
         return config
 
     def run(self, run_id: str) -> RunRow | None:
@@ -255,7 +267,8 @@ class Store:
         row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             return None
-        return RunRow(id=row[0], created_at=row[1], suite=row[2], seed=row[3], config=json.loads(row[4]))
+        config = self._json(row[4], f"the configuration of run {run_id}")
+        return RunRow(id=row[0], created_at=row[1], suite=row[2], seed=row[3], config=config)
 
     def run_ids(self, limit: int | None = None) -> list[str]:
         """The ids of the most recent runs, newest first (all of them without ``limit``)."""

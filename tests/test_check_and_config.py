@@ -140,7 +140,7 @@ def test_write_config_merges_and_keeps_other_servers(tmp_path):
     assert data["theme"] == "dark" and data["mcpServers"]["other"] == {"command": "x"}
     assert data["mcpServers"]["chaos"]["args"][-3:] == ["proxy", "--upstream", "npx server"]
     path.write_text("{broken")
-    with pytest.raises(ClientConfigError, match="not valid JSON"):
+    with pytest.raises(ClientConfigError, match="not readable JSON"):
         write_config("claude-desktop", "chaos", server_entry(), path)
     assert path.read_text() == "{broken"
 

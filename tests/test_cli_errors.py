@@ -33,6 +33,7 @@ def files(tmp_path: Path) -> Path:
     (tmp_path / "faults.json").write_text(BAD_FAULTS)
     (tmp_path / "garbage.txt").write_text("garbage\n")
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 \xff\xfe\n".encode("latin-1"))  # not UTF-8
     return tmp_path
 
 
@@ -78,6 +79,12 @@ BAD_INPUTS = {
     "compare: not a workflow": ["compare", "{files}/garbage.txt", "{files}/garbage.txt"],
     "perturb: missing workflow": ["perturb", "{files}/missing.json", "--type", "missing"],
     "calibrate: unknown suite": ["calibrate", "--suite", "nope"],
+    "score: a trace that is not UTF-8": ["score", "{files}/latin1.txt"],
+    "compare: a workflow that is not UTF-8": ["compare", "{files}/latin1.txt", "{files}/latin1.txt"],
+    "calibrate: a workflow that is not UTF-8": ["calibrate", "{files}/latin1.txt"],
+    "run: a price file that is not UTF-8": ["run", "--prices", "{files}/latin1.txt"],
+    "run: a fault file that is not UTF-8": ["run", "--faults", "{files}/latin1.txt"],
+    "config: a client file not in UTF-8": ["config", "vscode", "--write", "--path", "{files}/latin1.txt"],
     "check: missing server command": ["check", "--server", MISSING],
     "check: server exits at once": ["check", "--server", DEAD],
     "check: server dies mid-check": ["check", "--server", DYING],

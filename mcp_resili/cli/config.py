@@ -102,8 +102,8 @@ def write_config(client: str, name: str, entry: dict[str, Any], path: Path | Non
     if path.exists():
         try:
             existing = json.loads(path.read_text(encoding="utf-8") or "{}")
-        except json.JSONDecodeError as exc:
-            raise ClientConfigError(f"{path} is not valid JSON ({exc}); fix or move it first") from None
+        except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
+            raise ClientConfigError(f"{path} is not readable JSON ({exc}); fix or move it first") from None
         if not isinstance(existing, dict):
             raise ClientConfigError(f"{path} does not hold a JSON object")
     key = CLIENTS[client]

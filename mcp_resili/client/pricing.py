@@ -91,7 +91,7 @@ def load_price_table(path: Path | None) -> PriceTable:
         return PriceTable()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise PriceTableError(f"cannot read price file {path}: {exc}") from None
     entries = data.get("prices")
     if not isinstance(entries, dict):

@@ -204,7 +204,7 @@ class Trace(BaseModel):
         """Read a JSONL trace file."""
         try:
             text = path.read_text(encoding="utf-8")
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise TraceError(f"cannot read trace {path}: {exc}") from None
         return cls.from_lines(text.splitlines(), origin=str(path))
 

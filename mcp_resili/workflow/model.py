@@ -125,7 +125,7 @@ def load_workflow(path: Path) -> WorkflowGraph:
     """Read a workflow JSON file, or a trace JSONL file (its executed tool sequence)."""
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise WorkflowFileError(f"cannot read workflow {path}: {exc}") from None
     first = next((line for line in text.splitlines() if line.strip()), "")
     try:

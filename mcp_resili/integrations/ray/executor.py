@@ -101,7 +101,7 @@ def running_instance() -> tuple[str, str] | None:
     record = Path(base) / "ray" / "ray_current_cluster"
     try:
         started = record.read_text(encoding="utf-8").strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return None
     return (started, f"`ray start` here, recorded in {record} until `ray stop`") if started else None
 

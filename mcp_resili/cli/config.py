@@ -90,6 +90,8 @@ def render_config(client: str, name: str, entry: dict[str, Any]) -> dict[str, An
     """The config snippet ``client`` expects (a stdio launch entry, or an HTTP ``url`` entry)."""
     if client not in CLIENTS:
         raise ClientConfigError(f"unknown client {client!r}; choose from {', '.join(sorted(CLIENTS))}")
+    if not name.strip() or not name.isprintable():
+        raise ClientConfigError(f"--name must be a printable, non-empty server name, got {name!r}")
     kind = "http" if "url" in entry else "stdio"
     body = {"type": kind, **entry} if client in ("vscode", "claude-code") else dict(entry)
     return {CLIENTS[client]: {name: body}}

@@ -94,6 +94,10 @@ def validate_model_spec(spec: str, *, base_url: str | None = None) -> None:
 
     ``text:INNER`` is model ``INNER`` driven through the paper's text protocol.
     """
+    if not spec.isprintable() or spec != spec.strip():
+        # A spec names a model in tables, ids and stderr: control characters (an escape sequence, a
+        # newline) or edge spaces are a mistake, and would reach the terminal raw.
+        raise UnknownModelError(f"model spec {spec!r} has control characters or edge spaces")
     provider, sep, name = spec.partition(":")
     if provider == "text":
         validate_model_spec(name, base_url=base_url)

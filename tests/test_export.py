@@ -218,7 +218,10 @@ def test_writing_over_the_results_database_is_refused_and_it_survives(run_db, tm
 @pytest.mark.parametrize(
     ("damage", "named"),
     [
-        ("UPDATE episodes SET score = '{bad' WHERE rowid = (SELECT min(rowid) FROM episodes)", "the score of"),
+        (
+            "UPDATE episodes SET score = '{bad' WHERE rowid = (SELECT min(rowid) FROM episodes)",
+            "the score of",
+        ),
         ("UPDATE episodes SET score = '[1]' WHERE rowid = (SELECT min(rowid) FROM episodes)", "the score of"),
         ("UPDATE runs SET config = '{'", "the configuration of run"),
         ("UPDATE runs SET config = '[1]'", "the configuration of run"),

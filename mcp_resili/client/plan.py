@@ -362,9 +362,9 @@ def freeze_fault_plans(config: RunConfig, suite: Suite) -> RunConfig:
     if config.server is not None:
         return config
     specs = config.faults or (suite.default_faults,)
-    plans = tuple(
-        (spec, json.dumps(fault_plan(config, spec, suite).to_dict(), sort_keys=True)) for spec in specs
-    )
+    # Keys keep their order (no sort_keys): a plan may draw from a mapping in order, e.g. a fault
+    # type by cumulative weight, so a reordered plan would meet other faults for the same rolls.
+    plans = tuple((spec, json.dumps(fault_plan(config, spec, suite).to_dict())) for spec in specs)
     return replace(config, fault_plans=plans)
 
 

@@ -5,9 +5,11 @@ from pathlib import Path
 import anyio
 import mcp_types as types
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
+from servers import child_env, cli_command
 
 from mcp_resili import META_EVENT
 from mcp_resili.client.runner import RunConfig, execute
@@ -16,6 +18,7 @@ from mcp_resili.proxy import ClientRelay, ProxyServer, UpstreamError, connect_up
 from mcp_resili.registry.suites import get_suite
 from mcp_resili.report import summarize
 from mcp_resili.server.app import ResiliServer
+from mcp_resili.server.pipeline import UPSTREAM_CLOSED
 from mcp_resili.trace import Trace
 
 pytestmark = pytest.mark.anyio
@@ -197,20 +200,60 @@ async def test_an_upstream_json_rpc_error_reaches_the_client_as_sent_and_is_reco
 DYING = Path(__file__).parent / "fakes" / "dying_server.py"
 
 
-async def test_proxy_stops_with_one_line_when_its_upstream_dies():
+async def test_after_its_upstream_dies_the_proxy_answers_calls_with_is_error_then_fails_in_one_line():
     answers = []
 
     async def serve(proxy):
         async with Client(proxy.mcp, mode="legacy") as client:
             answers.append(await client.list_tools())
-            with pytest.raises(MCPError) as died:  # the call the upstream died on: the client gets an error
-                await client.call_tool("crash", {})
-            assert died.value.code == types.CONNECTION_CLOSED
-            await anyio.sleep_forever()  # the proxy, not the client, ends this
+            answers.append(await client.call_tool("crash", {}))  # the call the upstream dies on
+            answers.append(await client.call_tool("crash", {}))  # a call after it died
 
     with anyio.fail_after(20), pytest.raises(UpstreamError, match="closed the connection"):
         await run_proxy(f"{sys.executable} {DYING}", NoFaults(), serve)
-    assert [t.name for t in answers[0].tools] == ["crash"]
+    listing, during, after = answers
+    assert [t.name for t in listing.tools] == ["crash"]
+    for result in (during, after):
+        assert result.is_error and result.content[0].text.startswith(f"Error {UPSTREAM_CLOSED}:")
+        assert "closed the connection" in result.content[0].text
+
+
+async def test_the_proxy_process_answers_a_call_its_upstream_dies_during_with_is_error():
+    """Over stdio, the upstream exiting mid-call: no hang, the client's call gets an ``isError`` result."""
+    command = cli_command("proxy", "--upstream", f"{sys.executable} {DYING}", "--faults", "none")
+    with anyio.fail_after(30):  # a guard only: the answers come as soon as the upstream is gone
+        async with await anyio.open_process(command, env=child_env()) as proxy:
+            assert proxy.stdin is not None and proxy.stdout is not None and proxy.stderr is not None
+            replies = BufferedByteReceiveStream(proxy.stdout)
+
+            async def send(message):
+                await proxy.stdin.send(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+            async def ask(request_id, method, params):
+                await send({"id": request_id, "method": method, "params": params})
+                while True:  # skip notifications
+                    reply = json.loads(await replies.receive_until(b"\n", 1 << 20))
+                    if reply.get("id") == request_id:
+                        return reply
+
+            client_info = {"name": "test", "version": "1"}
+            hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client_info}
+            await ask(1, "initialize", hello)
+            await send({"method": "notifications/initialized"})
+            call = {"name": "crash", "arguments": {}}
+            during = await ask(2, "tools/call", call)  # the upstream exits on receiving it
+            after = await ask(3, "tools/call", call)  # the proxy keeps answering
+            await proxy.stdin.aclose()  # the client leaves: the proxy stops, saying why
+            status = await proxy.wait()
+            stderr = b"".join([chunk async for chunk in proxy.stderr]).decode()
+    for reply in (during, after):
+        result = reply["result"]
+        assert result["isError"] is True
+        assert result["content"][0]["text"].startswith(f"Error {UPSTREAM_CLOSED}: the server")
+        assert "closed the connection" in result["content"][0]["text"]
+    assert status == 2 and "Traceback" not in stderr
+    assert stderr.splitlines()[-1].startswith("mcp-resili: error: ")
+    assert "closed the connection" in stderr.splitlines()[-1]
 
 
 async def test_connecting_to_a_missing_upstream_fails_with_one_line():

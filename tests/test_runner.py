@@ -114,15 +114,22 @@ async def test_bad_run_configs_fail_before_anything_runs(tmp_path, config, messa
     assert not db.exists()
 
 
-async def test_a_server_that_dies_mid_run_gives_infrastructure_errors_not_agent_failures(tmp_path):
+@pytest.mark.parametrize("through_proxy", [False, True], ids=["direct", "through our proxy"])
+async def test_a_server_that_dies_mid_run_gives_infrastructure_errors_not_agent_failures(
+    tmp_path, through_proxy
+):
     """The server exits on the first tool call: every later call meets a closed connection.
 
     A closed connection that a ping confirms is the harness's trouble; the agent was not measured.
+    Behind our proxy the calls get ``UPSTREAM_CLOSED`` error results, which mean the same.
     """
+    import shlex
     import sys
     from pathlib import Path
 
     dying = f"{sys.executable} {Path(__file__).parent / 'fakes' / 'dying_server.py'}"
+    if through_proxy:
+        dying = f"{sys.executable} -m mcp_resili proxy --upstream {shlex.quote(dying)}"
     result = await execute(
         RunConfig(db=tmp_path / "r.db", server=dying, models=("scripted:naive",), trials=2, limit=2)
     )

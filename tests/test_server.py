@@ -9,6 +9,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from mcp_resili import META_EPISODE, META_EVENT
+from mcp_resili.cli import main
 from mcp_resili.faults import (
     CallOutcome,
     ErrorFault,
@@ -235,6 +236,39 @@ async def test_invalid_finish_is_recorded_with_its_event(tmp_path):
     assert bad.is_error and bad.meta[META_EVENT]["error_code"] == "INVALID_INPUT"
     (trace_file,) = tmp_path.iterdir()
     assert [c.tool for c in Trace.read(trace_file).tool_calls] == ["finish"]
+
+
+async def test_episode_ids_that_clean_alike_or_come_back_on_another_server_get_trace_files_of_their_own(
+    tmp_path, capsys
+):
+    task = get_suite("resilibench").tasks[0].id
+    traces = tmp_path / "traces"
+    # Ids whose characters are cleaned alike, that climb out of the directory, or are too long for a name.
+    alike = ["c/d", "c_d", "c:d", "../c_d", "..", ".", "/", "x" * 300, "x" * 300 + "/"]
+    # Two servers sharing the directory (two `serve` processes) play the same ids.
+    for server in range(2):
+        async with Client(make_server(trace_dir=traces).mcp) as client:
+            with anyio.fail_after(60):
+                for number, episode in enumerate(alike):
+                    source = f"data/{server}-{number}.csv"
+                    await client.call_tool(
+                        "file_operations_reader", {"source": source}, meta=meta(episode, task=task)
+                    )
+
+    assert [path.name for path in tmp_path.iterdir()] == ["traces"]  # nothing lands outside it
+    files = sorted(traces.iterdir())
+    assert len(files) == 2 * len(alike) and all(path.suffix == ".jsonl" for path in files)
+    assert (traces / "c_d.jsonl").is_file()  # a safe id keeps its name
+    played = set()
+    for path in files:
+        # One header, then the one call of its own episode on its own server: nothing appended from another.
+        trace = Trace.read(path)
+        (call,) = trace.tool_calls
+        server, number = call.arguments["source"].removeprefix("data/").removesuffix(".csv").split("-")
+        assert trace.header.episode == alike[int(number)]
+        played.add((server, number))
+        assert main(["score", str(path)]) == 0, capsys.readouterr().err
+    assert len(played) == len(files)
 
 
 # --- no answer key on the wire ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import mcp_types as types
 import pytest
@@ -39,7 +40,13 @@ from mcp_resili.cli import main
 from mcp_resili.faults import parse_fault_spec
 from mcp_resili.registry.suites import get_suite
 from mcp_resili.server.app import ResiliServer
-from mcp_resili.server.transports import ExposureError, HttpAccess, check_exposure, http_app
+from mcp_resili.server.transports import (
+    MAX_LINE_BYTES,
+    ExposureError,
+    HttpAccess,
+    check_exposure,
+    http_app,
+)
 from mcp_resili.trace import Trace
 
 pytestmark = pytest.mark.anyio
@@ -336,6 +343,11 @@ def test_malformed_stdio_lines_get_json_rpc_error_replies_and_the_server_keeps_s
         b'{"jsonrpc": "2.0", "id": 4,\x00 "method": "ping"}',  # a NUL byte
         b"[" * 5000 + b"]" * 5000,  # nested too deep
         b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": "' + b"y" * (5 * 2**20) + b'"}}',
+        # over 4 MiB, its id after small members / only after the huge one (not read: the line is skipped)
+        b'{"jsonrpc": "2.0", "method": "ping", "params": {"id": 9}, "id": "late", "x": "'
+        + b"y" * 5 * 2**20
+        + b'"}',
+        b'{"jsonrpc": "2.0", "method": "ping", "params": {"x": "' + b"y" * (5 * 2**20) + b'"}, "id": 10}',
         b"7",
         b'{"jsonrpc": "2.0", "id": 6, "method": "ping"}',
     ]
@@ -358,11 +370,32 @@ def test_malformed_stdio_lines_get_json_rpc_error_replies_and_the_server_keeps_s
         (None, types.INVALID_REQUEST),
         (None, types.PARSE_ERROR),
         (None, types.PARSE_ERROR),
-        (None, types.INVALID_REQUEST),  # longer than the 4 MiB limit: skipped unread
+        (5, types.INVALID_REQUEST),  # longer than the 4 MiB limit: skipped, answered under its id
+        ("late", types.INVALID_REQUEST),
+        (None, types.INVALID_REQUEST),
         (None, types.INVALID_REQUEST),
     ]
     assert replies[-1] == {"jsonrpc": "2.0", "id": 6, "result": {}}
     assert proc.returncode == 0
+
+
+async def test_an_oversized_stdio_request_fails_at_once_under_its_own_id_naming_the_limit(
+    stdio_plain: Client,
+) -> None:
+    """A tools/call over the 4 MiB stdio limit is skipped unread but answered under its id.
+
+    Its caller gets an error now, not its own read timeout (here far longer than the guard).
+    """
+    huge = {"source": "x" * (5 * 2**20)}
+    with anyio.fail_after(30):
+        with pytest.raises(MCPError) as raised:
+            await stdio_plain.call_tool(
+                "file_operations_reader", huge, read_timeout_seconds=3600, meta=new_episode("huge")
+            )
+        assert raised.value.code == types.INVALID_REQUEST
+        assert "message too large" in raised.value.message
+        assert f"limit of {MAX_LINE_BYTES} bytes" in raised.value.message
+        await assert_still_serving(stdio_plain)
 
 
 # --- remote serving is a choice with a lock -----------------------------------------------------------

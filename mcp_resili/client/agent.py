@@ -40,6 +40,7 @@ from mcp_resili.scoring.termination import (
     resolve_stop_rules,
 )
 from mcp_resili.server.app import EpisodeTraceResult
+from mcp_resili.server.pipeline import UPSTREAM_CLOSED
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import (
     EpisodeEndEvent,
@@ -430,6 +431,9 @@ async def call_tool(
         protocol.extend(own[:-1])  # earlier attempts of a retried call
         own = own[-1:]
     text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+    if result.is_error and text.startswith(f"Error {UPSTREAM_CLOSED}:"):
+        # Our proxy's upstream died: as with a server of our own that died, nothing was measured.
+        raise InfrastructureError(f"MCP server gone during {call.name}: {text}")
     if len(text) > MAX_RESULT_CHARS:
         cut = f"[result cut: {len(text)} characters, the first {MAX_RESULT_CHARS} shown]"
         text = f"{text[:MAX_RESULT_CHARS]}\n{cut}"

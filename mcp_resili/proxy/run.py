@@ -1,4 +1,4 @@
-"""Running the proxy until its client leaves or its upstream goes away."""
+"""Running the proxy until its client leaves."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import anyio
 from mcp_resili.faults import BasePlan
 from mcp_resili.proxy.relay import ClientRelay
 from mcp_resili.proxy.server import ProxyServer
-from mcp_resili.proxy.upstream import CONNECT_TIMEOUT, Upstream, UpstreamError, connect_upstream
+from mcp_resili.proxy.upstream import CONNECT_TIMEOUT, UpstreamError, connect_upstream
 
 Serve = Callable[[ProxyServer], Awaitable[None]]
 
@@ -28,12 +28,15 @@ async def run_proxy(
     expose_faults: bool = False,
     time_scale: float = 1.0,
 ) -> None:
-    """Connect to ``target``, then ``serve`` the proxy until it returns or the upstream goes away.
+    """Connect to ``target``, then ``serve`` the proxy until it returns (the client left) or SIGTERM.
 
     SIGTERM (which MCP clients send after closing stdin) stops serving like the client leaving; until
     the upstream is shut down further SIGTERMs are ignored, so it never outlives the proxy. An upstream
-    that cannot be started or reached, does not answer, or closes its connection while the proxy
-    serves raises `UpstreamError` (one line saying why).
+    that cannot be started or reached, or does not answer, raises `UpstreamError` (one line saying
+    why). One that closes its connection while the proxy serves does not stop the serving: the call
+    in flight and every later one get an ``isError`` result saying so (stopping at once would cancel
+    their answers, and a stdio client still holding our stdin would wait on nothing), and once the
+    client leaves the same `UpstreamError` is raised.
     """
     relay = ClientRelay()
     options: dict[str, Any] = {
@@ -51,15 +54,15 @@ async def run_proxy(
                     )
             except TimeoutError:
                 raise UpstreamError(f"the server {target!r} did not list its tools in time") from None
-            if await _serve_until_gone(proxy, upstream, serve, terminated):
+            await _serve_until_stopped(proxy, serve, terminated)
+            if upstream.closed.is_set():
                 raise upstream.lost()
 
 
-async def _serve_until_gone(
-    proxy: ProxyServer, upstream: Upstream, serve: Serve, terminated: Callable[[], Awaitable[None]]
-) -> bool:
-    """Serve until the client leaves, SIGTERM, or the upstream closes; True for the last."""
-    lost = False
+async def _serve_until_stopped(
+    proxy: ProxyServer, serve: Serve, terminated: Callable[[], Awaitable[None]]
+) -> None:
+    """Serve until the client leaves or SIGTERM."""
     async with anyio.create_task_group() as group:
 
         async def stop_after(task: Callable[[], Awaitable[object]]) -> None:
@@ -68,10 +71,6 @@ async def _serve_until_gone(
 
         group.start_soon(stop_after, lambda: serve(proxy))
         group.start_soon(stop_after, terminated)
-        await upstream.closed.wait()
-        lost = True
-        group.cancel_scope.cancel()
-    return lost
 
 
 @contextlib.contextmanager

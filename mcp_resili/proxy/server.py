@@ -75,7 +75,7 @@ class ProxyServer:
         self._episodes = EpisodeTable(default_seed=seed)
         self.recorder = TraceRecorder(trace_dir, self._header)
         self.pipeline = CallPipeline(
-            UpstreamBackend(client),
+            UpstreamBackend(client, target=upstream),
             plan,
             enforce_dependencies=False,
             recorder=self.recorder,

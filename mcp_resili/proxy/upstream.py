@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from mcp_resili.errors import UserError
 from mcp_resili.faults import ToolOutcome
 from mcp_resili.registry import ToolSpec, ToolState
+from mcp_resili.server.pipeline import UPSTREAM_CLOSED
 
 UPSTREAM_ERROR = "UPSTREAM_ERROR"
 #: How long the upstream may take to answer ``initialize`` (and, for `check`, any request).
@@ -406,10 +407,11 @@ FORWARDED_CALL: ContextVar[ForwardedCall | None] = ContextVar("mcp_resili_forwar
 
 
 class UpstreamBackend:
-    """Runs calls on the upstream server (the proxy's `ToolBackend`)."""
+    """Runs calls on the upstream server ``target`` (the proxy's `ToolBackend`)."""
 
-    def __init__(self, client: Client, specs: Sequence[ToolSpec] = ()) -> None:
+    def __init__(self, client: Client, specs: Sequence[ToolSpec] = (), *, target: str = "upstream") -> None:
         self.client = client
+        self.target = target
         self._specs = list(specs)
 
     @property
@@ -424,7 +426,11 @@ class UpstreamBackend:
         state: ToolState,
         meta: Mapping[str, Any] | None = None,
     ) -> ToolOutcome:
-        """Forward the call; the upstream's raw result is kept for the agent while no fault touches it."""
+        """Forward the call; the upstream's raw result is kept for the agent while no fault touches it.
+
+        An upstream that closed the connection (before or during the call) is the call's error, not
+        the proxy's: `UPSTREAM_CLOSED`, saying so.
+        """
         call = FORWARDED_CALL.get()
         if call is not None and call.params.get("name") == spec.name:
             params, on_progress = call.params, call.on_progress
@@ -434,7 +440,8 @@ class UpstreamBackend:
             result = await forward(self.client, "tools/call", params, on_progress=on_progress)
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
-                raise
+                reason = _closed_reason(self.target, "", "")
+                return ToolOutcome(structured=None, error_code=UPSTREAM_CLOSED, message=reason)
             # The upstream's JSON-RPC error is its answer: recorded, then passed on as it came.
             return ToolOutcome(
                 structured=None, error_code=f"JSONRPC_{exc.code}", message=exc.error.message, upstream=exc

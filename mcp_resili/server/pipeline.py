@@ -7,7 +7,6 @@ MCP layer renders as a ``CallToolResult`` and the recorder writes to the trace.
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import logging
 import math
@@ -15,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 from jsonschema.exceptions import best_match
@@ -27,6 +26,7 @@ from mcp_resili.server.backend import SimulatedBackend, ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
+from mcp_resili.trace.model import trace_stem
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +42,9 @@ TOOL_TIMEOUT = "TOOL_TIMEOUT"
 #: the tool's declared output schema. An MCP client must reject such structured content, so the agent
 #: reads the reshaped payload as the text of this error instead (see `CallPipeline._conform`).
 RESPONSE_SCHEMA_MISMATCH = "RESPONSE_SCHEMA_MISMATCH"
-#: Longest trace file name stem (an episode id may be longer; see `TraceRecorder.path`).
-MAX_FILE_STEM = 160
+#: The proxy's upstream closed the connection (exited, crashed): no tool answered. A runner takes it
+#: for what it is, an infrastructure error, not the agent's.
+UPSTREAM_CLOSED = "UPSTREAM_CLOSED"
 #: Longest schema message quoted in an error (they repeat the offending value, however long it is).
 MAX_MESSAGE_CHARS = 300
 
@@ -67,7 +68,8 @@ class Episode:
     lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     #: Private scratch space of the fault plan (armed groups, cascades...), per episode.
     fault_state: dict[str, Any] = field(default_factory=dict)
-    header_written: bool = False
+    #: The trace file this episode created (`TraceRecorder`): None until its first event is written.
+    trace_path: Path | None = None
     #: Whether ``tool_state`` was seeded from the suite's initial state (on the first call).
     state_ready: bool = False
     #: Every recorded event, in order (what the runner reads back instead of anything on the wire).
@@ -86,7 +88,12 @@ class Episode:
 
 
 class TraceRecorder:
-    """Keeps every episode's events, and writes one JSONL file per episode under ``directory`` (if set)."""
+    """Keeps every episode's events, and writes one JSONL file per episode under ``directory`` (if set).
+
+    An episode's file is created for it (``STEM.jsonl``, see `trace_stem`) and holds its trace alone: a
+    name already in the directory (another episode's, or left by another server) is never appended
+    to, the episode takes the next free ``STEM-N.jsonl`` (N = 2, 3, ...) instead.
+    """
 
     def __init__(self, directory: Path | None, header: Callable[[Episode], TraceHeader]) -> None:
         self.directory = directory
@@ -95,27 +102,43 @@ class TraceRecorder:
             directory.mkdir(parents=True, exist_ok=True)
 
     def path(self, episode: Episode) -> Path | None:
-        """Where the episode's trace goes."""
+        """Where the episode's trace is: the file it created, else the name it will try first."""
         if self.directory is None:
             return None
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in episode.id)
-        if len(safe) > MAX_FILE_STEM or safe.strip(".") == "":
-            # File names are limited (255 bytes); a digest keeps long ids apart.
-            digest = hashlib.blake2b(episode.id.encode(), digest_size=8).hexdigest()
-            safe = f"{safe[: MAX_FILE_STEM - 17]}-{digest}"
-        return self.directory / f"{safe}.jsonl"
+        return episode.trace_path or self.directory / f"{trace_stem(episode.id)}.jsonl"
 
     def record(self, episode: Episode, event: TraceEvent) -> None:
-        """Append ``event`` (writing the header first for a new episode)."""
+        """Append ``event`` (creating the episode's file, header first, for its first event)."""
         episode.events.append(event)
-        path = self.path(episode)
-        if path is None:
+        if self.directory is None:
             return
-        lines = [] if episode.header_written else [self._header(episode).model_dump_json()]
-        lines.append(dump_event(event))
-        with path.open("a", encoding="utf-8") as out:
-            out.write("\n".join(lines) + "\n")
-        episode.header_written = True
+        line = dump_event(event) + "\n"
+        if episode.trace_path is not None:
+            with episode.trace_path.open("a", encoding="utf-8") as out:
+                out.write(line)
+            return
+        header = self._header(episode).model_dump_json() + "\n"
+        episode.trace_path, created = self._create(self.directory, episode.id)
+        with created:
+            created.write(header + line)
+
+    @staticmethod
+    def _create(directory: Path, episode_id: str) -> tuple[Path, IO[str]]:
+        """A new trace file for ``episode_id``, opened for writing: its `trace_stem` name if still free."""
+        stem = trace_stem(episode_id)
+        path, attempt = directory / f"{stem}.jsonl", 1
+        while True:
+            try:
+                out = path.open("x", encoding="utf-8")  # exclusive: never a file anyone else wrote
+            except FileExistsError:
+                attempt += 1
+                path = directory / f"{stem}-{attempt}.jsonl"
+                continue
+            if attempt > 1:
+                logger.warning(
+                    "trace file %s.jsonl already exists: episode %r is written to %s", stem, episode_id, path
+                )
+            return path, out
 
     @staticmethod
     def take(episode: Episode) -> list[TraceEvent]:

@@ -3,7 +3,8 @@
 stdio speaks JSON-RPC 2.0 to the end: a line that is not JSON gets a parse error (-32700), one that is
 JSON but no valid message (wrong version, a batch, a bare value) an invalid-request error (-32600, with
 its id when it has a usable one, else null), and a line over `MAX_LINE_BYTES` is skipped with the same
-error; the server keeps serving.
+error, naming the limit (its id is read from the line's first `HEAD_BYTES` bytes: see `id_in_head`);
+the server keeps serving.
 
 HTTP is locked unless it listens on loopback only: binding any other address needs a bearer token
 (`HttpAccess.auth_token`, compared in constant time) or an explicit ``insecure`` choice. The accepted
@@ -17,6 +18,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -54,6 +56,8 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 DRAIN_SECONDS = 30.0
 #: Bytes read from stdin at a time.
 READ_CHUNK = 64 * 1024
+#: Bytes kept of a line over `MAX_LINE_BYTES`: where its request id is looked for (`id_in_head`).
+HEAD_BYTES = 64 * 1024
 #: Shortest bearer token accepted: a guessable token is no lock.
 MIN_TOKEN_CHARS = 16
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -76,13 +80,88 @@ def _error(code: int, message: str, request_id: types.RequestId | None = None) -
     return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
 
 
-def parse_line(line: bytes | None) -> types.JSONRPCMessage | types.JSONRPCError | None:
+@dataclass(frozen=True)
+class OverlongLine:
+    """A stdio line longer than `MAX_LINE_BYTES`: its length and its first `HEAD_BYTES` bytes, no more."""
+
+    size: int
+    head: bytes
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+#: Keys only a response has: an overlong response is not answered under its id (it is no request of
+#: the client's, and an error under that id would answer the client's own request with the same id).
+_RESPONSE_KEYS = frozenset({"result", "error"})
+
+
+def id_in_head(head: bytes) -> types.RequestId | None:
+    """The request id (a string or an integer) of a message that starts with ``head``, if it shows.
+
+    Reads the top-level members of the object one by one, each value decoded whole and only as far as
+    ``head`` goes (never the rest of the line): the id is found wherever it comes among them, as long
+    as it ends within ``head``. None if it does not show there, is no usable id, or the message is a
+    response.
+    """
+    text = head.decode("utf-8", errors="replace")
+    end = len(text)
+    position = _skip_space(text, 0)
+    if not text.startswith("{", position):
+        return None
+    position += 1
+    found: types.RequestId | None = None
+    try:
+        while True:
+            position = _skip_space(text, position)
+            key, position = _DECODER.raw_decode(text, position)
+            position = _skip_space(text, position)
+            if not isinstance(key, str) or not text.startswith(":", position) or key in _RESPONSE_KEYS:
+                return None
+            position = _skip_space(text, position + 1)
+            value, position = _DECODER.raw_decode(text, position)
+            position = _skip_space(text, position)
+            if position >= end:  # the value may go on past the head (a number cut short)
+                return found
+            if key == "id":
+                if isinstance(value, bool) or not isinstance(value, str | int):
+                    return None
+                if isinstance(value, str) and not _encodable(value):
+                    return None
+                found = value
+            if text[position] != ",":
+                return found  # the end of the object (a message too long for its content), or not JSON
+            position += 1
+    except (ValueError, RecursionError):  # a value cut short by the head, or malformed
+        return found
+
+
+def _skip_space(text: str, position: int) -> int:
+    """The position of the first non-whitespace character at or after ``position``."""
+    match = _WHITESPACE.match(text, position)
+    return position if match is None else match.end()
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (a "\ud800" escape): no reply could carry it
+        return False
+    return True
+
+
+def parse_line(line: bytes | OverlongLine) -> types.JSONRPCMessage | types.JSONRPCError | None:
     """A stdio line as a JSON-RPC message, the error reply it deserves, or None for a blank line.
 
-    ``None`` stands for a line longer than `MAX_LINE_BYTES` (its bytes were skipped unread).
+    An `OverlongLine` (longer than `MAX_LINE_BYTES`, skipped unread) gets an error under the id its head
+    shows (`id_in_head`), so the client's request fails at once instead of waiting for its timeout.
     """
-    if line is None:
-        return _error(types.INVALID_REQUEST, f"message longer than {MAX_LINE_BYTES} bytes; it was skipped")
+    if isinstance(line, OverlongLine):
+        return _error(
+            types.INVALID_REQUEST,
+            f"message too large: {line.size} bytes is over the limit of {MAX_LINE_BYTES} bytes "
+            f"({MAX_LINE_BYTES // 2**20} MiB) for one stdio message; it was skipped",
+            id_in_head(line.head),
+        )
     text = line.strip()
     if not text:
         return None
@@ -143,29 +222,38 @@ class _Pending:
 
 async def read_lines(
     source: anyio.AsyncFile[bytes], limit: int = MAX_LINE_BYTES
-) -> AsyncIterator[bytes | None]:
-    """Lines of ``source`` without their newline; None in place of a line longer than ``limit``.
+) -> AsyncIterator[bytes | OverlongLine]:
+    """Lines of ``source`` without their newline; an `OverlongLine` for a line longer than ``limit``.
 
-    An overlong line is never held in memory: its bytes are dropped as they arrive.
+    An overlong line is never held in memory: past its first `HEAD_BYTES` bytes, its bytes are
+    dropped as they arrive (only counted).
     """
     buffer = bytearray()
-    skipping = False
+    #: While a line too long is skipped: its first `HEAD_BYTES` bytes, and its length so far.
+    head: bytes | None = None
+    size = 0
     while chunk := await source.read1(READ_CHUNK):
         start = 0
         while (end := chunk.find(b"\n", start)) >= 0:
-            if not skipping:
+            if head is None:
                 buffer += chunk[start:end]
-            yield None if skipping or len(buffer) > limit else bytes(buffer)
+                if len(buffer) > limit:
+                    head, size = bytes(buffer[:HEAD_BYTES]), len(buffer)
+            else:
+                size += end - start
+            yield bytes(buffer) if head is None else OverlongLine(size, head)
             buffer.clear()
-            skipping = False
+            head = None
             start = end + 1
-        if not skipping:
+        if head is None:
             buffer += chunk[start:]
             if len(buffer) > limit:
+                head, size = bytes(buffer[:HEAD_BYTES]), len(buffer)
                 buffer.clear()
-                skipping = True
-    if skipping:
-        yield None
+        else:
+            size += len(chunk) - start
+    if head is not None:
+        yield OverlongLine(size, head)
     elif buffer:
         yield bytes(buffer)
 

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from mcp_resili.errors import UserError
 from mcp_resili.store.sqlite import EpisodeRow, RunRow, Store
+from mcp_resili.trace.model import trace_stem
 
 Scalar = str | int | float | bool | None
 
@@ -270,8 +271,8 @@ def write_traces(store: Store, run_ids: Sequence[str | None], out: IO[str]) -> i
 
 
 def trace_file_name(episode_id: str) -> str:
-    """The file name of an episode's trace (as `serve --trace-dir` names them)."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in episode_id) + ".jsonl"
+    """The file name of an episode's trace, as `serve --trace-dir` names them (`trace_stem`)."""
+    return f"{trace_stem(episode_id)}.jsonl"
 
 
 def write_trace_file(directory: Path, row: EpisodeRow) -> Path:

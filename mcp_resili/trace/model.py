@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -207,6 +208,28 @@ class Trace(BaseModel):
         except (OSError, UnicodeDecodeError) as exc:
             raise TraceError(f"cannot read trace {path}: {exc}") from None
         return cls.from_lines(text.splitlines(), origin=str(path))
+
+
+#: Longest trace file name stem in UTF-8 bytes (an episode id may be longer; see `trace_stem`).
+MAX_FILE_STEM = 160
+#: Hex digits of the id digest in a trace file name (`trace_stem`).
+STEM_DIGEST_HEX = 8
+
+
+def trace_stem(episode_id: str) -> str:
+    """The preferred file name stem of an episode's trace: the id itself when it is a safe file name.
+
+    Any character but a letter, a digit, ``-``, ``_`` and ``.`` becomes ``_``. An id that this changed,
+    a long one (cut to `MAX_FILE_STEM` bytes) or one of dots only also gets ``-`` and a digest of the
+    whole id: ``c/d`` and ``c:d`` get names of their own, and neither takes ``c_d``'s.
+    """
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in episode_id)
+    if safe == episode_id and len(safe.encode()) <= MAX_FILE_STEM and safe.strip(".") != "":
+        return safe
+    raw = episode_id.encode("utf-8", errors="surrogatepass")
+    digest = hashlib.blake2b(raw, digest_size=STEM_DIGEST_HEX // 2).hexdigest()
+    kept = safe.encode()[: MAX_FILE_STEM - len(digest) - 1].decode("utf-8", errors="ignore")
+    return f"{kept}-{digest}"
 
 
 def dump_event(event: TraceEvent) -> str:

@@ -287,6 +287,30 @@ def test_composite_and_aggregate_follow_the_paper_formulas():
     assert overall.composite == pytest.approx((2 / 3 + 0.5 + 0.5) / 3)
     keyed = {(m.mode, m.level): m for m in aggregate(scores)}
     assert keyed["P1", "C2"].n == 2 and keyed["P1", "all"].n == 3 and keyed["all", "C1"].n == 1
+
+
+def test_rows_over_all_modes_average_the_per_mode_values_as_the_paper_does():
+    """By hand, one level: P1 recovers 2 of 2 perturbed runs; P2 0 of 1, and one run met no fault.
+
+    Per mode: P1 TSR 1, PRR 1, RC 0; P2 TSR 0, PRR 0, RC (1 + 0)/2 = 0.5. The paper averages the
+    per-mode values: TSR 1/2, PRR 1/2 (pooled it would be 2/3), RC 1/4, composite (1/2 + 1/2 + 3/4)/3.
+    """
+
+    def run(mode, succ, pert, recov, c_rec):
+        components = {"mode": mode, "level": "C2", "i_succ": succ, "i_pert": pert, "i_recov": recov}
+        return Score(
+            suite="toolmaze", task="t", label="full", value=1.0, components={**components, "c_rec": c_rec}
+        )
+
+    scores = [run("P1", True, True, True, 0.0), run("P1", True, True, True, 0.0)]
+    scores += [run("P2", False, True, False, 1.0), run("P2", False, False, False, 0.0)]
+    keyed = {(m.mode, m.level): m for m in aggregate(scores)}
+    for key in (("all", "C2"), ("all", "all")):
+        m = keyed[key]
+        assert (m.n, m.perturbed) == (4, 3)
+        assert (m.tsr, m.prr, m.rc) == (0.5, 0.5, 0.25)
+        assert m.composite == pytest.approx((0.5 + 0.5 + 0.75) / 3)
+    assert keyed["P2", "C2"].prr == 0.0 and keyed["P2", "C2"].rc == 0.5
     with pytest.raises(ValueError):
         metrics_of([])
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
 
-from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
-from mcp_resili.report.stats import mean_interval
-from mcp_resili.report.summary import rate
+from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock
 from mcp_resili.report.svg import Bar, bar_chart, heatmap
 from mcp_resili.scoring.model import Score
+from mcp_resili.scoring.passk import wilson
 from mcp_resili.store import EpisodeRow
 from mcp_resili.suites.toolmaze.scoring import aggregate
 
@@ -87,12 +87,87 @@ def toolmaze_table(metrics: Iterable[dict[str, Any]]) -> Table:
     return table
 
 
+#: A mean and the sample size of its interval: (value, n).
+Measured = tuple[float, int]
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """One row's raw measurements: each metric's value and the number of trajectories behind it."""
+
+    n: int
+    perturbed: int
+    tsr: Measured
+    prr: Measured | None
+    duplicates: Measured
+    rc: Measured
+    rc_abort: Measured
+
+
+def _pooled(members: Sequence[dict[str, Any]]) -> _Cell:
+    """A mode's trajectories pooled (the paper's per-mode values)."""
+    n = len(members)
+    perturbed = [m for m in members if m["i_pert"]]
+
+    def mean(values: Iterable[float]) -> float:
+        return sum(values) / n
+
+    return _Cell(
+        n=n,
+        perturbed=len(perturbed),
+        tsr=(mean(float(bool(m["i_succ"])) for m in members), n),
+        prr=(sum(1 for m in perturbed if m["i_recov"]) / len(perturbed), len(perturbed))
+        if perturbed
+        else None,
+        duplicates=(mean(float(int(m.get("duplicate_writes") or 0) > 0) for m in members), n),
+        rc=(mean(float(m["c_rec"] or 0.0) for m in perturbed), n),
+        rc_abort=(mean(float(m.get("c_rec_abort", m["c_rec"]) or 0.0) for m in perturbed), n),
+    )
+
+
+def _averaged(cells: Sequence[_Cell]) -> _Cell:
+    """The per-mode values averaged, every mode weighing the same (the paper's overall scores).
+
+    The interval of an average of M means uses the effective sample size M² / Σ 1/n_m: the size of
+    one sample whose mean would vary as much (exact when the modes have as many trajectories each).
+    """
+
+    def average(values: Sequence[Measured]) -> Measured:
+        mean = sum(v for v, _ in values) / len(values)
+        return (mean, max(1, round(len(values) ** 2 / sum(1 / n for _, n in values))))
+
+    prrs = [c.prr for c in cells if c.prr is not None]
+    return _Cell(
+        n=sum(c.n for c in cells),
+        perturbed=sum(c.perturbed for c in cells),
+        tsr=average([c.tsr for c in cells]),
+        prr=average(prrs) if prrs else None,
+        duplicates=average([c.duplicates for c in cells]),
+        rc=average([c.rc for c in cells]),
+        rc_abort=average([c.rc_abort for c in cells]),
+    )
+
+
+def _interval(measured: Measured, key: str = "rate") -> dict[str, Any]:
+    """``{key: value, "n": n, "ci95": [low, high]}`` (``rate`` for TSR, PRR, DUP; ``mean`` for RC)."""
+    value, n = measured
+    low, high = wilson(value, n)
+    return {key: round(value, 4), "n": n, "ci95": [round(low, 4), round(high, 4)]}
+
+
+def _percent(measured: dict[str, Any]) -> str:
+    value = measured["rate"] if "rate" in measured else measured["mean"]
+    low, high = measured["ci95"]
+    return f"{100 * value:.1f} ({100 * low:.0f}–{100 * high:.0f})"
+
+
 def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
     """ToolMaze's section of ``mcp-resili report``: TSR, PRR and RC by mode and level, with intervals.
 
-    TSR and PRR are rates (95% Wilson intervals over trajectories, resp. perturbed ones), DUP the rate
-    of trajectories with a write executed twice; RC and RC' (abort-aware) are means over trajectories
-    of the recovery cost (0 when unperturbed), with a normal 95% interval.
+    A mode's row pools its trajectories: TSR, PRR (over perturbed trajectories), DUP (trajectories with
+    a write executed twice), RC and RC' (abort-aware; the recovery cost, 0 when unperturbed) are means
+    over them. Rows of mode ``all`` average the per-mode values instead (`mean_over_modes`, the paper's
+    overall scores). Every value has a 95% Wilson interval of the mean (`wilson`).
     Charts: TSR by mode per model (all levels pooled) and one TSR heatmap mode × level per model.
     """
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -101,38 +176,29 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
         if row.score is None or "i_pert" not in components:
             continue
         mode, level = str(components["mode"]), str(components["level"])
-        for key in ((mode, level), (mode, "all"), ("all", level)):
+        for key in ((mode, level), (mode, "all")):
             groups[(row.model, row.variant, *key)].append(components)
     if not groups:
         return []
+    cells = {key: _pooled(members) for key, members in groups.items()}
+    for model, variant, level in {(model, variant, level) for model, variant, _, level in groups}:
+        per_mode = [c for (mo, va, _, lv), c in cells.items() if (mo, va, lv) == (model, variant, level)]
+        cells[model, variant, "all", level] = _averaged(per_mode)
     data: list[dict[str, Any]] = []
     table_rows = []
-    for (model, variant, mode, level), members in sorted(groups.items()):
-        n = len(members)
-        perturbed = [m for m in members if m["i_pert"]]
-        tsr = rate(sum(1 for m in members if m["i_succ"]), n)
-        prr = rate(sum(1 for m in perturbed if m["i_recov"]), len(perturbed)) if perturbed else None
-        rc = mean_interval([float(m["c_rec"] or 0.0) if m["i_pert"] else 0.0 for m in members])
-        rc_abort = mean_interval(
-            [float(m.get("c_rec_abort", m["c_rec"]) or 0.0) if m["i_pert"] else 0.0 for m in members]
-        )
-        duplicates = rate(sum(1 for m in members if int(m.get("duplicate_writes") or 0) > 0), n)
-        assert rc is not None and rc_abort is not None  # members is never empty
+    for (model, variant, mode, level), cell in sorted(cells.items()):
         entry: dict[str, Any] = {
             "model": model,
             "variant": variant,
             "mode": mode,
             "level": level,
-            "n": n,
-            "perturbed": len(perturbed),
-            "tsr": tsr.to_dict(),
-            "prr": None if prr is None else prr.to_dict(),
-            "duplicates": duplicates.to_dict(),
-            "rc": {"mean": round(rc[0], 4), "ci95": [round(rc[1], 4), round(rc[2], 4)]},
-            "rc_abort": {
-                "mean": round(rc_abort[0], 4),
-                "ci95": [round(rc_abort[1], 4), round(rc_abort[2], 4)],
-            },
+            "n": cell.n,
+            "perturbed": cell.perturbed,
+            "tsr": _interval(cell.tsr),
+            "prr": None if cell.prr is None else _interval(cell.prr),
+            "duplicates": _interval(cell.duplicates),
+            "rc": _interval(cell.rc, "mean"),
+            "rc_abort": _interval(cell.rc_abort, "mean"),
         }
         data.append(entry)
         table_rows.append(
@@ -141,13 +207,13 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
                 variant,
                 mode,
                 level,
-                str(n),
-                str(len(perturbed)),
-                rate_cell(entry["tsr"]),
-                "–" if prr is None else rate_cell(entry["prr"]),
-                rate_cell(entry["duplicates"]),
-                f"{100 * rc[0]:.1f} ({100 * rc[1]:.0f}–{100 * rc[2]:.0f})",
-                f"{100 * rc_abort[0]:.1f} ({100 * rc_abort[1]:.0f}–{100 * rc_abort[2]:.0f})",
+                str(cell.n),
+                str(cell.perturbed),
+                _percent(entry["tsr"]),
+                "–" if entry["prr"] is None else _percent(entry["prr"]),
+                _percent(entry["duplicates"]),
+                _percent(entry["rc"]),
+                _percent(entry["rc_abort"]),
             )
         )
     blocks: list[TableBlock | ChartBlock | NoteBlock] = [
@@ -171,14 +237,14 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
         )
     )
     for model, variant in sorted({(e["model"], e["variant"]) for e in data}):
-        cells = [
+        grid = [
             e
             for e in data
             if (e["model"], e["variant"]) == (model, variant) and "all" not in (e["mode"], e["level"])
         ]
-        modes = sorted({e["mode"] for e in cells})
-        levels = sorted({e["level"] for e in cells})
-        values = {(e["mode"], e["level"]): e["tsr"]["rate"] for e in cells}
+        modes = sorted({e["mode"] for e in grid})
+        levels = sorted({e["level"] for e in grid})
+        values = {(e["mode"], e["level"]): e["tsr"]["rate"] for e in grid}
         blocks.append(
             ChartBlock(
                 f"tsr heatmap {model} {variant}",

@@ -436,11 +436,50 @@ def metrics_of(scores: Iterable[Score], mode: str = "all", level: str = "all") -
     return Metrics(mode, level, n, perturbed, tsr, prr, rc, composite, rc_abort, duplicates)
 
 
+def mean_over_modes(per_mode: Sequence[Metrics], mode: str = "all", level: str = "all") -> Metrics:
+    """The paper's overall scores: each per-mode value averaged over the modes (§4.1 protocol).
+
+    "Compute TSR_m, PRR_m and RC for the mode [...] Average the per-mode values": every mode weighs
+    the same, however many of its runs met their fault. PRR averages the modes where it is defined
+    (not NP); the composite is computed from the averages. ``n`` and ``perturbed`` are totals.
+    """
+    if not per_mode:
+        raise ValueError("no modes to average")
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values)
+
+    prrs = [m.prr for m in per_mode if m.prr is not None]
+    tsr, rc = mean([m.tsr for m in per_mode]), mean([m.rc for m in per_mode])
+    prr = mean(prrs) if prrs else None
+    return Metrics(
+        mode,
+        level,
+        sum(m.n for m in per_mode),
+        sum(m.perturbed for m in per_mode),
+        tsr,
+        prr,
+        rc,
+        (tsr + prr + 1 - rc) / 3 if prr is not None else (tsr + 1 - rc) / 2,
+        mean([m.rc_abort for m in per_mode]),
+        mean([m.duplicates for m in per_mode]),
+    )
+
+
 def aggregate(scores: Iterable[Score]) -> list[Metrics]:
-    """Metrics per (mode, level), per mode over all levels, and per level over all modes."""
+    """Metrics per (mode, level), per mode over all levels, per level over all modes, and overall.
+
+    A mode's rows pool its trajectories (the paper's per-mode values); rows of mode ``all`` average
+    the per-mode values instead (`mean_over_modes`, the paper's overall scores).
+    """
     groups: dict[tuple[str, str], list[Score]] = defaultdict(list)
     for s in scores:
         mode, level = str(s.components["mode"]), str(s.components["level"])
-        for key in ((mode, level), (mode, "all"), ("all", level)):
-            groups[key].append(s)
-    return [metrics_of(groups[key], *key) for key in sorted(groups)]
+        groups[mode, level].append(s)
+        groups[mode, "all"].append(s)
+    metrics = {key: metrics_of(members, *key) for key, members in groups.items()}
+    for level in {level for _, level in groups}:
+        metrics["all", level] = mean_over_modes(
+            [m for (mode, at), m in metrics.items() if at == level and mode != "all"], "all", level
+        )
+    return [metrics[key] for key in sorted(metrics)]

@@ -1,0 +1,146 @@
+"""Runner CPU per episode with a hosted model, against an earlier revision measured in the same run.
+
+Each measurement is a fresh Python process that imports mcp-resili from a source tree and plays
+``--episodes`` ResiliBench episodes of ``openai:bench`` (the real openai SDK, 2 model turns per
+episode) against `lean_model.py` answering at once, at ``--concurrency``, after a warm-up run in the
+same process; it prints the runner's process CPU time per episode (the fake runs in a process of its
+own and is not counted). The baseline is the same against ``git archive BASE`` (default: the revision
+before the providers moved to the SDKs' aiohttp transport); rounds alternate the two sides so load
+from other jobs hits both alike. Reported: each side's median over rounds and the ratio of medians.
+
+    python bench/hosted_cpu.py [--base REV] [--episodes N] [--concurrency C] [--rounds R] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchdocs import write_section
+from episode_cpu import export_revision
+
+ROOT = Path(__file__).resolve().parents[1]
+START, END = "<!-- hosted-cpu:start -->", "<!-- hosted-cpu:end -->"
+#: The last revision whose providers used the SDKs' httpx2 transport (sharded connection pools).
+DEFAULT_BASE = "5087302"
+
+CHILD = r"""
+import json, subprocess, sys, tempfile, time
+from pathlib import Path
+import anyio
+from mcp_resili.client.runner import RunConfig, execute
+from mcp_resili.registry.suites import get_suite
+
+async def main(episodes, concurrency, fake):
+    proc = subprocess.Popen([sys.executable, fake, "--latency", "0"], stdout=subprocess.PIPE, text=True)
+    port = proc.stdout.readline().strip()
+    url = port if port.startswith("http") else f"http://127.0.0.1:{port}/v1"
+    tmp = Path(tempfile.mkdtemp())
+    # The fake answers the same whatever the task: tasks only set what the MCP calls carry.
+    tasks = tuple(t.id for t in get_suite("resilibench").default_tasks[:32])
+    common = dict(models=("openai:bench",), faults=("none",), tasks=tasks, base_url=url, max_turns=2,
+                  concurrency=concurrency)
+    try:
+        await execute(RunConfig(db=tmp / "warm.db", trials=2, **common))
+        cpu = time.process_time()
+        result = await execute(RunConfig(db=tmp / "run.db", trials=episodes // len(tasks), **common))
+        cpu = time.process_time() - cpu
+    finally:
+        proc.kill()
+        proc.wait()
+    completed = sum(1 for r in result.rows if r.termination == "completed")
+    print(json.dumps({"episodes": len(result.rows), "completed": completed, "cpu": cpu}))
+
+anyio.run(main, int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+"""
+
+
+def measure(tree: Path, episodes: int, concurrency: int) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "OPENAI_API_KEY": "not-needed"}
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(episodes), str(concurrency), str(ROOT / "bench" / "lean_model.py")],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    data: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    if data["completed"] != data["episodes"]:
+        raise SystemExit(f"{tree}: {data['episodes'] - data['completed']} episodes did not complete")
+    return data
+
+
+def section(
+    base: str, base_ms: list[float], ours_ms: list[float], args: argparse.Namespace, load: float
+) -> str:
+    b, o = statistics.median(base_ms), statistics.median(ours_ms)
+    paired = statistics.median(x / y for x, y in zip(ours_ms, base_ms, strict=True))
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    lines = [
+        START,
+        "## Runner CPU per episode with a hosted model (`bench/hosted_cpu.py`)",
+        "",
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPUs"
+        f" ({platform.processor() or platform.machine()}), Python {platform.python_version()}; load"
+        f" average at the start {load:.1f}.",
+        "",
+        f"{args.episodes} ResiliBench episodes of `openai:bench` at concurrency {args.concurrency}"
+        " (the real openai SDK, 2 turns per episode) against `bench/lean_model.py` answering at once,"
+        " after a warm-up run in the same process; the runner's CPU only."
+        f" {len(base_ms)} rounds alternating the baseline revision `{base}` (the SDKs' httpx2 transport,"
+        f" one connection pool per 16 episodes in flight) and this revision (`{rev.stdout.strip()}`,"
+        " the SDKs' aiohttp transport, one pool), each a fresh process.",
+        "",
+        "| revision | runner CPU ms / episode (median) | rounds |",
+        "|---|---:|---|",
+        f"| baseline `{base}` | {b:.2f} | {' '.join(f'{x:.2f}' for x in base_ms)} |",
+        f"| this revision | {o:.2f} | {' '.join(f'{x:.2f}' for x in ours_ms)} |",
+        "",
+        f"Ratio this / baseline: **{o / b:.2f}×** (median of per-round ratios {paired:.2f}×).",
+        "",
+        f"Reproduce: `python bench/hosted_cpu.py --base {base} --write-docs`.",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--base", default=DEFAULT_BASE, help="baseline git revision")
+    parser.add_argument("--episodes", type=int, default=640)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        base_tree = export_revision(args.base, Path(tmp))
+        base_ms, ours_ms = [], []
+        for r in range(args.rounds):
+            sides = [("base", base_tree), ("ours", ROOT)]
+            if r % 2:
+                sides.reverse()
+            for name, tree in sides:
+                m = measure(tree, args.episodes, args.concurrency)
+                ms = m["cpu"] / m["episodes"] * 1000
+                (base_ms if name == "base" else ours_ms).append(ms)
+                print(f"round {r + 1} {name}: {ms:.2f} ms CPU/episode ({m['episodes']} episodes)", flush=True)
+    text = section(args.base, base_ms, ours_ms, args, load)
+    print(text)
+    if args.write_docs:
+        write_section(text, START, END)
+
+
+if __name__ == "__main__":
+    main()

@@ -81,9 +81,10 @@ def aiohttp_client(sdk_aiohttp_client: Callable[..., Any]) -> Any:
     """The SDK's aiohttp-backed HTTP client, its pool sized for high concurrency.
 
     The SDKs' default transport (httpx2) spent ~1.4 ms of CPU per request against a local server,
-    and its pool scans every connection on each request; the SDKs' own aiohttp transport spends
-    ~0.8 ms in one pool at a concurrency of 512 (`bench/throughput.py`). aiohttp sets
-    ``TCP_NODELAY`` itself; proxies from the environment still go through httpx2's transport.
+    and its pool scans every connection on each request (we split it into one pool per 16 episodes);
+    the SDKs' own aiohttp transport spends ~0.8 ms in one pool, even at a concurrency of 512: the
+    runner's CPU per episode with a hosted model fell to 0.76× (`bench/hosted_cpu.py`). aiohttp sets
+    ``TCP_NODELAY`` itself.
     """
     import httpx2
 

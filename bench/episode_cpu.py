@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -65,6 +66,24 @@ def export_revision(rev: str, into: Path) -> Path:
     return tree
 
 
+def alternate(
+    rounds: int, base_tree: Path, measure: Callable[[Path], dict[str, float]]
+) -> tuple[list[float], list[float]]:
+    """CPU ms per episode of ``base_tree`` and of this tree, per round; rounds alternate who goes first."""
+    base_ms: list[float] = []
+    ours_ms: list[float] = []
+    for r in range(rounds):
+        sides = [("base", base_tree), ("ours", ROOT)]
+        if r % 2:
+            sides.reverse()
+        for name, tree in sides:
+            m = measure(tree)
+            ms = m["cpu"] / m["episodes"] * 1000
+            (base_ms if name == "base" else ours_ms).append(ms)
+            print(f"round {r + 1} {name}: {ms:.2f} ms CPU/episode ({m['episodes']:.0f} episodes)", flush=True)
+    return base_ms, ours_ms
+
+
 def measure(tree: Path, episodes: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     proc = subprocess.run(
@@ -79,9 +98,26 @@ def measure(tree: Path, episodes: int) -> dict[str, float]:
     return data
 
 
-def section(base: str, base_ms: list[float], ours_ms: list[float], episodes: int, load: float) -> str:
-    b, o = statistics.median(base_ms), statistics.median(ours_ms)
+def ratio(base_ms: list[float], ours_ms: list[float]) -> float:
+    """This revision's median over the baseline's."""
+    return statistics.median(ours_ms) / statistics.median(base_ms)
+
+
+def rounds_table(base: str, base_ms: list[float], ours_ms: list[float], what: str) -> list[str]:
+    """Markdown lines: each side's median and rounds, then the ratio of medians."""
     paired = statistics.median(x / y for x, y in zip(ours_ms, base_ms, strict=True))
+    return [
+        f"| revision | {what} (median) | rounds |",
+        "|---|---:|---|",
+        f"| baseline `{base}` | {statistics.median(base_ms):.2f} | {' '.join(f'{x:.2f}' for x in base_ms)} |",
+        f"| this revision | {statistics.median(ours_ms):.2f} | {' '.join(f'{x:.2f}' for x in ours_ms)} |",
+        "",
+        f"Ratio this / baseline: **{ratio(base_ms, ours_ms):.2f}×**"
+        f" (median of per-round ratios {paired:.2f}×).",
+    ]
+
+
+def section(base: str, base_ms: list[float], ours_ms: list[float], episodes: int, load: float) -> str:
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     lines = [
         START,
@@ -98,13 +134,8 @@ def section(base: str, base_ms: list[float], ours_ms: list[float], episodes: int
         f" {len(base_ms)} rounds alternating the baseline revision `{base}` (the code when issue 15"
         f" was filed) and this revision (`{rev.stdout.strip()}`), each a fresh process.",
         "",
-        "| revision | CPU ms / episode (median) | rounds |",
-        "|---|---:|---|",
-        f"| baseline `{base}` | {b:.2f} | {' '.join(f'{x:.2f}' for x in base_ms)} |",
-        f"| this revision | {o:.2f} | {' '.join(f'{x:.2f}' for x in ours_ms)} |",
-        "",
-        f"Ratio this / baseline: **{o / b:.2f}×** (median of per-round ratios {paired:.2f}×);"
-        f" target ≤ 0.50×: {'**met**' if o / b <= 0.5 else '**not met**'}.",
+        *rounds_table(base, base_ms, ours_ms, "CPU ms / episode"),
+        f"Target ≤ 0.50×: {'**met**' if ratio(base_ms, ours_ms) <= 0.5 else '**not met**'}.",
         "",
         f"Reproduce: `python bench/episode_cpu.py --base {base} --write-docs`.",
         END,
@@ -124,16 +155,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         base_tree = export_revision(args.base, Path(tmp))
-        base_ms, ours_ms = [], []
-        for r in range(args.rounds):
-            sides = [("base", base_tree), ("ours", ROOT)]
-            if r % 2:
-                sides.reverse()
-            for name, tree in sides:
-                m = measure(tree, args.episodes)
-                ms = m["cpu"] / m["episodes"] * 1000
-                (base_ms if name == "base" else ours_ms).append(ms)
-                print(f"round {r + 1} {name}: {ms:.2f} ms CPU/episode ({m['episodes']} episodes)", flush=True)
+        base_ms, ours_ms = alternate(args.rounds, base_tree, lambda tree: measure(tree, args.episodes))
     text = section(args.base, base_ms, ours_ms, args.episodes, load)
     print(text)
     if args.write_docs:

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchdocs import write_section
-from episode_cpu import export_revision
+from episode_cpu import alternate, export_revision, rounds_table
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- hosted-cpu:start -->", "<!-- hosted-cpu:end -->"
@@ -82,8 +81,6 @@ def measure(tree: Path, episodes: int, concurrency: int) -> dict[str, float]:
 def section(
     base: str, base_ms: list[float], ours_ms: list[float], args: argparse.Namespace, load: float
 ) -> str:
-    b, o = statistics.median(base_ms), statistics.median(ours_ms)
-    paired = statistics.median(x / y for x, y in zip(ours_ms, base_ms, strict=True))
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     lines = [
         START,
@@ -100,12 +97,7 @@ def section(
         f" one connection pool per 16 episodes in flight) and this revision (`{rev.stdout.strip()}`,"
         " the SDKs' aiohttp transport, one pool), each a fresh process.",
         "",
-        "| revision | runner CPU ms / episode (median) | rounds |",
-        "|---|---:|---|",
-        f"| baseline `{base}` | {b:.2f} | {' '.join(f'{x:.2f}' for x in base_ms)} |",
-        f"| this revision | {o:.2f} | {' '.join(f'{x:.2f}' for x in ours_ms)} |",
-        "",
-        f"Ratio this / baseline: **{o / b:.2f}×** (median of per-round ratios {paired:.2f}×).",
+        *rounds_table(base, base_ms, ours_ms, "runner CPU ms / episode"),
         "",
         f"Reproduce: `python bench/hosted_cpu.py --base {base} --write-docs`.",
         END,
@@ -126,16 +118,9 @@ def main() -> None:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         base_tree = export_revision(args.base, Path(tmp))
-        base_ms, ours_ms = [], []
-        for r in range(args.rounds):
-            sides = [("base", base_tree), ("ours", ROOT)]
-            if r % 2:
-                sides.reverse()
-            for name, tree in sides:
-                m = measure(tree, args.episodes, args.concurrency)
-                ms = m["cpu"] / m["episodes"] * 1000
-                (base_ms if name == "base" else ours_ms).append(ms)
-                print(f"round {r + 1} {name}: {ms:.2f} ms CPU/episode ({m['episodes']} episodes)", flush=True)
+        base_ms, ours_ms = alternate(
+            args.rounds, base_tree, lambda tree: measure(tree, args.episodes, args.concurrency)
+        )
     text = section(args.base, base_ms, ours_ms, args, load)
     print(text)
     if args.write_docs:

@@ -16,21 +16,9 @@ from mcp_resili.client.model import (
     UserMessage,
 )
 from mcp_resili.client.providers.names import ToolNameMap
-from mcp_resili.client.providers.options import (
-    ProviderOptions,
-    aiohttp_client,
-    api_key,
-    connection_failure,
-    name_map,
-    transport_errors,
-)
-from mcp_resili.client.providers.retry import (
-    ProviderFailure,
-    classify_status,
-    parse_retry_after,
-    with_retries,
-)
-from mcp_resili.client.providers.wire import ToolsJSON, encode_body, parse_answer, read_json_object
+from mcp_resili.client.providers.options import ProviderOptions, SDKEndpoint, name_map
+from mcp_resili.client.providers.retry import with_retries
+from mcp_resili.client.providers.wire import ToolsJSON, encode_body, parse_answer
 
 
 def to_anthropic_messages(messages: tuple[Message, ...], names: ToolNameMap) -> list[dict[str, Any]]:
@@ -73,18 +61,9 @@ class AnthropicModel:
     def __init__(self, model: str, options: ProviderOptions) -> None:
         import anthropic as sdk
 
-        self._sdk = sdk
         self._model = model
         self._options = options
-        # SDK retries are off: ours classify failures and keep provider trouble out of agent scores.
-        self._client = sdk.AsyncAnthropic(
-            api_key=api_key("anthropic", options.base_url),
-            base_url=options.base_url,
-            timeout=options.timeout,
-            max_retries=0,
-            http_client=options.http_client or aiohttp_client(sdk.DefaultAioHttpClient),
-        )
-        self._transport_errors = transport_errors()
+        self._endpoint = SDKEndpoint(sdk, sdk.AsyncAnthropic, "anthropic", options)
         self._tools_json = ToolsJSON(_tool)
 
     @property
@@ -94,25 +73,7 @@ class AnthropicModel:
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
-        await self._client.close()
-
-    async def _attempt(self, body: bytes) -> dict[str, Any]:
-        sdk = self._sdk
-        try:
-            # An encoded body in, plain JSON out (`providers/wire.py`); errors and auth are the SDK's.
-            raw = await self._client.post("/v1/messages", content=body, cast_to=bytes)
-            return read_json_object(raw)
-        except sdk.APIStatusError as exc:
-            raise ProviderFailure(
-                classify_status(exc.status_code, str(exc.message)),
-                str(exc.message),
-                status=exc.status_code,
-                retry_after=parse_retry_after(exc.response.headers),
-            ) from None
-        except sdk.APIConnectionError as exc:  # timeouts are connection errors too
-            raise connection_failure(exc, timed_out=isinstance(exc, sdk.APITimeoutError)) from None
-        except self._transport_errors as exc:
-            raise connection_failure(exc, timed_out=False) from None
+        await self._endpoint.aclose()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """One Messages API call (with retries); tool names are mapped both ways."""
@@ -128,7 +89,7 @@ class AnthropicModel:
             kwargs["temperature"] = self._options.temperature
         body = encode_body(kwargs, self._tools_json(request.tools, names) if request.tools else None)
         reply = await with_retries(
-            lambda: self._attempt(body),
+            lambda: self._endpoint.post("/v1/messages", body),
             policy=self._options.retry,
             sleeper=self._options.sleeper,
             what=self.name,

@@ -20,21 +20,9 @@ from mcp_resili.client.model import (
     UserMessage,
 )
 from mcp_resili.client.providers.names import ToolNameMap
-from mcp_resili.client.providers.options import (
-    ProviderOptions,
-    aiohttp_client,
-    api_key,
-    connection_failure,
-    name_map,
-    transport_errors,
-)
-from mcp_resili.client.providers.retry import (
-    ProviderFailure,
-    classify_status,
-    parse_retry_after,
-    with_retries,
-)
-from mcp_resili.client.providers.wire import ToolsJSON, encode_body, parse_answer, read_json_object
+from mcp_resili.client.providers.options import ProviderOptions, SDKEndpoint, name_map
+from mcp_resili.client.providers.retry import with_retries
+from mcp_resili.client.providers.wire import ToolsJSON, encode_body, parse_answer
 
 #: Where a tool call's unparseable ``arguments`` string is kept, so the agent's mistake stays visible.
 INVALID_ARGUMENTS_KEY = "mcp-resili/invalid_arguments"
@@ -103,18 +91,9 @@ class OpenAIModel:
     def __init__(self, model: str, options: ProviderOptions) -> None:
         import openai as sdk
 
-        self._sdk = sdk
         self._model = model
         self._options = options
-        # SDK retries are off: ours classify failures and keep provider trouble out of agent scores.
-        self._client = sdk.AsyncOpenAI(
-            api_key=api_key("openai", options.base_url),
-            base_url=options.base_url,
-            timeout=options.timeout,
-            max_retries=0,
-            http_client=options.http_client or aiohttp_client(sdk.DefaultAioHttpClient),
-        )
-        self._transport_errors = transport_errors()
+        self._endpoint = SDKEndpoint(sdk, sdk.AsyncOpenAI, "openai", options)
         self._tools_json = ToolsJSON(_function_tool)
 
     @property
@@ -124,26 +103,7 @@ class OpenAIModel:
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
-        await self._client.close()
-
-    async def _attempt(self, body: bytes) -> dict[str, Any]:
-        sdk = self._sdk
-        try:
-            # An encoded body in, plain JSON out (`providers/wire.py`); errors and auth are the SDK's.
-            raw = await self._client.post("/chat/completions", content=body, cast_to=bytes)
-            return read_json_object(raw)
-        except sdk.APIStatusError as exc:
-            message = f"{exc.message} {getattr(exc, 'code', None) or ''}".strip()
-            raise ProviderFailure(
-                classify_status(exc.status_code, message),
-                message,
-                status=exc.status_code,
-                retry_after=parse_retry_after(exc.response.headers),
-            ) from None
-        except sdk.APIConnectionError as exc:  # timeouts are connection errors too
-            raise connection_failure(exc, timed_out=isinstance(exc, sdk.APITimeoutError)) from None
-        except self._transport_errors as exc:
-            raise connection_failure(exc, timed_out=False) from None
+        await self._endpoint.aclose()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """One Chat Completions call (with retries); tool names are mapped both ways."""
@@ -159,7 +119,7 @@ class OpenAIModel:
             kwargs["temperature"] = self._options.temperature
         body = encode_body(kwargs, self._tools_json(request.tools, names) if request.tools else None)
         reply = await with_retries(
-            lambda: self._attempt(body),
+            lambda: self._endpoint.post("/chat/completions", body),
             policy=self._options.retry,
             sleeper=self._options.sleeper,
             what=self.name,

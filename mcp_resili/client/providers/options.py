@@ -13,7 +13,15 @@ import anyio
 from mcp_resili.client.model import ToolDefinition
 from mcp_resili.client.providers.keys import API_KEY_ENV
 from mcp_resili.client.providers.names import ToolNameMap
-from mcp_resili.client.providers.retry import FailureKind, ProviderFailure, RetryPolicy, Sleeper
+from mcp_resili.client.providers.retry import (
+    FailureKind,
+    ProviderFailure,
+    RetryPolicy,
+    Sleeper,
+    classify_status,
+    parse_retry_after,
+)
+from mcp_resili.client.providers.wire import read_json_object
 from mcp_resili.errors import UserError
 
 #: Sent to local OpenAI-compatible servers that want no key (the SDK refuses an empty one).
@@ -127,3 +135,46 @@ def connection_failure(exc: BaseException, *, timed_out: bool) -> ProviderFailur
         return ProviderFailure("timeout" if timed_out else "connection", str(exc))
     kind: FailureKind = "timeout" if timed_out else "connection"
     return ProviderFailure(kind, " ".join(f"{type(cause).__name__}: {cause}".split()))
+
+
+class SDKEndpoint:
+    """A provider SDK's client that posts encoded bodies and reads plain JSON (`providers/wire.py`).
+
+    Auth, headers, timeouts and error answers stay the SDK's; every failure comes out classified as a
+    `ProviderFailure`. SDK retries are off: ours classify failures and keep provider trouble out of
+    agent scores.
+    """
+
+    def __init__(self, sdk: Any, client_class: Any, provider: str, options: ProviderOptions) -> None:
+        self._sdk = sdk
+        self._client = client_class(
+            api_key=api_key(provider, options.base_url),
+            base_url=options.base_url,
+            timeout=options.timeout,
+            max_retries=0,
+            http_client=options.http_client or aiohttp_client(sdk.DefaultAioHttpClient),
+        )
+        self._transport_errors = transport_errors()
+
+    async def post(self, path: str, body: bytes) -> dict[str, Any]:
+        """One attempt: ``body`` posted to ``path``, the answer's JSON object, or `ProviderFailure`."""
+        sdk = self._sdk
+        try:
+            raw = await self._client.post(path, content=body, cast_to=bytes)
+        except sdk.APIStatusError as exc:
+            message = f"{exc.message} {getattr(exc, 'code', None) or ''}".strip()
+            raise ProviderFailure(
+                classify_status(exc.status_code, message),
+                message,
+                status=exc.status_code,
+                retry_after=parse_retry_after(exc.response.headers),
+            ) from None
+        except sdk.APIConnectionError as exc:  # timeouts are connection errors too
+            raise connection_failure(exc, timed_out=isinstance(exc, sdk.APITimeoutError)) from None
+        except self._transport_errors as exc:
+            raise connection_failure(exc, timed_out=False) from None
+        return read_json_object(raw)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.close()

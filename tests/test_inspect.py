@@ -402,6 +402,7 @@ def test_summary_numbers_are_named_by_path_and_pooled_records_stand_for_their_li
             {"mode": "NP", "level": "C1", "tsr": 0.5, "ok": True},
             {"mode": "NP", "level": "all", "tsr": 0.25, "note": "text"},
             {"mode": "all", "level": "C1", "tsr": 0.75},
+            {"mode": "all", "level": "all", "tsr": 0.6},  # overall: named by the list alone
         ],
         "pooled": [{"mode": "NP", "rc": 0.5}, {"mode": "all", "rc": 0.1}],
         "curve": [{"k": 1, "value": 0.9, "ci95": [0.1, 0.9]}, {"k": 2, "value": None}],
@@ -411,6 +412,7 @@ def test_summary_numbers_are_named_by_path_and_pooled_records_stand_for_their_li
     assert numbers(summary) == {
         "marginals.NP.tsr": 0.25,
         "marginals.C1.tsr": 0.75,
+        "marginals.tsr": 0.6,
         "pooled.rc": 0.1,
         "curve.k=1.value": 0.9,
         "one.n": 3.0,

@@ -382,3 +382,47 @@ def test_a_trace_written_by_the_server_scores_through_the_cli(tmp_path, capsys):
     assert result["components"]["mode"] == "P2"
     assert result["components"]["i_recov"] is True and result["components"]["i_succ"] is True
     assert any("switched from" in r for r in result["reasons"])
+
+
+def test_averages_over_modes_take_the_papers_modes_only():
+    """Protocol faults on a mode, or faults of no ToolMaze mode, are conditions of their own."""
+    from mcp_resili.suites.toolmaze.scoring import trace_mode
+
+    def header(plan):
+        return Trace(
+            header=TraceHeader(
+                suite="toolmaze", task="t", episode="e", seed=0, fault_plan=plan, fault_key="k"
+            )
+        )
+
+    protocol = {
+        "kind": "protocol",
+        "profile": "heavy",
+        "rules": [],
+        "base": {"kind": "toolmaze", "mode": "P1"},
+    }
+    assert trace_mode(header(protocol)) == "P1+protocol:heavy"
+    assert trace_mode(header({**protocol, "base": None})) == "NP+protocol:heavy"
+    assert trace_mode(header({"kind": "chaos", "rate": 0.3})) == "other"
+    assert trace_mode(header({"kind": "toolmaze", "mode": "P2"})) == "P2"
+
+    def run(mode, succ):
+        components = {
+            "mode": mode,
+            "level": "C1",
+            "i_succ": succ,
+            "i_pert": True,
+            "i_recov": succ,
+            "c_rec": 0.0,
+        }
+        return Score(suite="toolmaze", task="t", label="full", value=1.0, components=components)
+
+    keyed = {
+        (m.mode, m.level): m
+        for m in aggregate([run("P1", True), run("P1+protocol:heavy", False), run("other", False)])
+    }
+    assert keyed["P1+protocol:heavy", "all"].tsr == 0.0 and keyed["other", "all"].tsr == 0.0
+    assert keyed["all", "all"].tsr == 1.0 and keyed["all", "all"].n == 1  # P1 alone
+    assert ("all", "C1") in keyed
+    only_others = {(m.mode, m.level) for m in aggregate([run("other", True)])}
+    assert only_others == {("other", "C1"), ("other", "all")}  # no average of no paper mode

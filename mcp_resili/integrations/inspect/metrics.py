@@ -113,11 +113,21 @@ def _named_records(records: list[Mapping[str, Any]]) -> list[tuple[str, Mapping[
         and len({r[key] for r in records}) == len(records)
     ]
     keys = text or counters[:1]
-    pooling = max((sum(r[k] == "all" for k in text) for r in records), default=0)
-    if pooling:
-        # Breakdowns that also pool (ToolMaze: per mode over all levels, per level over all modes):
-        # the most pooled records stand for the list, named by what they do not pool.
-        records = [r for r in records if sum(r[k] == "all" for k in text) == pooling]
+
+    def pooled(record: Mapping[str, Any]) -> int:
+        return sum(record[k] == "all" for k in text)
+
+    overall: list[tuple[str, Mapping[str, Any]]] = []
+    levels = sorted({pooled(r) for r in records} - {0})
+    if levels:
+        # Breakdowns that also pool (ToolMaze: per mode over all levels, per level over all modes, and
+        # all of both): the records pooling one field stand for the list, named by what they do not
+        # pool; one pooling every field is the overall value, named by the list alone.
+        if len(levels) > 1 and levels[-1] == len(text):
+            overall = [
+                ("", {k: v for k, v in r.items() if k not in keys}) for r in records if pooled(r) == len(text)
+            ]
+        records = [r for r in records if pooled(r) == levels[0]]
 
     def name(record: Mapping[str, Any]) -> str:
         return ".".join(
@@ -130,7 +140,8 @@ def _named_records(records: list[Mapping[str, Any]]) -> list[tuple[str, Mapping[
     if len(set(names)) != len(names) or (len(names) > 1 and "" in names):
         return [(str(n), r) for n, r in enumerate(records)]
     # The fields that name a record are in its name already.
-    return [(n, {k: v for k, v in r.items() if k not in keys}) for n, r in zip(names, records, strict=True)]
+    named = [(n, {k: v for k, v in r.items() if k not in keys}) for n, r in zip(names, records, strict=True)]
+    return named + overall[:1]
 
 
 @metric(scores="unreduced")

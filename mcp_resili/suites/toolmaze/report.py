@@ -14,6 +14,7 @@ from mcp_resili.report.svg import Bar, bar_chart, heatmap
 from mcp_resili.scoring.model import Score
 from mcp_resili.scoring.passk import wilson
 from mcp_resili.store import EpisodeRow
+from mcp_resili.suites.toolmaze.faults import MODES
 from mcp_resili.suites.toolmaze.scoring import aggregate
 
 #: Columns of the metrics table, terminal and HTML alike (the terminal adds the composite).
@@ -182,8 +183,13 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
         return []
     cells = {key: _pooled(members) for key, members in groups.items()}
     for model, variant, level in {(model, variant, level) for model, variant, _, level in groups}:
-        per_mode = [c for (mo, va, _, lv), c in cells.items() if (mo, va, lv) == (model, variant, level)]
-        cells[model, variant, "all", level] = _averaged(per_mode)
+        per_mode = [
+            c
+            for (mo, va, mode, lv), c in cells.items()
+            if (mo, va, lv) == (model, variant, level) and mode in MODES  # the paper's modes only
+        ]
+        if per_mode:
+            cells[model, variant, "all", level] = _averaged(per_mode)
     data: list[dict[str, Any]] = []
     table_rows = []
     for (model, variant, mode, level), cell in sorted(cells.items()):

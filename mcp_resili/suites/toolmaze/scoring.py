@@ -51,7 +51,7 @@ from typing import Any
 
 from mcp_resili.scoring.model import Score
 from mcp_resili.suites.toolmaze.corrupt import CorruptFault, changed_paths, consumed_paths, get_path
-from mcp_resili.suites.toolmaze.faults import TRANSIENT_MODES
+from mcp_resili.suites.toolmaze.faults import MODES, TRANSIENT_MODES
 from mcp_resili.suites.toolmaze.library import corpus_index
 from mcp_resili.suites.toolmaze.model import PathStep, ToolMazeTask, path_links
 from mcp_resili.tasks.model import Task
@@ -62,17 +62,29 @@ ABORT_PHRASE = "task aborted"
 TOLERANCE = 0.005
 
 
+def _plan_mode(plan: Mapping[str, Any]) -> str:
+    """The mode of a plan of ours: ``NP`` (no faults), a ToolMaze mode, or ``other``."""
+    if plan.get("kind") == "toolmaze":
+        return str(plan.get("mode", "other"))
+    return "NP" if plan.get("kind") == "none" else "other"
+
+
 def trace_mode(trace: Trace) -> str:
     """The ToolMaze mode a trace ran under: ``NP``, ``P1``…``P4``, or ``other``.
 
     From the header's fault plan when our server or runner wrote it; for a run against an external
-    server (header plan ``external``) from the first ToolMaze fault in the events' ledger.
+    server (header plan ``external``) from the first ToolMaze fault in the events' ledger. Protocol
+    faults on top of a mode make a condition of their own, e.g. ``P1+protocol:heavy`` (not a paper
+    mode: `aggregate` shows it, and leaves it out of its averages over the modes).
     """
     plan = trace.header.fault_plan
-    if plan.get("kind") == "toolmaze":
-        return str(plan.get("mode", "other"))
-    if plan.get("kind") == "none":
-        return "NP"
+    if plan.get("kind") == "protocol":
+        base = plan.get("base")
+        inner = _plan_mode(base) if isinstance(base, dict) else "NP"
+        return f"{inner}+protocol:{plan.get('profile') or 'custom'}" if inner != "other" else "other"
+    mode = _plan_mode(plan)
+    if mode != "other":
+        return mode
     for call in trace.tool_calls:
         if call.fault is not None and call.decision is not None and call.decision.plan == "toolmaze":
             return {(True, True): "P1", (True, False): "P2", (False, True): "P3", (False, False): "P4"}[
@@ -479,7 +491,7 @@ def aggregate(scores: Iterable[Score]) -> list[Metrics]:
         groups[mode, "all"].append(s)
     metrics = {key: metrics_of(members, *key) for key, members in groups.items()}
     for level in {level for _, level in groups}:
-        metrics["all", level] = mean_over_modes(
-            [m for (mode, at), m in metrics.items() if at == level and mode != "all"], "all", level
-        )
+        per_mode = [m for (mode, at), m in metrics.items() if at == level and mode in MODES]
+        if per_mode:  # other conditions (``other``, ``P1+protocol:heavy``) are not the paper's modes
+            metrics["all", level] = mean_over_modes(per_mode, "all", level)
     return [metrics[key] for key in sorted(metrics)]

@@ -223,6 +223,11 @@ def test_writing_over_the_results_database_is_refused_and_it_survives(run_db, tm
             "the score of",
         ),
         ("UPDATE episodes SET score = '[1]' WHERE rowid = (SELECT min(rowid) FROM episodes)", "the score of"),
+        (
+            "UPDATE episodes SET score = json_set(score, '$.components', 'x') "
+            "WHERE rowid = (SELECT min(rowid) FROM episodes)",
+            "the score of",
+        ),
         ("UPDATE runs SET config = '{'", "the configuration of run"),
         ("UPDATE runs SET config = '[1]'", "the configuration of run"),
     ],
@@ -243,7 +248,21 @@ def test_a_damaged_stored_value_is_one_line_naming_it(run_db, tmp_path, capsys, 
     assert named in line and "damaged" in line
 
 
-def test_a_stored_config_of_the_wrong_types_is_refused_on_resume(run_db, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ("json_set(config, '$.models', 5)", "stored run config is damaged: models"),
+        (
+            """json_set(config, '$.fault_plans', json('[["resilibench", "not json"]]'))""",
+            "stored plan of fault spec 'resilibench' is damaged",
+        ),
+        (
+            """json_set(config, '$.fault_plans', json('[["resilibench", "{\\"kind\\": \\"nope\\"}"]]'))""",
+            "stored plan of fault spec 'resilibench' is damaged",
+        ),
+    ],
+)
+def test_a_stored_config_damaged_inside_is_refused_on_resume(run_db, tmp_path, capsys, damage, expected):
     import sqlite3
 
     db, _ = run_db
@@ -251,7 +270,24 @@ def test_a_stored_config_of_the_wrong_types_is_refused_on_resume(run_db, tmp_pat
     copy.write_bytes(db.read_bytes())
     run_id, _ = stored(copy)
     with sqlite3.connect(copy) as conn:
-        conn.execute("""UPDATE runs SET config = json_set(config, '$.models', 5)""")
+        conn.execute(f"UPDATE runs SET config = {damage}")
     assert main(["run", "--resume", run_id, "--db", str(copy)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "stored run config is damaged: models" in line
+    assert expected in line
+
+
+def test_a_suite_score_missing_a_field_is_one_line_in_report_and_resume(tmp_path, capsys):
+    import sqlite3
+
+    import anyio
+
+    db = tmp_path / "tm.db"
+    config = RunConfig(suite="toolmaze", db=db, trials=1, limit=2, faults=("toolmaze:P1",), time_scale=0)
+    run_id = anyio.run(lambda: execute(config)).run_id
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE episodes SET score = json_remove(score, '$.components.level') WHERE rowid = 1")
+        conn.execute("DELETE FROM episodes WHERE rowid = 2")  # so the resume has an episode to play
+    for argv in (["report", run_id], ["run", "--resume", run_id]):
+        assert main([*argv, "--db", str(db)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert "toolmaze scores of this run cannot be summarised (KeyError: 'level')" in line

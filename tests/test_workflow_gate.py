@@ -76,6 +76,10 @@ def test_the_gate_tests_unrounded_scores_against_its_thresholds():
         "missing_steps: chain_f1 = 0.666667 < 0.66667",
     )
     assert compare(golden, candidate, [AlertRule("missing_steps", ("chain_f1",), 2 / 3)]).alerts == ()
+    closer = AlertRule("missing_steps", ("chain_f1",), 0.6666667)  # equal to 6 digits: all digits shown
+    assert compare(golden, candidate, [closer]).alerts == (
+        "missing_steps: chain_f1 = 0.6666666666666666 < 0.6666667",
+    )
 
 
 def test_one_missing_step_in_ten_raises_no_alert_under_the_tool_thresholds():

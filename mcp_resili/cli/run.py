@@ -422,12 +422,16 @@ def _summary_payload(config: RunConfig, result: RunResult, summaries: list[Any])
 def _print_summary(config: RunConfig, result: RunResult, args: argparse.Namespace, err: Console) -> None:
     from mcp_resili.registry.suites import get_suite
     from mcp_resili.report import summarize, summary_table
+    from mcp_resili.report.build import damaged_scores
     from mcp_resili.report.coping import coping_section
     from mcp_resili.report.terminal import section_tables
 
     suite = get_suite(config.suite)
     summaries = summarize(result.rows, args.by, suite.task_info if args.by else None)
-    suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
+    try:
+        suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # resumed rows edited by hand
+        raise damaged_scores(suite.name, exc) from None
     coping = coping_section(result.rows)  # protocol faults: recovery per fault type
     if args.json:
         payload = _summary_payload(config, result, summaries)

@@ -19,7 +19,7 @@ from mcp_resili.client.model import ARCHITECTURES
 from mcp_resili.client.providers import DEFAULT_MODELS, validate_model_spec
 from mcp_resili.errors import UserError
 from mcp_resili.faults import BasePlan, parse_fault_spec
-from mcp_resili.faults.base import parse_plan
+from mcp_resili.faults.base import FaultSpecError, parse_plan
 from mcp_resili.faults.rng import derive_rng
 from mcp_resili.registry.suites import DEFAULT_SUITE, Suite
 from mcp_resili.scoring.termination import STOP_RULE_SETS, StopRules, resolve_stop_rules
@@ -354,7 +354,12 @@ def chains(config: RunConfig, todo: Sequence[PlannedEpisode]) -> list[list[Plann
 def fault_plan(config: RunConfig, spec: str, suite: Suite) -> BasePlan:
     """The plan of fault spec ``spec``: the one the run started with, else parsed from the spec now."""
     frozen = dict(config.fault_plans).get(spec)
-    return parse_fault_spec(spec, suite) if frozen is None else parse_plan(json.loads(frozen))
+    if frozen is None:
+        return parse_fault_spec(spec, suite)
+    try:
+        return parse_plan(json.loads(frozen))
+    except (ValueError, FaultSpecError) as exc:  # a stored config edited or corrupted
+        raise RunConfigError(f"the run's stored plan of fault spec {spec!r} is damaged: {exc}") from None
 
 
 def freeze_fault_plans(config: RunConfig, suite: Suite) -> RunConfig:

@@ -402,6 +402,14 @@ def cost_section(rows: Sequence[EpisodeRow]) -> ReportSection:
     )
 
 
+def damaged_scores(suite: str, exc: Exception) -> ReportError:
+    """The one-line error for stored scores a suite's summary cannot read (edited, or foreign)."""
+    return ReportError(
+        f"the {suite} scores of this run cannot be summarised ({type(exc).__name__}: {exc}); "
+        "were they edited, or written by another version?"
+    )
+
+
 def build_report(run: RunRow, rows: Sequence[EpisodeRow], by: Sequence[str] = ()) -> Report:
     """All sections of one run: the outcome table, the suite's sections, then the other generic ones."""
     suite = suite_or_none(run.suite)
@@ -417,7 +425,10 @@ def build_report(run: RunRow, rows: Sequence[EpisodeRow], by: Sequence[str] = ()
         cost_section(rows),
     ]
     if suite is not None and suite.report_sections is not None:
-        sections[1:1] = suite.report_sections(rows)
+        try:
+            sections[1:1] = suite.report_sections(rows)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise damaged_scores(suite.name, exc) from None
     coping = coping_section(rows)
     if coping is not None:
         sections.insert(1, coping)

@@ -202,6 +202,16 @@ class Store:
                 f"{self.path}: {what} is damaged (not a JSON object); the database was edited or corrupted"
             ) from None
 
+    def _score(self, text: str, episode_id: str) -> dict[str, Any]:
+        """A stored score: a JSON object whose ``components`` is an object and ``reasons`` a list."""
+        what = f"the score of episode {episode_id}"
+        score = self._json(text, what)
+        if not isinstance(score.get("components", {}), dict) or not isinstance(
+            score.get("reasons", []), list
+        ):
+            raise StoreError(f"{self.path}: {what} is damaged (components or reasons of the wrong type)")
+        return score
+
     def episodes(self, run_id: str) -> list[EpisodeRow]:
         """All stored episodes of a run, in a stable order."""
         return list(self.iter_episodes(run_id))
@@ -225,7 +235,7 @@ class Store:
                 termination=r[7],
                 label=r[8],
                 value=r[9],
-                score=None if r[10] is None else self._json(r[10], f"the score of episode {r[1]}"),
+                score=None if r[10] is None else self._score(r[10], r[1]),
                 trace=r[11],
                 input_tokens=r[12],
                 output_tokens=r[13],

@@ -129,6 +129,12 @@ class Verdict:
         }
 
 
+def _below(value: float, threshold: float) -> str:
+    """'value < threshold' with as many digits as it takes to tell them apart (6, else all)."""
+    short = f"{value:.6g}", f"{threshold:.6g}"
+    return " < ".join(short if short[0] != short[1] else (repr(value), repr(threshold)))
+
+
 def compare(
     golden: WorkflowGraph,
     candidate: WorkflowGraph,
@@ -156,5 +162,5 @@ def compare(
             if metric not in GATE_METRICS:
                 raise ValueError(f"rule {rule.failure_mode} names unknown metric {metric!r}")
             if values[metric] < rule.threshold:
-                alerts.append(f"{rule.failure_mode}: {metric} = {values[metric]:.6g} < {rule.threshold:.6g}")
+                alerts.append(f"{rule.failure_mode}: {metric} = {_below(values[metric], rule.threshold)}")
     return Verdict(scores=scores, alerts=tuple(alerts), rules=resolved, threshold_set=set_name, graph=graph)

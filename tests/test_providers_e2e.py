@@ -419,3 +419,49 @@ async def test_a_group_of_infrastructure_errors_only_reports_no_rates_not_zero(t
     (line,) = [row for row in capsys.readouterr().out.splitlines() if "openai:down" in row and "react" in row]
     assert re.search(r"│\s+2\s+│\s+–\s+│\s+–\s+│\s+–\s+│", line), line  # episodes, then 3 levels
     assert main(["report", "--db", str(tmp_path / "r.db"), "--html", str(tmp_path / "page.html")]) == 0
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_time_limit_that_runs_out_while_the_provider_is_retried_is_an_infrastructure_error(
+    tmp_path, provider
+):
+    """429s with Retry-After: the episode's clock runs out while the harness waits, not the agent."""
+    fake = FakeModelServer(oracle_policy(), failures=lambda n: Failure(429, headers={"retry-after": "30"}))
+
+    async def waits_out_the_retry_after(seconds):
+        await anyio.sleep_forever()  # the time limit ends it
+
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=(f"{provider}:fake",),
+                trials=1,
+                limit=1,
+                time_limit=0.2,
+                base_url=base_url(provider, url),
+            ),
+            model_options={"sleeper": waits_out_the_retry_after},
+        )
+    (row,) = result.rows
+    assert (row.termination, row.label, row.score) == ("infrastructure_error", None, None)
+    end = Trace.from_lines(row.trace.splitlines()).end
+    assert end is not None and "ran out while" in end.detail and "429" in end.detail
+
+
+async def test_a_model_that_answers_slowly_past_the_time_limit_is_the_agents_time_limit(tmp_path):
+    """No failure, only a slow answer: that is the model's own pace, so the episode is scored."""
+    fake = FakeModelServer(oracle_policy(), latency=1)
+    async with serve(fake.app) as url:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db",
+                models=("openai:slow",),
+                trials=1,
+                limit=1,
+                time_limit=0.2,
+                base_url=base_url("openai", url),
+            )
+        )
+    (row,) = result.rows
+    assert row.termination == "time_limit" and row.label is not None

@@ -19,9 +19,11 @@ import mcp_resili
 from mcp_resili import DISCOVERY_TOOLS, META_EPISODE, META_EVENT, TRACE_METHOD
 from mcp_resili.client.model import (
     CONTINUE_WITH,
+    HARNESS_WAIT,
     REFLECTION_CHARS,
     AssistantMessage,
     ContextWindowExceededError,
+    HarnessWait,
     InfrastructureError,
     Message,
     Model,
@@ -515,10 +517,19 @@ async def play_episode(
     definitions = tool_definitions(tools)
     state.tools = tools
     limit = episode.time_limit if episode.time_limit is not None else math.inf
-    with anyio.move_on_after(limit) as scope:
-        await _loop(client, model, episode, definitions, rules, state, recorded)
+    wait = HarnessWait()
+    token = HARNESS_WAIT.set(wait)
+    try:
+        with anyio.move_on_after(limit) as scope:
+            await _loop(client, model, episode, definitions, rules, state, recorded)
+    finally:
+        HARNESS_WAIT.reset(token)
     definitions = tool_definitions(state.tools)
-    if scope.cancelled_caught:
+    if scope.cancelled_caught and wait.reason is not None:
+        # The clock ran out on the harness (a provider being retried, the run's rate limits): void.
+        state.termination = "infrastructure_error"
+        state.detail = f"the time limit of {episode.time_limit}s ran out while {wait.reason}"
+    elif scope.cancelled_caught:
         state.termination, state.detail = "time_limit", f"episode exceeded {episode.time_limit}s"
     if recorded is not None and recorded.at_end is not None:
         try:

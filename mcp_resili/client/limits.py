@@ -32,6 +32,7 @@ from mcp_resili.client.model import (
     ToolDefinition,
     ToolResultsMessage,
     UserMessage,
+    harness_waiting,
 )
 from mcp_resili.client.pricing import CHARS_PER_TOKEN, OUTPUT_TOKENS_PER_TURN, PriceTable
 from mcp_resili.client.providers import HOSTED_PROVIDERS, provider_of
@@ -244,7 +245,8 @@ class LimitedModel:
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Ask the allowance, call the model, charge the call."""
         estimated = estimate_request_tokens(request)
-        await self._allowance.admit(self._key, estimated)
+        with harness_waiting("the run's cost cap and rate limits held the model call"):
+            await self._allowance.admit(self._key, estimated)
         response = await self._model.generate(request)
         used = response.input_tokens + response.output_tokens
         cost = self._prices.cost(self._spec, response.input_tokens, response.output_tokens) or 0.0

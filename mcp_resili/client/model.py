@@ -6,6 +6,9 @@ response. Provider failures raise `InfrastructureError` and are never scored as 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -122,6 +125,29 @@ class ModelResponse:
 
 class InfrastructureError(Exception):
     """The model API failed (after retries): the episode is void, not an agent failure."""
+
+
+@dataclass
+class HarnessWait:
+    """What the harness, not the agent, is waiting on in the current episode (None: nothing)."""
+
+    reason: str | None = None
+
+
+#: Set per episode by `play_episode`: provider retries and the run's rate limits say here what they
+#: wait on, so a time limit that runs out meanwhile ends the episode as the harness's trouble.
+HARNESS_WAIT: ContextVar[HarnessWait | None] = ContextVar("mcp_resili_harness_wait", default=None)
+
+
+@contextmanager
+def harness_waiting(reason: str) -> Iterator[None]:
+    """Mark the episode as waiting on the harness for the body (left marked if it is cut short)."""
+    wait = HARNESS_WAIT.get()
+    if wait is not None:
+        wait.reason = reason
+    yield
+    if wait is not None:
+        wait.reason = None
 
 
 class ContextWindowExceededError(Exception):

@@ -26,7 +26,7 @@ from typing import Literal, TypeVar
 
 import anyio
 
-from mcp_resili.client.model import ContextWindowExceededError, InfrastructureError
+from mcp_resili.client.model import HARNESS_WAIT, ContextWindowExceededError, InfrastructureError
 from mcp_resili.client.providers.keys import API_KEY_ENV, redact
 
 logger = logging.getLogger(__name__)
@@ -137,9 +137,10 @@ async def with_retries(
     Raises `ContextWindowExceededError` for ``context`` failures and `InfrastructureError` for fatal
     ones or when attempts run out.
     """
+    wait = HARNESS_WAIT.get()
     for number in range(1, policy.max_attempts + 1):
         try:
-            return await attempt()
+            result = await attempt()
         except ProviderFailure as failure:
             if failure.kind == "context":
                 raise ContextWindowExceededError(f"{what}: {failure}") from None
@@ -149,11 +150,17 @@ async def with_retries(
                 raise InfrastructureError(
                     f"{what} failed after {policy.max_attempts} attempts: {failure}"
                 ) from None
-            wait = policy.delay(number, failure)
-            logger.info("%s: attempt %d failed (%s); retrying in %.2fs", what, number, failure, wait)
+            delay = policy.delay(number, failure)
+            logger.info("%s: attempt %d failed (%s); retrying in %.2fs", what, number, failure, delay)
             if on_retry is not None:
-                on_retry(failure, wait)
-            await sleeper(wait)
+                on_retry(failure, delay)
+            if wait is not None:  # until an attempt succeeds, the episode waits on the provider
+                wait.reason = f"{what} was being retried ({failure})"
+            await sleeper(delay)
+        else:
+            if wait is not None:
+                wait.reason = None
+            return result
     raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
 

@@ -220,3 +220,25 @@ def test_a_resume_plays_the_fault_plan_the_run_started_with_not_the_file_as_it_i
         conn.execute("DELETE FROM episodes WHERE rowid % 3 = 0")
     assert main(["run", "--resume", run_id, "--db", str(db), "--json"]) == 0
     assert stored_comparable(db, run_id) == whole
+
+
+def test_a_run_stored_before_runs_kept_their_plans_resumes_with_the_plan_its_traces_recorded(
+    tmp_path, monkeypatch, capsys
+):
+    import sqlite3
+
+    monkeypatch.chdir(tmp_path)
+    rules = {"kind": "rules", "rules": [{"tool": "*", "calls": [1], "fault": {"type": "connection_reset"}}]}
+    (tmp_path / "faults.json").write_text(json.dumps(rules))
+    db = tmp_path / "r.db"
+    argv = ["run", "--db", str(db), "--faults", "faults.json", "--limit", "3", "--trials", "2", "--json"]
+    assert main(argv) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    whole = stored_comparable(db, run_id)
+    with sqlite3.connect(db) as conn:  # what an older revision stored: no plans in the config
+        conn.execute("UPDATE runs SET config = json_remove(config, '$.fault_plans')")
+        conn.execute("DELETE FROM episodes WHERE rowid % 2 = 0")
+    rules["rules"][0]["calls"] = [2]  # the file changed since
+    (tmp_path / "faults.json").write_text(json.dumps(rules))
+    assert main(["run", "--resume", run_id, "--db", str(db), "--json"]) == 0
+    assert stored_comparable(db, run_id) == whole

@@ -373,6 +373,27 @@ def freeze_fault_plans(config: RunConfig, suite: Suite) -> RunConfig:
     return replace(config, fault_plans=plans)
 
 
+def plans_of_stored_episodes(db: Path, run_id: str, specs: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """The fault plan each spec's stored episodes played, from their trace headers.
+
+    For runs stored before the config kept its plans: a resume then plays what the run started with
+    too, not a fault file as it is now. Specs with no stored episode yet are left out.
+    """
+    wanted, found = set(specs), {}
+    store = Store(db)
+    try:
+        for row in store.iter_episodes(run_id):
+            if row.faults in wanted and row.faults not in found:
+                header = json.loads(row.trace.split("\n", 1)[0] or "{}")
+                if isinstance(header, dict) and isinstance(header.get("fault_plan"), dict):
+                    found[row.faults] = json.dumps(header["fault_plan"])  # key order kept
+                if len(found) == len(wanted):
+                    break
+    finally:
+        store.close()
+    return tuple((spec, found[spec]) for spec in specs if spec in found)
+
+
 def load_run_config(db: Path, run_id: str) -> RunConfig:
     """The stored configuration of ``run_id`` in ``db`` (to resume it)."""
     if not db.exists():

@@ -35,6 +35,7 @@ from mcp_resili.client.plan import (
     freeze_fault_plans,
     load_run_config,
     plan_episodes,
+    plans_of_stored_episodes,
     stop_rules_for,
 )
 from mcp_resili.client.pricing import CostEstimate, PriceTable, estimate_cost, load_price_table
@@ -190,7 +191,11 @@ def _resumed_config(config: RunConfig, resume: str) -> RunConfig:
             f"--resume {resume}: the run was stored with different {', '.join(changed)}; "
             "a resume plays the stored configuration"
         )
-    return replace(config, fault_plans=stored.fault_plans)
+    plans = stored.fault_plans
+    if not plans and config.server is None:  # stored before runs kept their plans
+        suite = get_suite(config.suite)
+        plans = plans_of_stored_episodes(config.db, resume, config.faults or (suite.default_faults,))
+    return replace(config, fault_plans=plans)
 
 
 @contextmanager

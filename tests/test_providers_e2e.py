@@ -52,10 +52,10 @@ def outcomes(rows):
     return out
 
 
-async def run_hosted(tmp_path, model, url, **config):
-    """One trial per task of ``model`` at ``url``; retries wait on a recorder, never the clock."""
+async def run_hosted(tmp_path, model, url, sleeper=None, **config):
+    """One trial per task of ``model`` at ``url``; retries wait on ``sleeper`` (a recorder), not the clock."""
     run = RunConfig(db=tmp_path / "r.db", models=(model,), trials=1, base_url=url, **config)
-    return await execute(run, model_options={"sleeper": Sleeps()})
+    return await execute(run, model_options={"sleeper": sleeper or Sleeps()})
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -432,16 +432,9 @@ async def test_a_time_limit_that_runs_out_while_the_provider_is_retried_is_an_in
         await anyio.sleep_forever()  # the time limit ends it
 
     async with serve(fake.app) as url:
-        result = await execute(
-            RunConfig(
-                db=tmp_path / "r.db",
-                models=(f"{provider}:fake",),
-                trials=1,
-                limit=1,
-                time_limit=0.2,
-                base_url=base_url(provider, url),
-            ),
-            model_options={"sleeper": waits_out_the_retry_after},
+        url = base_url(provider, url)
+        result = await run_hosted(
+            tmp_path, f"{provider}:fake", url, waits_out_the_retry_after, limit=1, time_limit=0.2
         )
     (row,) = result.rows
     assert (row.termination, row.label, row.score) == ("infrastructure_error", None, None)
@@ -453,15 +446,6 @@ async def test_a_model_that_answers_slowly_past_the_time_limit_is_the_agents_tim
     """No failure, only a slow answer: that is the model's own pace, so the episode is scored."""
     fake = FakeModelServer(oracle_policy(), latency=1)
     async with serve(fake.app) as url:
-        result = await execute(
-            RunConfig(
-                db=tmp_path / "r.db",
-                models=("openai:slow",),
-                trials=1,
-                limit=1,
-                time_limit=0.2,
-                base_url=base_url("openai", url),
-            )
-        )
+        result = await run_hosted(tmp_path, "openai:slow", base_url("openai", url), limit=1, time_limit=0.2)
     (row,) = result.rows
     assert row.termination == "time_limit" and row.label is not None

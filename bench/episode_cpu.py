@@ -143,23 +143,41 @@ def section(base: str, base_ms: list[float], ours_ms: list[float], episodes: int
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--base", default=DEFAULT_BASE, help="baseline git revision")
-    parser.add_argument("--episodes", type=int, default=400)
+def revision_parser(doc: str | None, base: str, episodes: int) -> argparse.ArgumentParser:
+    """The options of a bench against a base revision: --base, --episodes, --rounds, --write-docs."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", default=base, help="baseline git revision")
+    parser.add_argument("--episodes", type=int, default=episodes)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--write-docs", action="store_true")
-    args = parser.parse_args()
+    return parser
+
+
+def against_base(
+    args: argparse.Namespace,
+    measure: Callable[[Path], dict[str, float]],
+    section: Callable[[list[float], list[float], float], str],
+    markers: tuple[str, str],
+) -> None:
+    """Measure this tree against ``args.base`` in alternating rounds; print (and write) the section."""
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         base_tree = export_revision(args.base, Path(tmp))
-        base_ms, ours_ms = alternate(args.rounds, base_tree, lambda tree: measure(tree, args.episodes))
-    text = section(args.base, base_ms, ours_ms, args.episodes, load)
+        base_ms, ours_ms = alternate(args.rounds, base_tree, measure)
+    text = section(base_ms, ours_ms, load)
     print(text)
     if args.write_docs:
-        write_section(text, START, END)
+        write_section(text, *markers)
+
+
+def main() -> None:
+    args = revision_parser(__doc__, DEFAULT_BASE, 400).parse_args()
+    against_base(
+        args,
+        lambda tree: measure(tree, args.episodes),
+        lambda base_ms, ours_ms, load: section(args.base, base_ms, ours_ms, args.episodes, load),
+        (START, END),
+    )
 
 
 if __name__ == "__main__":

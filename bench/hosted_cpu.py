@@ -19,12 +19,10 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchdocs import write_section
-from episode_cpu import alternate, export_revision, rounds_table
+from episode_cpu import against_base, revision_parser, rounds_table
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- hosted-cpu:start -->", "<!-- hosted-cpu:end -->"
@@ -106,25 +104,15 @@ def section(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--base", default=DEFAULT_BASE, help="baseline git revision")
-    parser.add_argument("--episodes", type=int, default=640)
+    parser = revision_parser(__doc__, DEFAULT_BASE, 640)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
-    load = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as tmp:
-        base_tree = export_revision(args.base, Path(tmp))
-        base_ms, ours_ms = alternate(
-            args.rounds, base_tree, lambda tree: measure(tree, args.episodes, args.concurrency)
-        )
-    text = section(args.base, base_ms, ours_ms, args, load)
-    print(text)
-    if args.write_docs:
-        write_section(text, START, END)
+    against_base(
+        args,
+        lambda tree: measure(tree, args.episodes, args.concurrency),
+        lambda base_ms, ours_ms, load: section(args.base, base_ms, ours_ms, args, load),
+        (START, END),
+    )
 
 
 if __name__ == "__main__":

@@ -164,3 +164,49 @@ def test_a_listing_broken_outside_its_tools_is_a_finding_and_its_tools_are_kept(
         and "nextCursor" in finding.message
         and "got 5" in finding.message
     )
+
+
+def test_write_config_keeps_the_files_mode_its_link_and_everything_it_cannot_rewrite(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    monkeypatch.chdir(tmp_path)
+    real = tmp_path / "real.json"
+    real.write_text(json.dumps({"mcpServers": {"gh": {"env": {"GITHUB_TOKEN": "secret"}}}, "name": "Äpfel"}))
+    real.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    # A planted link where a fixed temporary name would go: never written through.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "link.json.tmp").symlink_to(victim)
+    (tmp_path / ".real.json.tmp").symlink_to(victim)
+    write_config("claude-desktop", "chaos", server_entry(), link)
+    assert link.is_symlink() and stat.S_IMODE(real.stat().st_mode) == 0o600
+    data = json.loads(real.read_text(encoding="utf-8"))
+    assert data["name"] == "Äpfel" and "Äpfel" in real.read_text(encoding="utf-8")  # not \u00c4
+    assert data["mcpServers"]["gh"]["env"]["GITHUB_TOKEN"] == "secret" and "chaos" in data["mcpServers"]
+    assert victim.read_text() == "keep me" and sorted(os.listdir(tmp_path)) == sorted(
+        [".real.json.tmp", "link.json", "link.json.tmp", "real.json", "victim.txt"]
+    )
+    # Another server under the same name is not replaced unless asked.
+    before = real.read_text()
+    with pytest.raises(ClientConfigError, match="already has a different server 'chaos'"):
+        write_config("claude-desktop", "chaos", server_entry(upstream="npx other"), real)
+    assert real.read_text() == before
+    write_config("claude-desktop", "chaos", server_entry(upstream="npx other"), real, replace=True)
+    assert json.loads(real.read_text())["mcpServers"]["chaos"]["args"][-1] == "npx other"
+    for text, why in (
+        ('{"a": 1, "a": 2}', "appears twice"),
+        ('{"a": 1e400}', "does not fit"),
+        ('{"a": NaN}', "NaN"),
+    ):
+        real.write_text(text)
+        with pytest.raises(ClientConfigError, match=why):
+            write_config("claude-desktop", "chaos", server_entry(), real)
+        assert real.read_text() == text
+    real.write_text("{}")
+    real.chmod(0o444)
+    with pytest.raises(ClientConfigError, match="read-only"):
+        write_config("claude-desktop", "chaos", server_entry(), real)
+    assert real.read_text() == "{}"

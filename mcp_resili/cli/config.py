@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
+import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -97,26 +100,76 @@ def render_config(client: str, name: str, entry: dict[str, Any]) -> dict[str, An
     return {CLIENTS[client]: {name: body}}
 
 
-def write_config(client: str, name: str, entry: dict[str, Any], path: Path | None = None) -> Path:
-    """Merge the server into the client's config file, keeping everything else; returns the path."""
+def _load_json_object(path: Path) -> dict[str, Any]:
+    """A client config file's JSON object; refused in one line rather than altered by a rewrite.
+
+    Refused: what a rewrite would lose or change (a key given twice, a number JSON cannot hold such as
+    ``1e400``, ``NaN``).
+    """
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in items:
+            if key in seen:
+                raise ValueError(f"key {key!r} appears twice")
+            seen[key] = value
+        return seen
+
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"the number {text} does not fit a float")
+        return value
+
+    def constant(name: str) -> float:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text or "{}", object_pairs_hook=pairs, parse_float=finite, parse_constant=constant)
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON, or not kept by a rewrite
+        raise ClientConfigError(f"{path} is not readable JSON ({exc}); fix or move it first") from None
+    if not isinstance(data, dict):
+        raise ClientConfigError(f"{path} does not hold a JSON object")
+    return data
+
+
+def write_config(
+    client: str, name: str, entry: dict[str, Any], path: Path | None = None, *, replace: bool = False
+) -> Path:
+    """Merge the server into the client's config file, keeping everything else; returns the path.
+
+    The file is rewritten atomically in place (through a symlink, its target), keeping its mode; a
+    read-only file, or a different server already under ``name`` (unless ``replace``), is refused.
+    """
     path = path or default_path(client)
-    existing: dict[str, Any] = {}
-    if path.exists():
-        try:
-            existing = json.loads(path.read_text(encoding="utf-8") or "{}")
-        except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
-            raise ClientConfigError(f"{path} is not readable JSON ({exc}); fix or move it first") from None
-        if not isinstance(existing, dict):
-            raise ClientConfigError(f"{path} does not hold a JSON object")
+    target = path.resolve() if path.is_symlink() else path
+    existing = _load_json_object(target) if target.exists() else {}
+    # The mode, not os.access: root may write anything, but a file marked read-only is meant to stay.
+    if target.exists() and (not os.access(target, os.W_OK) or not target.stat().st_mode & stat.S_IWUSR):
+        raise ClientConfigError(f"{path} is read-only; make it writable first")
     key = CLIENTS[client]
     servers = existing.setdefault(key, {})
     if not isinstance(servers, dict):
         raise ClientConfigError(f"{path}: {key!r} is not an object")
-    servers.update(render_config(client, name, entry)[key])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(existing, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)  # atomic: a crash never leaves a half-written config
+    body = render_config(client, name, entry)[key][name]
+    if name in servers and servers[name] != body and not replace:
+        raise ClientConfigError(
+            f"{path} already has a different server {name!r}; pass --replace to overwrite it, or --name"
+        )
+    servers[name] = body
+    target.parent.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o600
+    # A fresh, unpredictable temporary name (never a file or link someone put there), then one rename.
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(json.dumps(existing, indent=2, ensure_ascii=False) + "\n")
+        os.chmod(tmp_name, mode)
+        os.replace(tmp_name, target)  # atomic: a crash never leaves a half-written config
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -140,6 +193,9 @@ def register(commands: Commands) -> None:
     )
     config.add_argument("--write", action="store_true", help="merge it into the client's config file")
     config.add_argument("--path", type=Path, help="config file to write (default: the client's usual one)")
+    config.add_argument(
+        "--replace", action="store_true", help="with --write: overwrite a different server of the same --name"
+    )
     config.set_defaults(handler=config_command)
 
 
@@ -158,7 +214,7 @@ def config_command(args: argparse.Namespace) -> int:
     if not args.write:
         print(json.dumps(render_config(args.client, args.name, entry), indent=2))
         return 0
-    path = write_config(args.client, args.name, entry, args.path)
+    path = write_config(args.client, args.name, entry, args.path, replace=args.replace)
     print(f"wrote server {args.name!r} into {path}", file=sys.stderr)
     return 0
 

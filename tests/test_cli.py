@@ -104,3 +104,15 @@ def test_serve_http_on_a_busy_port_is_a_clear_error():
         proc = cli("serve", "--transport", "http", "--port", str(port))
     assert proc.returncode == 2
     assert proc.stderr.startswith("mcp-resili: error:") and "Traceback" not in proc.stderr
+
+
+def test_text_that_looks_like_rich_markup_is_printed_as_text(tmp_path, capsys, monkeypatch):
+    """A fault file under "x[/b]" (brackets are common in paths): no MarkupError, the path printed whole."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x[" / "b][red]").mkdir(parents=True)
+    spec = "x[/b][red]/f.json"
+    (tmp_path / spec).write_text(json.dumps({"kind": "rules", "rules": []}))
+    assert main(["run", "--faults", spec, "--limit", "1", "--trials", "1", "--db", "r.db"]) == 0
+    assert spec in capsys.readouterr().out  # markup would have failed on "[/b]", eaten "[red]"
+    assert main(["report", "--db", "r.db"]) == 0
+    assert spec in capsys.readouterr().out

@@ -24,8 +24,9 @@ def stdout_console() -> Console:
     """A console for tables on stdout: the terminal's width, or 200 columns when piped."""
     from rich.console import Console
 
-    out = Console()
-    return out if out.is_terminal else Console(width=200)
+    # No markup: cells hold user text (fault file paths, task descriptions) where "[/b]" is text.
+    out = Console(markup=False)
+    return out if out.is_terminal else Console(width=200, markup=False)
 
 
 def add_seed(parser: argparse.ArgumentParser, default: int | None = 0, what: str = "faults") -> None:

@@ -287,7 +287,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(json.dumps(asdict(estimate), indent=2) if args.json else estimate.describe())
         return 0
     executor = make_executor(args)
-    err = Console(stderr=True)
+    err = Console(stderr=True, markup=False)  # specs and paths are text, never markup
     run_ids: list[str] = []
     with sigterm_stops_like_ctrl_c() as terminated:
         try:

@@ -41,6 +41,7 @@ def register(commands: Commands) -> None:
 def suites_command(args: argparse.Namespace) -> int:
     """Every registered suite with its source package; a broken one shows why, the others still list."""
     from rich.table import Table
+    from rich.text import Text
 
     from mcp_resili.cli.common import stdout_console
     from mcp_resili.registry.suites import SuiteLoadError, get_suite, registered_suites
@@ -77,7 +78,7 @@ def suites_command(args: argparse.Namespace) -> int:
             f"{row['package']} {row['version']}",
             str(row.get("tools", "-")),
             str(row.get("default_tasks", "-")),
-            str(row["description"]) if ok else f"[red]broken:[/red] {row['error']}",
+            Text(str(row["description"])) if ok else Text.assemble(("broken: ", "red"), str(row["error"])),
         )
     stdout_console().print(table)
     return 0
@@ -154,7 +155,7 @@ def tasks_stats_command(args: argparse.Namespace) -> int:
             " ".join(f"{k}={v}" for k, v in r.groups.items()) or "-",
             " ".join(f"{k}={v}" for k, v in r.domains.items()),
         )
-    Console(width=160).print(table)
+    Console(width=160, markup=False).print(table)
     return 0
 
 

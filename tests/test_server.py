@@ -334,6 +334,28 @@ async def test_a_tool_that_raises_is_tool_crashed_recorded_in_the_trace_and_the_
     assert "TOOL_CRASHED" in (await _declared(server, "fragile"))
 
 
+async def test_the_runner_counts_a_crashed_tool_as_an_infrastructure_error_an_injected_error_not():
+    """TOOL_CRASHED is a bug in the tool: the episode measured nothing about the agent."""
+    from mcp_resili.client.agent import EpisodeSpec, RecordedEvents, call_tool
+    from mcp_resili.client.model import InfrastructureError, ToolCall
+
+    def crash(arguments, state):
+        raise OverflowError("int too large to convert to float")
+
+    suite = hand_made_suite((spec("fragile"), crash))
+    plan = RuleFaults(rules=({"tool": "fragile", "calls": (1,), "fault": ErrorFault(code="TOOL_CRASHED")},))
+    server = ResiliServer(suite, plan)
+    episode = EpisodeSpec(id="e", fault_key="k", seed=0, task=None, prompt="")
+    recorded = RecordedEvents(after_call=server.take_events)
+    async with Client(server.mcp) as client:
+        # An injected error that happens to use the code is a fault the agent must cope with ...
+        answer, event, _ = await call_tool(client, episode, ToolCall("c1", "fragile", {}), 1, recorded)
+        assert answer.is_error and event.fault is not None
+        # ... the tool's own crash is not.
+        with pytest.raises(InfrastructureError, match="tool fragile crashed"):
+            await call_tool(client, episode, ToolCall("c2", "fragile", {}), 2, recorded)
+
+
 async def _declared(server, name):
     async with Client(server.mcp) as client:
         tool = next(t for t in (await client.list_tools()).tools if t.name == name)

@@ -42,6 +42,7 @@ from mcp_resili.scoring.termination import (
     resolve_stop_rules,
 )
 from mcp_resili.server.app import EpisodeTraceResult
+from mcp_resili.server.backend import TOOL_CRASHED
 from mcp_resili.server.pipeline import UPSTREAM_CLOSED
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import (
@@ -452,6 +453,9 @@ async def call_tool(
     if call.name == FINISH_TOOL and not isinstance(event, FinishEvent):
         # e.g. behind a proxy, whose event is a plain tool call: the signal is what counts.
         event = _observed(episode, call, result, seq)
+    if isinstance(event, ToolCallEvent) and event.error_code == TOOL_CRASHED and event.fault is None:
+        # A tool that raised what it does not declare is a bug in the tool: nothing about the agent.
+        raise InfrastructureError(f"tool {call.name} crashed (a bug in the tool): {text}")
     answer = ToolResult(call.id, call.name, text, bool(result.is_error), result.structured_content)
     return answer, event, True
 

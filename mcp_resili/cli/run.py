@@ -430,7 +430,7 @@ def _print_summary(config: RunConfig, result: RunResult, args: argparse.Namespac
     summaries = summarize(result.rows, args.by, suite.task_info if args.by else None)
     try:
         suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # resumed rows edited by hand
+    except Exception as exc:  # a suite's hook (possibly a third party's) met scores it cannot read
         raise damaged_scores(suite.name, exc) from None
     coping = coping_section(result.rows)  # protocol faults: recovery per fault type
     if args.json:

@@ -405,8 +405,8 @@ def cost_section(rows: Sequence[EpisodeRow]) -> ReportSection:
 def damaged_scores(suite: str, exc: Exception) -> ReportError:
     """The one-line error for stored scores a suite's summary cannot read (edited, or foreign)."""
     return ReportError(
-        f"the {suite} scores of this run cannot be summarised ({type(exc).__name__}: {exc}); "
-        "were they edited, or written by another version?"
+        f"the {suite} scores of this run cannot be summarised ({type(exc).__name__}: {exc}): "
+        "were they edited or written by another version, or is the suite's report hook broken?"
     )
 
 
@@ -427,7 +427,7 @@ def build_report(run: RunRow, rows: Sequence[EpisodeRow], by: Sequence[str] = ()
     if suite is not None and suite.report_sections is not None:
         try:
             sections[1:1] = suite.report_sections(rows)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except Exception as exc:  # a suite's hook (possibly a third party's) met scores it cannot read
             raise damaged_scores(suite.name, exc) from None
     coping = coping_section(rows)
     if coping is not None:

@@ -1,5 +1,7 @@
 import importlib.util
 import itertools
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -7,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from mcp_resili.registry import ToolFailure, ToolSpec
-from mcp_resili.registry.suites import UnknownSuiteError, UnknownTaskError, get_suite
+from mcp_resili.registry.suites import SuiteLoadError, UnknownSuiteError, UnknownTaskError, get_suite
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.tasks import default_tasks
 from mcp_resili.tasks import Task, resolve_arguments
@@ -131,3 +133,39 @@ def test_prompts_carry_the_task_and_inputs():
         assert all(str(v) in text for v in task.inputs.values())
     with pytest.raises(ValueError, match="variant"):
         suite.prompt(suite.tasks[0], "nope")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("agents", None), ("fault_specs", None), ("library", None), ("score", None), ("variants", "baseline")],
+)
+def test_a_suite_with_a_field_of_the_wrong_type_is_refused_when_built(field, value):
+    # A third party's ``Suite(agents=None)`` fails in its factory (one line from `get_suite`), not
+    # later in whichever command reads the field.
+    with pytest.raises(TypeError, match=f"Suite {field} must be"):
+        replace(get_suite("reliabilitybench"), **{field: value})
+
+
+def _exit() -> list[Task]:
+    sys.exit("tasks called sys.exit")
+
+
+def _missing_key() -> list[Task]:
+    return {}["tasks"]
+
+
+@pytest.mark.parametrize(
+    ("load_tasks", "expected"),
+    [
+        (lambda: [task.model_dump(mode="json") for task in default_tasks()], "must be Task objects"),
+        (lambda: [*default_tasks(), "x"], f"item {len(default_tasks())} is a str"),
+        (lambda: None, "not a sequence of Task"),
+        (_missing_key, "KeyError"),
+        (_exit, "SystemExit: tasks called sys.exit"),
+    ],
+)
+def test_a_suite_whose_tasks_are_not_task_objects_or_do_not_load_is_one_line(load_tasks, expected):
+    suite = replace(get_suite("reliabilitybench"), load_tasks=load_tasks)
+    with pytest.raises(SuiteLoadError, match=expected) as error:
+        _ = suite.tasks
+    assert "\n" not in str(error.value)

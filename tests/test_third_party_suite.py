@@ -162,3 +162,110 @@ def test_broken_third_party_suites_get_one_line_each_and_break_nothing_else(tmp_
         str(tmp_path / "r.db"),
     )
     assert ok.returncode == 0, ok.stderr
+
+
+_BASE = """
+from dataclasses import replace
+from mcp_resili.registry.suites import get_suite
+
+def base(name, **fields):
+    return replace(get_suite("reliabilitybench"), name=name, **fields)
+"""
+
+
+@pytest.fixture(scope="module")
+def misbehaving_suites(tmp_path_factory):
+    """``mcp-resili ARGS`` run with fake distributions installed whose suites misbehave (exit, raise
+    KeyError, None fields, dict tasks, invalid tasks, a built-in's name), first on the path."""
+    root = tmp_path_factory.mktemp("misbehaving")
+    plugins = root / "plugins"
+    suites = {
+        "exits": "import sys\n\ndef suite():\n    sys.exit('the factory called sys.exit')\n",
+        "keyerror": _BASE + "\ndef suite():\n    return base('keyerror', load_tasks=lambda: {}['taskz'])\n",
+        "noagents": _BASE + "\ndef suite():\n    return base('noagents', agents=None, fault_specs=None)\n",
+        "dicttasks": _BASE
+        + "\ndef suite():\n"
+        + "    tasks = [t.model_dump(mode='json') for t in get_suite('reliabilitybench').tasks]\n"
+        + "    return base('dicttasks', load_tasks=lambda: tasks)\n",
+        "invalidtasks": _BASE
+        + "from mcp_resili.tasks.model import TaskSet\n\ndef suite():\n"
+        + "    load = lambda: TaskSet.model_validate({'suite': 'x', 'tasks': [{'id': 'x'}]}).tasks\n"
+        + "    return base('invalidtasks', load_tasks=load)\n",
+    }
+    for name, source in suites.items():
+        _fake_distribution(plugins, f"{name}-suite", f"{name} = {name}_suite:suite", f"{name}_suite", source)
+    impostor = "from dataclasses import replace\nfrom mcp_resili.suites import toolmaze\n\n"
+    impostor += (
+        "def suite():\n    return replace(toolmaze.suite(), name='resilibench', description='IMPOSTOR')\n"
+    )
+    _fake_distribution(plugins, "impostor", "resilibench = impostor_suite:suite", "impostor_suite", impostor)
+    for twin in ("twin-a", "twin-b"):
+        module = twin.replace("-", "_")
+        source = _BASE + "\ndef suite():\n    return base('twin')\n"
+        _fake_distribution(plugins, twin, f"twin = {module}:suite", module, source)
+    env = child_env(PYTHONPATH=os.pathsep.join([str(plugins), child_env()["PYTHONPATH"]]))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "mcp_resili", *args]
+        return subprocess.run(
+            command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=root, timeout=120
+        )
+
+    return cli
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str], *expected: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert all(text in proc.stderr for text in expected), proc.stderr
+
+
+def test_a_suite_that_exits_raises_or_has_none_fields_is_listed_broken_and_breaks_nothing_else(
+    misbehaving_suites,
+):
+    listing = misbehaving_suites("suites", "--json")
+    assert listing.returncode == 0, listing.stderr
+    rows = {row["name"]: row for row in json.loads(listing.stdout)}
+    expected = {
+        "exits": "SystemExit: the factory called sys.exit",
+        "keyerror": "KeyError: 'taskz'",
+        "noagents": "TypeError: Suite",
+        "dicttasks": "must be Task objects",
+    }
+    for name, error in expected.items():
+        assert rows[name]["status"] == "broken" and error in rows[name]["error"], rows[name]
+    assert rows["resilibench"]["status"] == "ok" and rows["toolmaze"]["status"] == "ok"
+    # Commands that read every suite (scripted agents, fault SPEC names) skip the broken ones.
+    _one_line_error(
+        misbehaving_suites("run", "--suite", "resilibench", "--model", "scripted:nosuch", "--db", "x.db"),
+        "unknown scripted agent 'nosuch'",
+    )
+    _one_line_error(
+        misbehaving_suites("proxy", "--faults", "bogus", "--upstream", "true"), "unknown fault spec 'bogus'"
+    )
+    # A command that uses a broken suite says why in one line.
+    _one_line_error(misbehaving_suites("run", "--suite", "exits", "--db", "x.db"), "exits", "SystemExit")
+    _one_line_error(misbehaving_suites("tasks", "list", "--suite", "dicttasks"), "dicttasks", "Task objects")
+
+
+def test_serve_refuses_a_suite_whose_tasks_do_not_load_in_one_line(misbehaving_suites):
+    for name, expected in (("invalidtasks", "invalid tasks"), ("dicttasks", "must be Task objects")):
+        _one_line_error(misbehaving_suites("serve", "--suite", name), name, expected)
+
+
+def test_no_package_takes_over_a_built_in_suite_name_and_a_shared_name_is_reported(misbehaving_suites):
+    listing = misbehaving_suites("suites", "--json")
+    assert listing.returncode == 0, listing.stderr
+    rows = {row["name"]: row for row in json.loads(listing.stdout)}
+    builtin = rows["resilibench"]
+    assert builtin["package"] == "mcp-resili" and builtin["status"] == "ok"
+    assert "IMPOSTOR" not in builtin["description"]
+    clash = rows["resilibench (impostor)"]
+    assert clash["status"] == "broken" and "impostor 1.0" in clash["error"] and "mcp-resili" in clash["error"]
+    assert rows["twin"]["status"] == "broken"
+    assert "twin-a 1.0" in rows["twin"]["error"] and "twin-b 1.0" in rows["twin"]["error"]
+    # The built-in's tasks are played and stored under its name; the shared name plays neither.
+    tasks = misbehaving_suites("tasks", "list", "--suite", "resilibench", "--json")
+    assert tasks.returncode == 0, tasks.stderr
+    assert {task["suite"] for task in json.loads(tasks.stdout)} == {"resilibench"}
+    _one_line_error(misbehaving_suites("run", "--suite", "twin", "--db", "x.db"), "twin-a", "twin-b")

@@ -160,6 +160,8 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UserError(f"--call-time-limit must be positive, got {args.call_time_limit}")
     access = _http_access(args)
     suite = get_suite(args.suite)
+    # Loaded now: a suite whose tasks do not load is one line (exit 2), not a failing prompts/list.
+    _ = suite.tasks
     plan = parse_fault_spec(args.faults or suite.default_faults, suite)
     server = ResiliServer(
         suite,

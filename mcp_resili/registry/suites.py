@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,43 @@ class Suite:
     #: The suite's own scripted agents, run as ``scripted:NAME`` (beside the generic oracle and naive).
     agents: Mapping[str, Callable[[], Model]] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        # Checked when built: a third party's wrong field (``agents=None``...) is one `TypeError`, which
+        # `get_suite` reports in a line, not a traceback in whichever command first reads the field.
+        def wrong(what: str, expected: str, value: object) -> TypeError:
+            return TypeError(f"Suite {what} must be {expected}, got {type(value).__name__}")
+
+        kinds: dict[str, tuple[type, ...]] = {
+            "name": (str,),
+            "description": (str,),
+            "default_faults": (str,),
+            "library": (ToolLibrary,),
+            "enforce_dependencies": (bool,),
+            "discovery": (bool,),
+            "fault_specs": (Mapping,),
+            "agents": (Mapping,),
+        }
+        for name, types in kinds.items():
+            value = getattr(self, name)
+            if not isinstance(value, types):
+                raise wrong(name, " or ".join(t.__name__ for t in types), value)
+        for name in ("load_tasks", "render_prompt", "score"):
+            if not callable(getattr(self, name)):
+                raise wrong(name, "callable", getattr(self, name))
+        for name in ("initial_state", "summarize", "summary_table", "load_default_tasks", "report_sections"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise wrong(name, "callable or None", value)
+        if isinstance(self.variants, str) or not isinstance(self.variants, Sequence):
+            raise wrong("variants", "a tuple of names", self.variants)
+        for variant in self.variants:
+            if not isinstance(variant, str):
+                raise wrong("variants", "a tuple of names", variant)
+        for name in ("fault_specs", "agents"):
+            for key, value in getattr(self, name).items():
+                if not isinstance(key, str) or not callable(value):
+                    raise TypeError(f"Suite {name} must map names to callables, got {key!r}: {value!r}")
+
     @cached_property
     def tasks(self) -> Sequence[Task]:
         """All tasks, loaded once (a `LazyTaskList` builds each task when it is used)."""
@@ -108,7 +146,8 @@ class Suite:
         return self._load("default tasks", self.load_default_tasks)
 
     def _load(self, what: str, load: Callable[[], Sequence[Task]]) -> Sequence[Task]:
-        from mcp_resili.tasks.lazy import InvalidTaskError
+        from mcp_resili.tasks.lazy import InvalidTaskError, LazyTaskList
+        from mcp_resili.tasks.model import Task
 
         try:
             tasks = load()
@@ -123,8 +162,23 @@ class Suite:
             raise SuiteLoadError(f"suite {self.name!r}: {exc}") from None
         except (OSError, ValueError) as exc:
             raise SuiteLoadError(f"suite {self.name!r}: cannot load {what}: {exc}") from None
+        except (Exception, SystemExit) as exc:  # a third party's code: any failure is the suite's
+            raise SuiteLoadError(
+                f"suite {self.name!r}: cannot load {what}: {type(exc).__name__}: {exc}"
+            ) from None
+        if isinstance(tasks, str) or not isinstance(tasks, Sequence):
+            raise SuiteLoadError(
+                f"suite {self.name!r}: its {what} are a {type(tasks).__name__}, not a sequence of Task"
+            )
         if not tasks:
             raise SuiteLoadError(f"suite {self.name!r} has no {what}")
+        if not isinstance(tasks, LazyTaskList):  # a lazy list builds only Tasks, and only when used
+            for position, task in enumerate(tasks):
+                if not isinstance(task, Task):
+                    raise SuiteLoadError(
+                        f"suite {self.name!r}: its {what} must be Task objects (mcp_resili.tasks.model); "
+                        f"item {position} is a {type(task).__name__}"
+                    )
         return tasks
 
     @cached_property
@@ -193,6 +247,8 @@ class Suite:
 
 #: The suite used when none is named.
 DEFAULT_SUITE = "resilibench"
+#: The distribution of the built-in suites: no other package may take their names.
+BUILTIN_DISTRIBUTION = "mcp-resili"
 
 
 @dataclass(frozen=True)
@@ -203,17 +259,29 @@ class SuiteEntry:
     target: str
     distribution: str
     version: str
+    #: Why the entry cannot be used (its name clashes with another package's suite), or None.
+    problem: str | None = None
 
     @property
     def source(self) -> str:
         """``package version``, as shown by ``mcp-resili suites``."""
         return f"{self.distribution} {self.version}".strip()
 
+    @property
+    def builtin(self) -> bool:
+        """Whether mcp-resili itself registers it."""
+        return re.sub(r"[-_.]+", "-", self.distribution).lower() == BUILTIN_DISTRIBUTION
+
 
 @cache
 def registered_suites() -> dict[str, SuiteEntry]:
-    """Every suite registered in the ``mcp_resili.suites`` entry-point group, by name (nothing imported)."""
-    entries: dict[str, SuiteEntry] = {}
+    """Every suite registered in the ``mcp_resili.suites`` entry-point group, by name (nothing imported).
+
+    A name is never silently taken over: a built-in suite keeps its name, and another package's suite
+    of that name is listed as ``NAME (PACKAGE)`` with a `SuiteEntry.problem` naming both packages; a
+    name two other packages register is listed once, with a problem naming both, and used by neither.
+    """
+    claims: dict[str, list[SuiteEntry]] = {}
     for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = point.dist
         entry = SuiteEntry(
@@ -222,13 +290,36 @@ def registered_suites() -> dict[str, SuiteEntry]:
             dist.name if dist is not None else "?",
             dist.version if dist is not None else "",
         )
-        entries.setdefault(point.name, entry)  # the first distribution on the path wins
+        claimants = claims.setdefault(point.name, [])
+        if all(other.distribution != entry.distribution for other in claimants):
+            claimants.append(entry)
+    entries: dict[str, SuiteEntry] = {}
+    for name, claimants in claims.items():
+        builtin = next((entry for entry in claimants if entry.builtin), None)
+        if len(claimants) == 1:
+            entries[name] = claimants[0]
+        elif builtin is not None:
+            entries[name] = builtin
+            for other in claimants:
+                if other is not builtin:
+                    entries[f"{name} ({other.distribution})"] = replace(
+                        other,
+                        problem=f"suite {name!r} from {other.source} is ignored: {name!r} is the built-in "
+                        f"suite from {builtin.source}",
+                    )
+        else:
+            packages = " and ".join(entry.source for entry in claimants)
+            entries[name] = replace(
+                claimants[0],
+                problem=f"suite {name!r} is registered by more than one package ({packages}); "
+                "uninstall all but one",
+            )
     return dict(sorted(entries.items()))
 
 
 def suite_names() -> list[str]:
-    """Registered suite names."""
-    return list(registered_suites())
+    """Registered suite names (not a clashing entry listed under ``NAME (PACKAGE)``)."""
+    return [name for name, entry in registered_suites().items() if name == entry.name]
 
 
 @cache
@@ -242,10 +333,14 @@ def get_suite(name: str = DEFAULT_SUITE) -> Suite:
     if entry is None:
         known = ", ".join(suite_names()) or "none (is mcp-resili installed? pip install -e .)"
         raise UnknownSuiteError(f"unknown suite {name!r}; available: {known}")
+    if entry.problem is not None:
+        raise SuiteLoadError(entry.problem)
     try:
         factory = importlib.metadata.EntryPoint(entry.name, entry.target, ENTRY_POINT_GROUP).load()
         suite = factory()
-    except Exception as exc:  # a third party's code: any failure is that suite's, reported in one line
+    # A third party's code: any failure, ``sys.exit`` included, is that suite's, reported in one line
+    # (KeyboardInterrupt still stops the command).
+    except (Exception, SystemExit) as exc:
         raise SuiteLoadError(
             f"suite {name!r} (from {entry.source}) failed to load: {type(exc).__name__}: {exc}"
         ) from None

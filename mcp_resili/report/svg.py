@@ -13,9 +13,10 @@ every heatmap cell has an outline.
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
 #: Colour-blind-safe palette (Okabe–Ito).
@@ -33,6 +34,16 @@ ZERO_BAR = 2.0
 _NARROW = set("il.,:;|!'`ıj ")
 _SEMI = set('fjrt()[]{}/\\-"·')
 _WIDE = set("mwMW%@")
+
+
+#: What XML 1.0 forbids anywhere in a document: C0 controls but tab, newline and CR; lone surrogates;
+#: U+FFFE and U+FFFF. (An SVG with one is not XML: no viewer or parser opens it.)
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def escape(text: str) -> str:
+    """``text`` for SVG text or an attribute value: markup escaped, characters XML forbids shown as U+FFFD."""
+    return html.escape(_NOT_XML.sub("\ufffd", text))
 
 
 def text_width(text: str, size: float = 11, bold: bool = False) -> float:

@@ -426,3 +426,44 @@ def test_averages_over_modes_take_the_papers_modes_only():
     assert ("all", "C1") in keyed
     only_others = {(m.mode, m.level) for m in aggregate([run("other", True)])}
     assert only_others == {("other", "C1"), ("other", "all")}  # no average of no paper mode
+
+
+def test_the_reports_interval_of_an_average_over_modes_uses_the_effective_sample_size():
+    """P1: 2 runs, both succeed; P2: 4 runs, none. TSR over modes = (1 + 0)/2 = 0.5, and its interval
+    is Wilson's at n = M²/Σ 1/n_m = 4/(1/2 + 1/4) = 5.33 → 5 (not the 6 trajectories pooled)."""
+    from mcp_resili.scoring.passk import wilson
+    from mcp_resili.store import EpisodeRow
+    from mcp_resili.suites.toolmaze.report import report_sections
+
+    def row(n, mode, succ):
+        components = {
+            "mode": mode,
+            "level": "C1",
+            "i_succ": succ,
+            "i_pert": True,
+            "i_recov": succ,
+            "c_rec": 0.0,
+        }
+        score = Score(suite="toolmaze", task="t", label="full", value=1.0, components=components)
+        return EpisodeRow(
+            run_id="r",
+            episode_id=f"e{n}",
+            model="m",
+            faults=mode,
+            variant="b",
+            task_id="t",
+            trial=n,
+            termination="completed",
+            label="full",
+            value=1.0,
+            score=score.model_dump(mode="json"),
+            trace="",
+        )
+
+    rows = [row(0, "P1", True), row(1, "P1", True)] + [row(n, "P2", False) for n in range(2, 6)]
+    (section,) = report_sections(rows)
+    groups = {(g["mode"], g["level"]): g for g in section.data["groups"]}
+    overall = groups["all", "all"]
+    low, high = wilson(0.5, 5)
+    assert overall["tsr"] == {"rate": 0.5, "n": 5, "ci95": [round(low, 4), round(high, 4)]}
+    assert groups["P1", "all"]["tsr"]["n"] == 2 and groups["P1", "all"]["prr"]["n"] == 2

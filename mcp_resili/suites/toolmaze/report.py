@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
@@ -88,70 +87,16 @@ def toolmaze_table(metrics: Iterable[dict[str, Any]]) -> Table:
     return table
 
 
-#: A mean and the sample size of its interval: (value, n).
-Measured = tuple[float, int]
+def _effective_n(sizes: Sequence[int]) -> int:
+    """The sample size of an average of M means over n_m trajectories each: M² / Σ 1/n_m.
 
-
-@dataclass(frozen=True)
-class _Cell:
-    """One row's raw measurements: each metric's value and the number of trajectories behind it."""
-
-    n: int
-    perturbed: int
-    tsr: Measured
-    prr: Measured | None
-    duplicates: Measured
-    rc: Measured
-    rc_abort: Measured
-
-
-def _pooled(members: Sequence[dict[str, Any]]) -> _Cell:
-    """A mode's trajectories pooled (the paper's per-mode values)."""
-    n = len(members)
-    perturbed = [m for m in members if m["i_pert"]]
-
-    def mean(values: Iterable[float]) -> float:
-        return sum(values) / n
-
-    return _Cell(
-        n=n,
-        perturbed=len(perturbed),
-        tsr=(mean(float(bool(m["i_succ"])) for m in members), n),
-        prr=(sum(1 for m in perturbed if m["i_recov"]) / len(perturbed), len(perturbed))
-        if perturbed
-        else None,
-        duplicates=(mean(float(int(m.get("duplicate_writes") or 0) > 0) for m in members), n),
-        rc=(mean(float(m["c_rec"] or 0.0) for m in perturbed), n),
-        rc_abort=(mean(float(m.get("c_rec_abort", m["c_rec"]) or 0.0) for m in perturbed), n),
-    )
-
-
-def _averaged(cells: Sequence[_Cell]) -> _Cell:
-    """The per-mode values averaged, every mode weighing the same (the paper's overall scores).
-
-    The interval of an average of M means uses the effective sample size M² / Σ 1/n_m: the size of
-    one sample whose mean would vary as much (exact when the modes have as many trajectories each).
+    One sample of that size has a mean that varies as much (exact when every n_m is the same).
     """
-
-    def average(values: Sequence[Measured]) -> Measured:
-        mean = sum(v for v, _ in values) / len(values)
-        return (mean, max(1, round(len(values) ** 2 / sum(1 / n for _, n in values))))
-
-    prrs = [c.prr for c in cells if c.prr is not None]
-    return _Cell(
-        n=sum(c.n for c in cells),
-        perturbed=sum(c.perturbed for c in cells),
-        tsr=average([c.tsr for c in cells]),
-        prr=average(prrs) if prrs else None,
-        duplicates=average([c.duplicates for c in cells]),
-        rc=average([c.rc for c in cells]),
-        rc_abort=average([c.rc_abort for c in cells]),
-    )
+    return max(1, round(len(sizes) ** 2 / sum(1 / n for n in sizes)))
 
 
-def _interval(measured: Measured, key: str = "rate") -> dict[str, Any]:
+def _interval(value: float, n: int, key: str = "rate") -> dict[str, Any]:
     """``{key: value, "n": n, "ci95": [low, high]}`` (``rate`` for TSR, PRR, DUP; ``mean`` for RC)."""
-    value, n = measured
     low, high = wilson(value, n)
     return {key: round(value, 4), "n": n, "ci95": [round(low, 4), round(high, 4)]}
 
@@ -165,46 +110,41 @@ def _percent(measured: dict[str, Any]) -> str:
 def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
     """ToolMaze's section of ``mcp-resili report``: TSR, PRR and RC by mode and level, with intervals.
 
-    A mode's row pools its trajectories: TSR, PRR (over perturbed trajectories), DUP (trajectories with
-    a write executed twice), RC and RC' (abort-aware; the recovery cost, 0 when unperturbed) are means
-    over them. Rows of mode ``all`` average the per-mode values instead (`mean_over_modes`, the paper's
-    overall scores). Every value has a 95% Wilson interval of the mean (`wilson`).
+    The values are the suite summary's (`toolmaze_metrics`): a mode's rows pool its trajectories, rows
+    of mode ``all`` average the per-mode values (the paper's overall scores). Every value has a 95%
+    Wilson interval of the mean (`wilson`) over its trajectories (PRR: the perturbed ones); an average
+    of modes over the effective sample size (`_effective_n`).
     Charts: TSR by mode per model (all levels pooled) and one TSR heatmap mode × level per model.
     """
-    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        components = (row.score or {}).get("components", {})
-        if row.score is None or "i_pert" not in components:
-            continue
-        mode, level = str(components["mode"]), str(components["level"])
-        for key in ((mode, level), (mode, "all")):
-            groups[(row.model, row.variant, *key)].append(components)
-    if not groups:
+    metrics = toolmaze_metrics(rows)
+    if not metrics:
         return []
-    cells = {key: _pooled(members) for key, members in groups.items()}
-    for model, variant, level in {(model, variant, level) for model, variant, _, level in groups}:
-        per_mode = [
-            c
-            for (mo, va, mode, lv), c in cells.items()
-            if (mo, va, lv) == (model, variant, level) and mode in MODES  # the paper's modes only
-        ]
-        if per_mode:
-            cells[model, variant, "all", level] = _averaged(per_mode)
+    modes_of: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for m in metrics:
+        if m["mode"] in MODES:  # the modes a row of mode "all" averages
+            modes_of[m["model"], m["variant"], m["level"]].append(m)
     data: list[dict[str, Any]] = []
     table_rows = []
-    for (model, variant, mode, level), cell in sorted(cells.items()):
+    for m in metrics:
+        n, n_perturbed = m["n"], m["perturbed"]
+        if m["mode"] == "all":
+            averaged = modes_of[m["model"], m["variant"], m["level"]]
+            n = _effective_n([o["n"] for o in averaged])
+            perturbed = [o["perturbed"] for o in averaged if o["prr"] is not None]
+            n_perturbed = _effective_n(perturbed) if perturbed else 0
+        model, variant, mode, level = m["model"], m["variant"], m["mode"], m["level"]
         entry: dict[str, Any] = {
             "model": model,
             "variant": variant,
             "mode": mode,
             "level": level,
-            "n": cell.n,
-            "perturbed": cell.perturbed,
-            "tsr": _interval(cell.tsr),
-            "prr": None if cell.prr is None else _interval(cell.prr),
-            "duplicates": _interval(cell.duplicates),
-            "rc": _interval(cell.rc, "mean"),
-            "rc_abort": _interval(cell.rc_abort, "mean"),
+            "n": m["n"],
+            "perturbed": m["perturbed"],
+            "tsr": _interval(m["tsr"], n),
+            "prr": None if m["prr"] is None else _interval(m["prr"], n_perturbed),
+            "duplicates": _interval(m["duplicates"], n),
+            "rc": _interval(m["rc"], n, "mean"),
+            "rc_abort": _interval(m["rc_abort"], n, "mean"),
         }
         data.append(entry)
         table_rows.append(
@@ -213,8 +153,8 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
                 variant,
                 mode,
                 level,
-                str(cell.n),
-                str(cell.perturbed),
+                str(m["n"]),
+                str(m["perturbed"]),
                 _percent(entry["tsr"]),
                 "–" if entry["prr"] is None else _percent(entry["prr"]),
                 _percent(entry["duplicates"]),

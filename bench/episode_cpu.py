@@ -84,18 +84,31 @@ def alternate(
     return base_ms, ours_ms
 
 
-def measure(tree: Path, episodes: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def run_child(tree: Path, code: str, *argv: str, **env: str) -> dict[str, float]:
+    """Run ``code`` in a fresh Python importing mcp-resili from ``tree``; its last stdout line as JSON."""
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(episodes)],
+        [sys.executable, "-c", code, *argv],
         cwd=tree,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(tree), **env},
         capture_output=True,
         text=True,
         check=True,
     )
     data: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
     return data
+
+
+def measure(tree: Path, episodes: int) -> dict[str, float]:
+    return run_child(tree, CHILD, str(episodes))
+
+
+def measured_on(load: float) -> str:
+    """'Measured DATE UTC on N CPUs (arch), Python X; load average at the start L'."""
+    return (
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPUs"
+        f" ({platform.processor() or platform.machine()}), Python {platform.python_version()}; load"
+        f" average at the start {load:.1f}"
+    )
 
 
 def ratio(base_ms: list[float], ours_ms: list[float]) -> float:
@@ -123,10 +136,8 @@ def section(base: str, base_ms: list[float], ours_ms: list[float], episodes: int
         START,
         "## CPU per episode, single process (`bench/episode_cpu.py`)",
         "",
-        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPUs"
-        f" ({platform.processor() or platform.machine()}), Python {platform.python_version()}; load"
-        f" average at the start {load:.1f} (a shared machine: other jobs slow both sides; CPU time"
-        " moves less than wall time, but caches and frequency still vary, hence rounds and medians).",
+        measured_on(load) + " (a shared machine: other jobs slow both sides; CPU time moves less than"
+        " wall time, but caches and frequency still vary, hence rounds and medians).",
         "",
         f"{episodes} ResiliBench episodes (the first {episodes} tasks of the full list,"
         " `scripted:oracle`, default fault plan, `--time-scale 0`) per measurement, after a warm-up"

@@ -14,15 +14,10 @@ from other jobs hits both alike. Reported: each side's median over rounds and th
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import subprocess
-import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
-from episode_cpu import against_base, revision_parser, rounds_table
+from episode_cpu import against_base, measured_on, revision_parser, rounds_table, run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- hosted-cpu:start -->", "<!-- hosted-cpu:end -->"
@@ -61,16 +56,8 @@ anyio.run(main, int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
 
 
 def measure(tree: Path, episodes: int, concurrency: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree), "OPENAI_API_KEY": "not-needed"}
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(episodes), str(concurrency), str(ROOT / "bench" / "lean_model.py")],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    data: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    fake = str(ROOT / "bench" / "lean_model.py")
+    data = run_child(tree, CHILD, str(episodes), str(concurrency), fake, OPENAI_API_KEY="not-needed")
     if data["completed"] != data["episodes"]:
         raise SystemExit(f"{tree}: {data['episodes'] - data['completed']} episodes did not complete")
     return data
@@ -84,9 +71,7 @@ def section(
         START,
         "## Runner CPU per episode with a hosted model (`bench/hosted_cpu.py`)",
         "",
-        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPUs"
-        f" ({platform.processor() or platform.machine()}), Python {platform.python_version()}; load"
-        f" average at the start {load:.1f}.",
+        measured_on(load) + ".",
         "",
         f"{args.episodes} ResiliBench episodes of `openai:bench` at concurrency {args.concurrency}"
         " (the real openai SDK, 2 turns per episode) against `bench/lean_model.py` answering at once,"

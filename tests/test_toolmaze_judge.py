@@ -384,6 +384,13 @@ def test_a_trace_written_by_the_server_scores_through_the_cli(tmp_path, capsys):
     assert any("switched from" in r for r in result["reasons"])
 
 
+def perturbed_run(mode, recovered):
+    """The score of one perturbed trajectory at level C1 that recovered (and succeeded) or not."""
+    components = {"mode": mode, "level": "C1", "i_succ": recovered, "i_pert": True}
+    components |= {"i_recov": recovered, "c_rec": 0.0}
+    return Score(suite="toolmaze", task="t", label="full", value=1.0, components=components)
+
+
 def test_averages_over_modes_take_the_papers_modes_only():
     """Protocol faults on a mode, or faults of no ToolMaze mode, are conditions of their own."""
     from mcp_resili.suites.toolmaze.scoring import trace_mode
@@ -406,25 +413,20 @@ def test_averages_over_modes_take_the_papers_modes_only():
     assert trace_mode(header({"kind": "chaos", "rate": 0.3})) == "other"
     assert trace_mode(header({"kind": "toolmaze", "mode": "P2"})) == "P2"
 
-    def run(mode, succ):
-        components = {
-            "mode": mode,
-            "level": "C1",
-            "i_succ": succ,
-            "i_pert": True,
-            "i_recov": succ,
-            "c_rec": 0.0,
-        }
-        return Score(suite="toolmaze", task="t", label="full", value=1.0, components=components)
-
     keyed = {
         (m.mode, m.level): m
-        for m in aggregate([run("P1", True), run("P1+protocol:heavy", False), run("other", False)])
+        for m in aggregate(
+            [
+                perturbed_run("P1", True),
+                perturbed_run("P1+protocol:heavy", False),
+                perturbed_run("other", False),
+            ]
+        )
     }
     assert keyed["P1+protocol:heavy", "all"].tsr == 0.0 and keyed["other", "all"].tsr == 0.0
     assert keyed["all", "all"].tsr == 1.0 and keyed["all", "all"].n == 1  # P1 alone
     assert ("all", "C1") in keyed
-    only_others = {(m.mode, m.level) for m in aggregate([run("other", True)])}
+    only_others = {(m.mode, m.level) for m in aggregate([perturbed_run("other", True)])}
     assert only_others == {("other", "C1"), ("other", "all")}  # no average of no paper mode
 
 
@@ -436,15 +438,7 @@ def test_the_reports_interval_of_an_average_over_modes_uses_the_effective_sample
     from mcp_resili.suites.toolmaze.report import report_sections
 
     def row(n, mode, succ):
-        components = {
-            "mode": mode,
-            "level": "C1",
-            "i_succ": succ,
-            "i_pert": True,
-            "i_recov": succ,
-            "c_rec": 0.0,
-        }
-        score = Score(suite="toolmaze", task="t", label="full", value=1.0, components=components)
+        score = perturbed_run(mode, succ)
         return EpisodeRow(
             run_id="r",
             episode_id=f"e{n}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,8 @@ def name_map(tools: tuple[ToolDefinition, ...]) -> ToolNameMap:
     return _name_map(tuple(t.name for t in tools))
 
 
+#: The request URL aiohttp appends to an error message (``…, url='http://host/v1?key=…'``).
+_URL_IN_ERROR = re.compile(r",? url='[^']*'")
 #: Connections per SDK client: enough that high concurrency never queues on the pool.
 MAX_CONNECTIONS = 1024
 
@@ -100,17 +103,6 @@ def aiohttp_client(sdk_aiohttp_client: Callable[..., Any]) -> Any:
     return sdk_aiohttp_client(verify=_ssl_context(), limits=limits)
 
 
-def transport_errors() -> tuple[type[Exception], ...]:
-    """Failures of the aiohttp transport that an SDK lets through unwrapped.
-
-    An answer that is not HTTP, for one, reaches the openai SDK's caller as
-    ``aiohttp.ClientResponseError``.
-    """
-    import aiohttp
-
-    return (aiohttp.ClientError,)
-
-
 def connection_failure(exc: BaseException, *, timed_out: bool) -> ProviderFailure:
     """A failed connection as a retryable provider failure, named after its transport-level cause.
 
@@ -134,7 +126,10 @@ def connection_failure(exc: BaseException, *, timed_out: bool) -> ProviderFailur
     else:
         return ProviderFailure("timeout" if timed_out else "connection", str(exc))
     kind: FailureKind = "timeout" if timed_out else "connection"
-    return ProviderFailure(kind, " ".join(f"{type(cause).__name__}: {cause}".split()))
+    # aiohttp's parser errors span several lines (a failure's detail is one) and end with the request
+    # URL, whose query may carry a token: neither goes into traces.
+    detail = _URL_IN_ERROR.sub("", " ".join(f"{type(cause).__name__}: {cause}".split()))
+    return ProviderFailure(kind, detail)
 
 
 class SDKEndpoint:
@@ -154,7 +149,11 @@ class SDKEndpoint:
             max_retries=0,
             http_client=options.http_client or aiohttp_client(sdk.DefaultAioHttpClient),
         )
-        self._transport_errors = transport_errors()
+        import aiohttp
+
+        # What the SDKs let through unwrapped from their aiohttp transport (an answer that is not
+        # HTTP reaches the openai SDK's caller as ``aiohttp.ClientResponseError``).
+        self._transport_errors = (aiohttp.ClientError,)
 
     async def post(self, path: str, body: bytes) -> dict[str, Any]:
         """One attempt: ``body`` posted to ``path``, the answer's JSON object, or `ProviderFailure`."""

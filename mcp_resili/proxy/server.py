@@ -92,7 +92,9 @@ class ProxyServer:
         #: Protocol faults: the same MCP layer as our own server's, outside the relay (`server.protocol`).
         self.protocol: ProtocolLayer | None = None
         if has_protocol_faults(self.pipeline.plan_dict):
-            self.protocol = ProtocolLayer(self.pipeline, self._episodes)
+            self.protocol = ProtocolLayer(
+                self.pipeline, self._episodes, server_info=self.mcp.server_info_stamp
+            )
             self.mcp.middleware.append(self.protocol.middleware)
         self.mcp.middleware.append(self._middleware)
 

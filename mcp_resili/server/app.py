@@ -8,8 +8,11 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
-from pydantic import Field
+from mcp_types import methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import Field, ValidationError
 
 import mcp_resili
 from mcp_resili import DISCOVERY_TOOLS, META_EVENT, TRACE_METHOD
@@ -35,6 +38,7 @@ from mcp_resili.server.pipeline import (
     result_text,
 )
 from mcp_resili.server.protocol import ProtocolLayer, note_call
+from mcp_resili.server.wire import modern_tool_result, tool_result
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import TraceEvent, TraceHeader, event_to_dict, event_to_meta
 
@@ -134,18 +138,23 @@ class ResiliServer:
                 f"mcp-resili suite {suite.name!r}: {suite.description} Some tool calls fail on purpose."
             ),
             on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
         )
+        self.mcp.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
         self.mcp.add_request_handler(TRACE_METHOD, EpisodeTraceParams, self._episode_trace)
         #: The MCP layer of protocol faults, installed only when the plan holds any (`server.protocol`).
         self.protocol: ProtocolLayer | None = None
         if has_protocol_faults(self.pipeline.plan_dict):
             self.protocol = ProtocolLayer(
-                self.pipeline, self.episodes, connection_episode=lambda: self.connection_episode
+                self.pipeline,
+                self.episodes,
+                server_info=self.mcp.server_info_stamp,
+                connection_episode=lambda: self.connection_episode,
             )
             self.mcp.middleware.append(self.protocol.middleware)
+        self._server_info = self.mcp.server_info_stamp
+        self.mcp.middleware.append(self._tools_call_in_wire_form)  # innermost: the protocol layer wraps it
 
     # --- episodes --------------------------------------------------------------------------------
 
@@ -233,36 +242,56 @@ class ResiliServer:
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> dict[str, Any]:
+        """``tools/call`` by the SDK's handler path, which shapes the result for the connection's version."""
+        return {**await self._tool_result(ctx, params.name, params.arguments), "resultType": "complete"}
+
+    async def _tools_call_in_wire_form(
+        self, ctx: ServerRequestContext[Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Answer a 2026-era ``tools/call`` with its wire form directly (the innermost middleware).
+
+        Our results are built in wire form already; the handler path would validate them against the
+        protocol surface and dump them again. The request is still checked against the surface first
+        (a bad one takes the SDK's path, which answers it), and the answer is exactly the one that path
+        gives (`tests/test_wire_form.py`): same keys, same order, the ``serverInfo`` stamp. Other
+        versions and methods take the SDK's path.
+        """
+        if ctx.method != "tools/call" or ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return await call_next(ctx)
+        params = ctx.params
+        try:
+            methods.validate_client_request(ctx.method, ctx.protocol_version, params)
+        except ValidationError:
+            return await call_next(ctx)
+        assert params is not None  # the surface requires a name
+        result = await self._tool_result(ctx, params["name"], params.get("arguments"))
+        return modern_tool_result(result, self._server_info)
+
+    async def _tool_result(
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A call's result in wire form (``content``, ``isError``, ``structuredContent``, ``_meta``)."""
         episode = self.episode(episode_request(ctx, self.connection_episode))
-        if params.name == FINISH_TOOL:
-            return await self._finish(episode, params.arguments or {})
-        if self.discovery is not None and params.name in DISCOVERY_TOOLS:
-            return self.discovery.call(params.name, dict(params.arguments or {}))
-        event = await self.pipeline.call(episode, params.name, params.arguments)
+        if name == FINISH_TOOL:
+            return await self._finish(episode, arguments or {})
+        if self.discovery is not None and name in DISCOVERY_TOOLS:
+            found = self.discovery.call(name, dict(arguments or {}))
+            return found.model_dump(by_alias=True, mode="json", exclude_none=True)
+        event = await self.pipeline.call(episode, name, arguments)
         note_call(episode, event)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=result_text(event))],
-            structured_content=None if event.is_error else event.result,
-            is_error=event.is_error,
-            _meta=self._meta(event),
+        return tool_result(
+            result_text(event), event.is_error, None if event.is_error else event.result, self._meta(event)
         )
 
-    async def _finish(self, episode: Episode, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _finish(self, episode: Episode, arguments: dict[str, Any]) -> dict[str, Any]:
         status, summary = arguments.get("status"), arguments.get("summary", "")
         if status not in ("completed", "aborted") or not isinstance(summary, str):
             message = "finish needs status 'completed' or 'aborted' and a string summary"
             rejected = await self.pipeline.reject(episode, FINISH_TOOL, arguments, message)
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=result_text(rejected))],
-                is_error=True,
-                _meta=self._meta(rejected),
-            )
+            return tool_result(result_text(rejected), True, None, self._meta(rejected))
         event = await self.pipeline.finish(episode, status, summary)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=f"Recorded: episode {status}.")],
-            _meta=self._meta(event),
-        )
+        return tool_result(f"Recorded: episode {status}.", False, None, self._meta(event))
 
     def _prompt(self, task: Task) -> types.Prompt:
         """A task as an MCP prompt (its id is the prompt's name)."""

@@ -61,6 +61,7 @@ from mcp_resili.faults.protocol import (
 )
 from mcp_resili.server.episodes import EpisodeTable, NoEpisodeError, episode_request
 from mcp_resili.server.pipeline import CallPipeline, Episode
+from mcp_resili.server.wire import shaped
 from mcp_resili.trace import ProtocolEvent, ToolCallEvent
 
 logger = logging.getLogger(__name__)
@@ -152,9 +153,12 @@ class ProtocolLayer:
         pipeline: CallPipeline,
         episodes: EpisodeTable,
         *,
+        server_info: dict[str, Any],
         connection_episode: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.pipeline = pipeline
+        #: The server's ``serverInfo`` stamp, for the 2026-era answers this layer gives itself.
+        self.server_info = server_info
         self.episodes = episodes
         self._connection_episode = connection_episode
         self.http = HttpSessions()
@@ -184,10 +188,14 @@ class ProtocolLayer:
                 return result
             listing = _dump(result)
             listing["tools"] = episode.protocol.listing(list(listing.get("tools") or []))
-            return _shaped(ctx, listing)
+            return self._shaped(ctx, listing)
         if ctx.method == "tools/call":
             return await self._call(ctx, call_next, episode)
         return await call_next(ctx)
+
+    def _shaped(self, ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:
+        """An answer of this layer's own as the client's protocol version needs it (`wire.shaped`)."""
+        return shaped(ctx.protocol_version, result, self.server_info)
 
     def _peek(self, ctx: ServerRequestContext[Any]) -> Episode | None:
         """The live episode of a request, if it has one (never creates an episode)."""
@@ -270,7 +278,7 @@ class ProtocolLayer:
             if problem is not None:
                 message = f"invalid arguments for {name}: {problem}"
                 await self._refuse_call(episode, name, arguments, "INVALID_INPUT", message)
-                return _shaped(
+                return self._shaped(
                     ctx,
                     {
                         "content": [{"type": "text", "text": f"Error INVALID_INPUT: {message}"}],
@@ -393,7 +401,7 @@ class ProtocolLayer:
             extra = {"type": "text", "text": _filler(fault.megabytes)}
             padded["content"] = [*padded.get("content", []), extra]
             await delivered(megabytes=fault.megabytes)
-            return _shaped(ctx, padded)
+            return self._shaped(ctx, padded)
         if isinstance(fault, ProgressFlood | LogFlood):
             flood = isinstance(fault, ProgressFlood)
             sent = await self._progress(ctx, fault.count, total=fault.count) if flood else 0
@@ -531,14 +539,7 @@ class ProtocolLayer:
         else:
             answer = "no_answer"
         await self._record(episode, "answered", held["kind"], answer=answer)
-        return _shaped(ctx, dict(held["result"]))
-
-
-def _shaped(ctx: ServerRequestContext[Any], result: dict[str, Any]) -> dict[str, Any]:
-    """A raw result as the client's protocol version needs it (2026-07-28 results carry a type)."""
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-        result.setdefault("resultType", "complete")
-    return result
+        return self._shaped(ctx, dict(held["result"]))
 
 
 def _related(ctx: ServerRequestContext[Any]) -> Any:

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import random
@@ -8,11 +9,12 @@ from mcp import Client
 from mcp_resili import META_EPISODE
 from mcp_resili.cli import main
 from mcp_resili.faults import ErrorFault, FaultRule, NoFaults, RuleFaults
-from mcp_resili.faults.chaos import HardRateLimit, SchemaDrift, TransientTimeout
+from mcp_resili.faults.chaos import HardRateLimit, HighLatency, SchemaDrift, TransientTimeout
 from mcp_resili.registry.suites import get_suite
 from mcp_resili.scoring.passk import TaskTrials, gradients, pass_hat_k, pass_k, pass_k_curve, wilson
 from mcp_resili.server.app import EpisodeRequest, ResiliServer
 from mcp_resili.store import EpisodeRow
+from mcp_resili.suites.reliabilitybench.model import details
 from mcp_resili.suites.reliabilitybench.report import (
     fault_level,
     nominal_rate,
@@ -115,6 +117,44 @@ def row(task, trial, label, *, faults="lambda=0.0", variant="eps=0", model="m", 
         score=None,
         trace="",
         architecture=architecture,
+    )
+
+
+def test_a_task_whose_every_trial_was_an_infrastructure_error_keeps_its_domain():
+    """Review finding: such a task has no score to read its domain from, and landed in ``unknown``."""
+    scheduling = [t.id for t in SUITE.tasks if details(t).domain == "scheduling"][:2]
+    scored = dataclasses.replace(
+        row(scheduling[0], 0, "full"), score={"components": {"domain": "scheduling", "tool_calls": 2}}
+    )
+    (cell,) = summarize([scored, row(scheduling[1], 0, None), row("not-a-task", 0, None)])["cells"]
+    assert {d: v["tasks"] for d, v in cell["by_domain"].items()} == {"scheduling": 2, "unknown": 1}
+
+
+def test_two_names_of_one_surface_point_are_listed_not_silently_overwritten():
+    """Review finding: ``baseline`` and ``eps=0`` (both ε = 0) at λ = 0.3: the last one replaced the first.
+
+    By hand: tasks a, b, 2 trials each; under ``baseline`` all pass (R = 1 at every k), under
+    ``eps=0`` all fail. The point (0, 0.3) is the ``baseline`` cell (first in sort order), so R = 1.0,
+    and the ``eps=0`` cell is listed off the surface with its reason.
+    """
+    rows = [
+        row(task, trial, label, faults="lambda=0.3", variant=variant)
+        for variant, label in (("baseline", "full"), ("eps=0", "failure"))
+        for task in ("a", "b")
+        for trial in (0, 1)
+    ]
+    summary = summarize(rows)
+    (surface,) = summary["surfaces"]
+    assert {(p["k"], p["eps"], p["lambda"], p["R"]) for p in surface["points"]} == {
+        (1, 0.0, 0.3, 1.0),
+        (2, 0.0, 0.3, 1.0),
+    }
+    assert surface["duplicate_cells"] == 1
+    (left,) = summary["off_surface"]
+    assert (left["variant"], left["faults"]) == ("eps=0", "lambda=0.3")
+    assert left["reason"] == "same point (ε=0, λ=0.3) as faults 'lambda=0.3', variant 'baseline'"
+    assert "1 cell(s) at an (ε, λ) point another cell already holds left off" in str(
+        passk_table(summary).caption
     )
 
 
@@ -291,6 +331,45 @@ async def test_a_write_hidden_by_a_response_side_fault_counts_and_a_request_side
     retried = await play(task, [call, call], blocked)
     assert retried.label == "full"
     assert retried.components["faults"] == 1 and retried.components["recovered_faults"] == 1
+
+
+async def test_a_late_correct_result_is_a_harmless_fault_and_stays_out_of_the_recovery_rate():
+    """Review finding: HighLatency faults (nothing to mend) were counted as never recovered.
+
+    By hand: episode 1 meets a TransientTimeout, and its retry a HighLatency (harmless; the retry
+    succeeded, so the timeout was recovered); episode 2 meets a TransientTimeout it never retries.
+    Faults met 3, harmless 1, needing recovery 2, recovered 1: rate 1/2 (the old definition: 0/3).
+    """
+    task = task_of("schedule_book")
+    (call,) = gold_calls(task)
+    timeout_then_late = RuleFaults(
+        rules=(
+            FaultRule(tool="book_meeting", calls=(1,), fault=TransientTimeout()),
+            FaultRule(tool="book_meeting", calls=(2,), fault=HighLatency()),
+        )
+    )
+    first = await play(task, [call, call], timeout_then_late)
+    assert first.label == "full"
+    assert (first.components["faults"], first.components["harmless_faults"]) == (2, 1)
+    assert first.components["recovered_faults"] == 1
+    timeout = RuleFaults(rules=(FaultRule(tool="book_meeting", calls=(1,), fault=TransientTimeout()),))
+    second = await play(task, [call], timeout)
+    assert (second.components["faults"], second.components["harmless_faults"]) == (1, 0)
+    assert second.components["recovered_faults"] == 0
+    rows = [
+        dataclasses.replace(row(task.id, n, s.label), score={"components": s.components})
+        for n, s in enumerate((first, second))
+    ]
+    (cell,) = summarize(rows)["cells"]
+    recovery = cell["recovery"]
+    assert (recovery["faults_met"], recovery["harmless_faults"], recovery["faults_needing_recovery"]) == (
+        3,
+        1,
+        2,
+    )
+    assert (recovery["recovered"], recovery["recovery_rate"]) == (1, 0.5)
+    # Extra calls: 2 - 1 gold step in episode 1, none in episode 2, over 2 faults needing recovery.
+    assert recovery["extra_calls_per_fault"] == 0.5
 
 
 async def test_drifted_replies_still_replay_to_the_true_state():

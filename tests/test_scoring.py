@@ -6,7 +6,7 @@ from mcp_resili.registry.suites import get_suite
 from mcp_resili.scoring.termination import termination_index, within_budget
 from mcp_resili.suites.resilibench.scoring import score
 from mcp_resili.tasks import StepBinding
-from mcp_resili.trace import ToolCallEvent
+from mcp_resili.trace import ModelTurnEvent, ToolCallEvent
 
 SUITE = get_suite("resilibench")
 
@@ -49,12 +49,34 @@ def test_missing_completion_signal_is_not_full():
     assert result.label == "partial" and "no completion signal" in result.reasons
 
 
-def test_completion_phrase_in_text_counts_as_a_signal():
+def test_completion_phrase_in_a_closing_turn_counts_as_a_signal():
     task = task_with(3)
-    trace = trace_of(
-        task, [(t, True) for t in task.required_tools], finish_status=None, text="Task completed."
-    )
+    calls = trace_of(task, [(t, True) for t in task.required_tools], finish_status=None)
+    trace = trace_from(task, [*calls.events, turn("Task completed.")])
     assert score(task, trace).label == "full"
+
+
+def test_a_completion_phrase_said_beside_calls_or_before_more_work_is_no_signal():
+    """Review finding: said with the last step's calls, the phrase cost no call and beat both bounds."""
+    task = task_with(3)
+    tools = list(task.required_tools)
+    gold = {g.tool: g for g in gold_run(task)}
+    calls = [call_event(0, t, gold[t].arguments, gold[t].result) for t in tools]
+    asked = tuple({"id": f"c{i}", "name": t, "arguments": gold[t].arguments} for i, t in enumerate(tools))
+    beside = ModelTurnEvent(
+        episode="e", turn=1, text="Writing the result now, task completed.", tool_calls=asked
+    )
+    for events in (
+        [beside, *calls],  # in the turn that makes the calls
+        [turn("Task completed."), *calls],  # before the work
+        [*calls[:2], turn("Task completed."), calls[2]],  # and then more work
+    ):
+        result = score(task, trace_from(task, events, max_turns=3))
+        assert result.label != "full" and result.components["completion_signal"] is False
+    # With a call left for it, the closing phrase is a signal; three calls spent on steps leave none.
+    closing = [*calls, turn("Task completed.")]
+    assert score(task, trace_from(task, closing, max_turns=4)).label == "full"
+    assert score(task, trace_from(task, closing, max_turns=3)).label != "full"
 
 
 def test_aborted_finish_is_not_a_completion_signal():

@@ -233,6 +233,16 @@ def test_compare_rejects_bad_files_and_thresholds_with_exit_two(tmp_path, capsys
         load_workflow(tmp_path / "missing.json")
     text = write(tmp_path / "t.json", chain(["a", "b"], kind="text"))
     assert main(["compare", str(golden), str(text)]) == 2
+    # A cycle is named as one; a DAG merely listed out of order is told to list its steps in order.
+    steps = [{"id": i, "label": i} for i in "abc"]
+    cycle = tmp_path / "cycle.json"
+    cycle.write_text(json.dumps({"steps": steps, "edges": [["a", "b"], ["b", "c"], ["c", "a"]]}))
+    assert main(["compare", str(golden), str(cycle)]) == 2
+    assert "the edges form a cycle (a → b → c → a)" in capsys.readouterr().err
+    unordered = tmp_path / "unordered.json"
+    unordered.write_text(json.dumps({"steps": steps, "edges": [["b", "a"]]}))
+    assert main(["compare", str(golden), str(unordered)]) == 2
+    assert "edge ('b', 'a') goes backwards: list steps in a topological order" in capsys.readouterr().err
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "workflows"

@@ -49,6 +49,15 @@ class Step(BaseModel):
     arguments: dict[str, Any] | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
+def _cycle(edges: tuple[tuple[str, str], ...]) -> list[str]:
+    """One cycle of the directed graph ``edges`` as its nodes, the first repeated at the end; [] if none."""
+    try:
+        found = nx.find_cycle(nx.DiGraph(list(edges)))
+    except nx.NetworkXNoCycle:
+        return []
+    return [str(a) for a, _ in found] + [str(found[0][0])]
+
+
 class WorkflowGraph(BaseModel):
     """Steps in a topological order, with DAG edges (or ``None`` for an order-only sequence)."""
 
@@ -68,6 +77,11 @@ class WorkflowGraph(BaseModel):
             if a not in position or b not in position:
                 raise ValueError(f"edge ({a!r}, {b!r}) names an unknown step")
             if position[a] >= position[b]:
+                cycle = _cycle(self.edges or ())
+                if cycle:
+                    raise ValueError(
+                        f"the edges form a cycle ({' → '.join(cycle)}): a workflow must be a DAG"
+                    )
                 raise ValueError(f"edge ({a!r}, {b!r}) goes backwards: list steps in a topological order")
         return self
 

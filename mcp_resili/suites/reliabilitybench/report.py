@@ -4,8 +4,10 @@ A cell is (model, architecture, fault spec, prompt variant); each cell also has 
 number of tool calls per domain (the paper's Table 5). The λ of a fault spec is read from
 ``lambda=X`` (``none`` is λ = 0); the ε of a variant from ``eps=X`` (``baseline`` is ε = 0). Cells
 with other specs or variants (e.g. ``mr=synonym``) get pass^k but stay off the surface, and are
-listed. There is one surface per (model, architecture); see `mcp_resili.scoring.passk` for its task
-set, intervals and normalised volume.
+listed (``off_surface``, with the reason); so are cells naming a point another cell already holds
+(``none`` and ``lambda=0``, ``baseline`` and ``eps=0``: the first in sort order is the point). There
+is one surface per (model, architecture); see `mcp_resili.scoring.passk` for its task set, intervals
+and normalised volume.
 
 Per cell:
 
@@ -16,10 +18,13 @@ Per cell:
   tool calls: what the agent saw, higher than the nominal rate because a cascade fails the next
   calls without a roll).
 * ``terminations``: how the episodes ended, a stop rule by its name (``stop_rule:NAME``).
-* ``recovery``: ``faults_met`` (tool calls that met an injected fault), ``recovered`` (of those,
-  faults whose tool later succeeded without a fault in the same episode), ``extra_calls_per_fault``
+* ``recovery``: ``faults_met`` (tool calls that met an injected fault), ``harmless_faults`` (of those,
+  the ones that delivered the correct result late: nothing to recover from), ``recovered`` (of the
+  others, the ``faults_needing_recovery``, faults whose tool later succeeded without a fault in the
+  same episode), ``recovery_rate`` (recovered ÷ faults needing recovery), ``extra_calls_per_fault``
   (tool calls beyond the gold workflow's length in episodes that met a fault, summed, divided by the
-  faults met), and ``episodes_with_faults_passed`` (episodes that met a fault and still passed).
+  faults needing recovery), and ``episodes_with_faults_passed`` (episodes that met a fault and still
+  passed).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, Tabl
 from mcp_resili.report.svg import heatmap, line_chart
 from mcp_resili.scoring.passk import VOLUME_K, TaskTrials, pass_k_curve, surface, wilson
 from mcp_resili.store import EpisodeRow
+from mcp_resili.suites.reliabilitybench.model import details
+from mcp_resili.suites.reliabilitybench.tasks import default_tasks
 
 VOLUME_NORMALISATION = (
     f"V = mean of R(k, eps, lambda) over k = 1..{VOLUME_K} and every eps and lambda run (equal weight "
@@ -123,7 +130,8 @@ def _terminations(rows: Sequence[EpisodeRow]) -> dict[str, int]:
 
 
 def _recovery(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
-    faults = recovered = extra = with_faults = passed = 0
+    """The paper's recovery table (§5.5) over the faults that needed recovering (not harmless ones)."""
+    faults = harmless = recovered = extra = with_faults = passed = 0
     for row in rows:
         components = _components(row)
         met = int(components.get("faults", 0))
@@ -132,25 +140,38 @@ def _recovery(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
         with_faults += 1
         passed += row.label == "full"
         faults += met
+        harmless += int(components.get("harmless_faults", 0))  # absent in rows scored before it existed
         recovered += int(components.get("recovered_faults", 0))
         extra += max(0, int(components.get("tool_calls", 0)) - int(components.get("gold_steps", 0)))
+    needing = faults - harmless
     return {
         "faults_met": faults,
+        "harmless_faults": harmless,
+        "faults_needing_recovery": needing,
         "recovered": recovered,
-        "recovery_rate": round(recovered / faults, 4) if faults else None,
-        "extra_calls_per_fault": round(extra / faults, 4) if faults else None,
+        "recovery_rate": round(recovered / needing, 4) if needing else None,
+        "extra_calls_per_fault": round(extra / needing, 4) if needing else None,
         "episodes_with_faults": with_faults,
         "episodes_with_faults_passed": passed,
     }
 
 
 def _domains(rows: Sequence[EpisodeRow]) -> dict[str, str]:
-    """Task id → domain, read from the scores (an infrastructure-error trial has none)."""
+    """Task id → domain, read from the scores, else from the suite's own tasks.
+
+    A task whose every trial was an infrastructure error has no score; the embedded task set still
+    knows its domain (only a task from elsewhere is ``unknown``).
+    """
     found: dict[str, str] = {}
     for row in rows:
         domain = _components(row).get("domain")
         if isinstance(domain, str):
             found[row.task_id] = domain
+    missing = {row.task_id for row in rows} - set(found)
+    if missing:
+        for task in default_tasks():
+            if task.id in missing:
+                found[task.id] = details(task).domain
     return found
 
 
@@ -178,7 +199,9 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
     domains = _domains(rows)
     table = []
     grids: dict[tuple[str, str], dict[tuple[float, float], list[TaskTrials]]] = {}
-    off_surface = []
+    off_surface: list[dict[str, Any]] = []
+    placed: dict[tuple[str, str, float, float], tuple[str, str]] = {}
+    duplicates: dict[tuple[str, str], int] = {}
     for (model, architecture, faults, variant), members in sorted(cells.items()):
         trials = _trials(members)
         lam, eps = fault_level(faults), perturbation_level(variant)
@@ -201,12 +224,21 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
                 "by_domain": _by_domain(members, domains),
             }
         )
+        cell = {"model": model, "architecture": architecture, "faults": faults, "variant": variant}
         if lam is None or eps is None:
-            off_surface.append(
-                {"model": model, "architecture": architecture, "faults": faults, "variant": variant}
-            )
+            off_surface.append({**cell, "reason": "not a λ profile and an ε level"})
             continue
-        grids.setdefault((model, architecture), {})[(eps, lam)] = trials
+        grid = grids.setdefault((model, architecture), {})
+        if (eps, lam) in grid:
+            # Two names of one condition (``none`` and ``lambda=0``, ``baseline`` and ``eps=0``): the
+            # first cell in sort order is the point; the others are listed, never silently dropped.
+            first = placed[(model, architecture, eps, lam)]
+            reason = f"same point (ε={eps:g}, λ={lam:g}) as faults {first[0]!r}, variant {first[1]!r}"
+            off_surface.append({**cell, "reason": reason})
+            duplicates[(model, architecture)] = duplicates.get((model, architecture), 0) + 1
+            continue
+        grid[(eps, lam)] = trials
+        placed[(model, architecture, eps, lam)] = (faults, variant)
     return {
         "cells": table,
         "surfaces": [
@@ -215,6 +247,7 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
                 "architecture": architecture,
                 **surface(grid).to_dict(),
                 "volume_normalisation": VOLUME_NORMALISATION,
+                "duplicate_cells": duplicates.get((model, architecture), 0),
             }
             for (model, architecture), grid in sorted(grids.items())
         ],
@@ -238,10 +271,15 @@ def _exposure(cell: dict[str, Any]) -> str:
 
 
 def _volume(s: dict[str, Any]) -> str:
+    duplicates = s.get("duplicate_cells", 0)
+    left_off = (
+        f"; {duplicates} cell(s) at an (ε, λ) point another cell already holds left off" if duplicates else ""
+    )
     if s["volume"] is None:
-        return f"{s['model']} · {s['architecture']}: no volume ({s['volume_note']})"
+        return f"{s['model']} · {s['architecture']}: no volume ({s['volume_note']}{left_off})"
     low, high = s["volume_ci95"]
-    return f"{s['model']} · {s['architecture']}: {s['volume']:.3f} ({low:.3f}–{high:.3f}), n={s['volume_n']}"
+    volume = f"{s['volume']:.3f} ({low:.3f}–{high:.3f}), n={s['volume_n']}"
+    return f"{s['model']} · {s['architecture']}: {volume}{left_off}"
 
 
 COLUMNS = ("model", "arch", "faults", "variant", "tasks", "infra errors", "λ nominal / seen")

@@ -11,8 +11,10 @@ needed) and lets any path that reaches the right end state pass.
   again (e.g. a second ticket after a HardRateLimit reply hid the first one).
 * ``replay_consistent``: every fault-free successful call gave the same result on replay as it did
   live (False means the trace came from a server with different state; the score is then suspect).
-* ``faults``, ``recovered_faults``: calls that met an injected fault, and those of them whose tool
-  later succeeded without a fault in the same episode.
+* ``faults``, ``harmless_faults``, ``recovered_faults``: calls that met an injected fault; those of
+  them whose fault changed nothing the agent had to mend (`HARMLESS_FAULTS`: the correct result, late);
+  and those of the others whose tool later succeeded in the same episode (without a fault, or with a
+  harmless one).
 * ``rolled_calls``, ``cascade_calls``: calls the fault plan decided afresh, and calls failed by a
   running cascade without a decision of their own. ``(faults − cascade_calls) / rolled_calls`` is
   the measured injection rate (the λ profile's nominal rate); ``faults / tool_calls`` is the share
@@ -120,6 +122,15 @@ def check(state: dict[str, Any], rule: StateCheck) -> str | None:
     return f"{where} is {shown}, expected {wanted}"
 
 
+#: Faults that hand the agent the tool's own correct result (only later): nothing to recover from, so
+#: they stay out of the recovery rate (a correct agent never calls the tool again after one).
+HARMLESS_FAULTS = frozenset({"high_latency"})
+
+
+def _harmless(call: ToolCallEvent) -> bool:
+    return call.fault is not None and getattr(call.fault, "type", None) in HARMLESS_FAULTS
+
+
 def score(task: Task, trace: Trace) -> Score:
     """Score one ReliabilityBench episode by its end state."""
     calls = trace.tool_calls
@@ -128,10 +139,15 @@ def score(task: Task, trace: Trace) -> Score:
     faulted = [i for i, c in enumerate(calls) if c.fault is not None]
     cascade = sum(1 for c in calls if c.decision is not None and c.decision.reason == "cascade")
     rolled = sum(1 for c in calls if c.decision is not None) - cascade
+    harmless = {i for i in faulted if _harmless(calls[i])}
     recovered = sum(
         1
         for i in faulted
-        if any(c.tool == calls[i].tool and c.fault is None and not c.is_error for c in calls[i + 1 :])
+        if i not in harmless
+        and any(
+            c.tool == calls[i].tool and not c.is_error and (c.fault is None or _harmless(c))
+            for c in calls[i + 1 :]
+        )
     )
     passed = not failures and not result.duplicate_writes
     reasons = [*failures, *(f"duplicate write: {key}" for key in result.duplicate_writes)]
@@ -156,6 +172,7 @@ def score(task: Task, trace: Trace) -> Score:
             "executed_calls": result.executed,
             "gold_steps": len(task.workflow.steps),
             "faults": len(faulted),
+            "harmless_faults": len(harmless),
             "recovered_faults": recovered,
             "rolled_calls": rolled,
             "cascade_calls": cascade,

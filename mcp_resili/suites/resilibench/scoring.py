@@ -67,17 +67,27 @@ LEVEL_VALUES = {"full": 1.0, "partial": 0.6, "failure": 0.0}
 
 
 def _completion_signal(cut: BudgetCut) -> tuple[bool, FinishEvent | None]:
-    """The first ``finish`` within the budget, or a completion phrase said while a call was left."""
+    """The first ``finish`` within the budget, else a completion phrase as the agent's last word.
+
+    A phrase counts only in a closing turn (one that asks for no call, which is what ends an episode
+    in the runner), with nothing that costs a call after it, and while a call of the budget is left:
+    like ``finish``, the signal takes a call (as in the DP and both bounds). Said earlier, or beside
+    calls, it would let an agent spend the whole budget on steps and claim completion for free.
+    """
     finish = next((e for e in cut.events if isinstance(e, FinishEvent)), None)
     if finish is not None:
         return finish.status == "completed", finish
     spent = 0
+    said_while_a_call_was_left = False
     for event in cut.events:
-        spent += counts_against_budget(event)
-        said = isinstance(event, ModelTurnEvent) and any(p in event.text.lower() for p in COMPLETION_PHRASES)
-        if said and spent < cut.budget:
-            return True, None
-    return False, None
+        cost = counts_against_budget(event)
+        spent += cost
+        if cost:
+            said_while_a_call_was_left = False  # the agent went on working: that was no last word
+        elif isinstance(event, ModelTurnEvent) and not event.tool_calls:
+            said = any(p in event.text.lower() for p in COMPLETION_PHRASES)
+            said_while_a_call_was_left = said and spent < cut.budget
+    return said_while_a_call_was_left, None
 
 
 def score(task: Task, trace: Trace) -> Score:

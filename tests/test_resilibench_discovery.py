@@ -49,6 +49,13 @@ async def test_discovery_tools_answer_through_mcp_without_faults():
         info = await client.call_tool("tool_info", {"name": "network_poster"}, meta=meta)
         unknown = await client.call_tool("tool_info", {"name": "network_postr"}, meta=meta)
         bad = await client.call_tool("search_tools", {"query": ""}, meta=meta)
+        # Review finding: arguments the published schemas forbid were accepted (a bool taken as limit 1).
+        forbidden = [
+            ("search_tools", {"query": "reader", "limit": True}, "limit: True is not of type 'integer'"),
+            ("search_tools", {"query": "reader", "extra": 1}, "Additional properties are not allowed"),
+            ("tool_info", {"name": "network_poster", "extra": 1}, "Additional properties are not allowed"),
+        ]
+        refused = [await client.call_tool(name, arguments, meta=meta) for name, arguments, _ in forbidden]
         real = await client.call_tool("data_processing_filter", {"data": {"records": []}}, meta=meta)
     assert not found.is_error and len(found.structured_content["results"]) == 3
     assert found.structured_content["results"][0]["name"] == "data_processing_validator"
@@ -59,7 +66,23 @@ async def test_discovery_tools_answer_through_mcp_without_faults():
     assert "must succeed before" in info.content[0].text
     assert unknown.is_error and "network_poster" in unknown.content[0].text
     assert bad.is_error
+    for result, (name, _, problem) in zip(refused, forbidden, strict=True):
+        text = result.content[0].text
+        assert result.is_error and text.startswith(f"Error INVALID_INPUT: invalid arguments for {name}: ")
+        assert problem in text
     assert real.is_error  # the fault plan is live for real tools
+    # Review finding: the server's own trace left discovery calls out (a `serve` trace then scored
+    # discovery_calls 0). Recorded now, with no fault decision and no ordinal: they cost no call.
+    events = server.take_events("d1")
+    discovery = [e for e in events if e.tool in ("search_tools", "tool_info")]
+    assert [e.tool for e in discovery] == ["search_tools", "tool_info", "tool_info", "search_tools"] + [
+        name for name, _, _ in forbidden
+    ]
+    assert all(e.decision is None and e.fault is None for e in discovery)
+    assert [e.is_error for e in discovery[:4]] == [False, False, True, True]
+    assert discovery[0].result["results"][0]["name"] == "data_processing_validator"
+    assert discovery[2].error_code == "INVALID_INPUT" and "network_poster" in discovery[2].result["message"]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
 
 def test_discovery_calls_do_not_count_for_scoring_or_termination():

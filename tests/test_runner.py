@@ -2,6 +2,7 @@ import json
 from dataclasses import dataclass
 
 import pytest
+from servers import start_http_server
 
 from mcp_resili.client.model import InfrastructureError, ModelRequest, ModelResponse
 from mcp_resili.client.runner import RunConfig, RunConfigError, execute
@@ -112,6 +113,49 @@ async def test_bad_run_configs_fail_before_anything_runs(tmp_path, config, messa
     with pytest.raises((RunConfigError, ValueError, KeyError), match=message):
         await execute(replace(config, db=db))
     assert not db.exists()
+
+
+async def test_an_http_server_killed_mid_run_gives_infrastructure_errors_and_stores_every_episode(tmp_path):
+    """Review finding: over Streamable HTTP the SDK client let the broken POST escape its task group,
+    ending the whole run in a traceback with nothing stored. Now only the request fails, as over stdio.
+
+    The model kills the server (SIGKILL, reaped) when it is first asked for a turn, so every call of
+    the run meets a dead server: deterministic, no timing.
+    """
+    from mcp_resili.client.executor import LocalExecutor
+    from mcp_resili.client.providers import create_model
+
+    server = await start_http_server("--faults", "none", workdir=tmp_path)
+
+    class KillsTheServer:
+        def __init__(self, inner):
+            self.inner = inner
+
+        @property
+        def name(self):
+            return self.inner.name
+
+        async def generate(self, request):
+            if server.process.poll() is None:
+                server.process.kill()
+                server.process.wait()
+            return await self.inner.generate(request)
+
+    try:
+        result = await execute(
+            RunConfig(
+                db=tmp_path / "r.db", server=server.url, models=("scripted:oracle",), trials=2, limit=2
+            ),
+            executor=LocalExecutor(
+                model_factory=lambda spec, **options: KillsTheServer(create_model(spec, **options))
+            ),
+        )
+    finally:
+        server.stop()
+    assert len(result.rows) == 4
+    assert {(r.termination, r.label, r.score) for r in result.rows} == {("infrastructure_error", None, None)}
+    end = Trace.from_lines(result.rows[0].trace.splitlines()).end
+    assert end is not None and "MCP server gone during" in end.detail and "Connection closed" in end.detail
 
 
 @pytest.mark.parametrize("through_proxy", [False, True], ids=["direct", "through our proxy"])

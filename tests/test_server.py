@@ -17,7 +17,7 @@ from mcp_resili.faults import (
     RuleFaults,
     parse_fault_spec,
 )
-from mcp_resili.faults.chaos import SchemaDrift
+from mcp_resili.faults.chaos import HighLatency, SchemaDrift
 from mcp_resili.registry import ToolLibrary, ToolSpec
 from mcp_resili.registry.suites import Suite, get_suite
 from mcp_resili.server.app import PROMPT_PAGE_SIZE, EpisodeRequest, ResiliServer
@@ -187,11 +187,25 @@ async def test_unknown_task_in_episode_meta_is_invalid_params():
     assert not ok.is_error
 
 
-async def test_finish_records_completion_and_rejects_bad_status():
+async def test_finish_records_completion_and_rejects_arguments_its_schema_forbids():
+    # Review finding: a missing summary and an extra field were accepted against the published schema.
+    forbidden = [
+        ({"status": "maybe", "summary": ""}, "status: 'maybe' is not one of"),
+        ({"status": "completed"}, "(arguments): 'summary' is a required property"),
+        ({"status": "completed", "summary": "done", "score": 100}, "Additional properties are not allowed"),
+        ({"status": "completed", "summary": 7}, "summary: 7 is not of type 'string'"),
+    ]
     async with Client(make_server().mcp) as client:
-        bad = await client.call_tool("finish", {"status": "maybe", "summary": ""}, meta=meta("e"))
+        bad = [await client.call_tool("finish", arguments, meta=meta("e")) for arguments, _ in forbidden]
         good = await client.call_tool("finish", {"status": "completed", "summary": "done"}, meta=meta("e"))
-    assert bad.is_error
+    for result, (_, problem) in zip(bad, forbidden, strict=True):
+        text = result.content[0].text
+        assert (
+            result.is_error
+            and text.startswith("Error INVALID_INPUT: finish needs status")
+            and problem in text
+        )
+        assert result.meta[META_EVENT]["event"] == "tool_call"  # recorded as a refused call, not a finish
     assert good.meta[META_EVENT]["event"] == "finish" and good.meta[META_EVENT]["status"] == "completed"
 
 
@@ -450,6 +464,42 @@ async def test_a_slow_tool_times_out_while_another_episode_is_answered_and_its_n
             # The abandoned call finishes before the episode's next call touches its state.
             after = await client.call_tool("peek", {}, meta=meta("a"))
     assert after.structured_content == {"slow_done": True}
+
+
+async def test_a_call_whose_client_gives_up_is_still_recorded_so_the_trace_replays():
+    """Review finding: a call abandoned during an injected delay (or while its tool ran) left no event,
+    though it took an ordinal and a fault decision: the trace then started at seq 2, ordinal 1."""
+    release = threading.Event()
+
+    def slow(arguments, state):
+        release.wait(30)
+        return {"done": True}
+
+    suite = hand_made_suite((spec("late"), lambda a, s: {"ok": True}), (spec("slow"), slow))
+    # An hour-long injected delay on the first "late" call; nothing else is faulted.
+    plan = RuleFaults(rules=({"tool": "late", "calls": (1,), "fault": HighLatency(delay_seconds=3600)},))
+    server = ResiliServer(suite, plan, call_time_limit=None)
+    episode = server.episode(EpisodeRequest(id="e"))
+
+    async def given_up(tool):
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server.pipeline.call, episode, tool, {})
+                await anyio.wait_all_tasks_blocked()  # the call waits out its delay, or its tool's thread
+                tg.cancel_scope.cancel()
+
+    await given_up("late")
+    await given_up("slow")
+    release.set()
+    await server.pipeline.call(episode, "late", {})
+    events = server.take_events("e")
+    assert [(e.seq, e.tool, e.decision.ordinal, e.error_code) for e in events] == [
+        (1, "late", 0, None),  # the delayed answer nobody read: recorded as it was decided
+        (2, "slow", 0, "CALL_CANCELLED"),
+        (3, "late", 1, None),
+    ]
+    assert events[0].fault is not None and events[0].fault.type == "high_latency"
+    assert [h.ok for h in episode.history] == [True, False, True]
 
 
 @pytest.mark.parametrize(

@@ -349,6 +349,15 @@ def test_malformed_stdio_lines_get_json_rpc_error_replies_and_the_server_keeps_s
         + b'"}',
         b'{"jsonrpc": "2.0", "method": "ping", "params": {"x": "' + b"y" * (5 * 2**20) + b'"}, "id": 10}',
         b"7",
+        # valid JSON the parser cannot take, its id in the head: nested 300 deep, a 5000-digit number,
+        # a lone surrogate (review finding: answered under id null, the client waited for its timeout)
+        b'{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"arguments": '
+        + b'{"a": ' * 300
+        + b"1"
+        + b"}" * 300
+        + b"}}",
+        b'{"jsonrpc": "2.0", "id": "12", "method": "ping", "params": {"n": ' + b"9" * 5000 + b"}}",
+        b'{"jsonrpc": "2.0", "id": 13, "method": "ping", "params": {"s": "\\ud800"}}',
         b'{"jsonrpc": "2.0", "id": 6, "method": "ping"}',
     ]
     proc = subprocess.run(
@@ -365,15 +374,18 @@ def test_malformed_stdio_lines_get_json_rpc_error_replies_and_the_server_keeps_s
     errors = [(r["id"], r["error"]["code"]) for r in replies[1:-1]]
     assert errors == [
         (None, types.PARSE_ERROR),
-        (None, types.PARSE_ERROR),
+        (1, types.PARSE_ERROR),  # truncated after its id: answered under it
         (2, types.INVALID_REQUEST),
         (None, types.INVALID_REQUEST),
-        (None, types.PARSE_ERROR),
+        (4, types.PARSE_ERROR),
         (None, types.PARSE_ERROR),
         (5, types.INVALID_REQUEST),  # longer than the 4 MiB limit: skipped, answered under its id
         ("late", types.INVALID_REQUEST),
         (None, types.INVALID_REQUEST),
         (None, types.INVALID_REQUEST),
+        (11, types.PARSE_ERROR),
+        ("12", types.PARSE_ERROR),
+        (13, types.PARSE_ERROR),
     ]
     assert replies[-1] == {"jsonrpc": "2.0", "id": 6, "result": {}}
     assert proc.returncode == 0

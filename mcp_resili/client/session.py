@@ -45,7 +45,7 @@ from mcp_resili.client.plan import (
 )
 from mcp_resili.client.pricing import PriceTable, load_price_table
 from mcp_resili.client.providers import ClosableModel, create_model, provider_of
-from mcp_resili.proxy.upstream import entered
+from mcp_resili.proxy.upstream import entered, guarded_http_transport
 from mcp_resili.registry.suites import Suite
 from mcp_resili.registry.validator import compiled, schema_error
 from mcp_resili.scoring.coping import with_coping
@@ -87,10 +87,10 @@ async def connect_recorded(
             yield client, RecordedEvents(after_call=server.take_events, at_end=close, notices=notices)
         return
     notices = ProtocolNotices()
+    guard = None
     if config.server.startswith(("http://", "https://")):
-        remote = entered(
-            Client(config.server, read_timeout_seconds=60, **notices.client_options()), config.server
-        )
+        http, guard = guarded_http_transport(config.server)
+        remote = entered(Client(http, read_timeout_seconds=60, **notices.client_options()), config.server)
     else:
         argv = shlex.split(config.server)
         if not argv:
@@ -101,6 +101,8 @@ async def connect_recorded(
             Client(transport, read_timeout_seconds=60, **notices.client_options()), config.server
         )
     async with remote as client:
+        if guard is not None:
+            guard.armed = True  # connected: from now on a lost connection fails only its request
         yield client, RecordedEvents(at_end=functools.partial(fetch_episode_trace, client), notices=notices)
 
 

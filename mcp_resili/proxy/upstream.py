@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -454,3 +455,63 @@ class UpstreamBackend:
         if not isinstance(structured, dict):
             structured = {"text": result_text(result)}
         return ToolOutcome(structured=dict(structured), upstream=result)
+
+
+class AnswerLostConnections(httpx2.AsyncBaseTransport):
+    """An HTTP transport that answers a request whose connection broke with a JSON-RPC error.
+
+    The SDK's Streamable HTTP client lets a transport error of a POST (the server killed, the
+    connection reset) escape its task group: that ends the whole client, every episode in flight with
+    it, in a traceback. Answered as ``CONNECTION_CLOSED`` under the request's id instead, only the
+    request fails, as it does over stdio, and the runner counts its episode as an infrastructure
+    error. Set ``armed`` once the session is up: until then a server that cannot be reached at all is
+    reported as such (`entered`).
+    """
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
+        self.inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
+        self.armed = False
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send ``request``; once armed, a broken POST comes back as a 502 with a JSON-RPC error."""
+        try:
+            return await self.inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            if not self.armed or request.method != "POST":
+                raise
+            error = {
+                "code": types.CONNECTION_CLOSED,
+                "message": f"Connection closed: {_transport_error(exc)}",
+            }
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+            return httpx2.Response(
+                502, headers={"content-type": "application/json"}, content=body, request=request
+            )
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self.inner.aclose()
+
+
+def _transport_error(exc: httpx2.TransportError) -> str:
+    detail = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def guarded_http_transport(url: str) -> tuple[Any, AnswerLostConnections]:
+    """A Streamable HTTP transport for ``url`` whose broken requests fail alone (`AnswerLostConnections`)."""
+    guard = AnswerLostConnections()
+    return _guarded_streams(url, guard), guard
+
+
+@asynccontextmanager
+async def _guarded_streams(url: str, guard: AnswerLostConnections) -> AsyncIterator[Any]:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+    timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+    async with (
+        httpx2.AsyncClient(transport=guard, timeout=timeout) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams

@@ -121,3 +121,22 @@ def _check(schema: Mapping[str, Any]) -> SchemaError | None:
 @functools.lru_cache(maxsize=CACHED_SCHEMAS)
 def _checked(key: str) -> SchemaError | None:
     return _check(json.loads(key))
+
+
+#: Characters of one schema message kept in an error (a message quotes the offending value in full).
+MAX_MESSAGE_CHARS = 300
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
+def argument_problems(schema: CompiledSchema, arguments: Any, most: int = 5) -> str | None:
+    """Where and how ``arguments`` break ``schema`` (the first ``most`` problems by path), or None."""
+    errors = sorted(schema.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    return "; ".join(
+        f"{'/'.join(map(str, e.absolute_path)) or '(arguments)'}: {shorten(e.message)}" for e in errors[:most]
+    )

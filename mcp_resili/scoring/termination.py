@@ -15,8 +15,9 @@ Sets defined here (suites may define their own):
 
 **The call budget**: an episode may make at most ``budget`` calls (the episode's ``max_turns``).
 Every tool call counts, failed and refused ones included, and so does ``finish`` (the completion
-signal takes a call); discovery calls (``search_tools``, ``tool_info``) do not, as the server does
-not record them. It is a budget of *calls*, not of model turns, because the call is the one unit
+signal takes a call); discovery calls (``search_tools``, ``tool_info``) do not: they are no part of
+the failure model (never faulted, no draw), and the paper counts searches as turns, not calls. It is
+a budget of *calls*, not of model turns, because the call is the one unit
 every trace shows: the server sees no model turns, so only a call budget can be enforced on the
 server-side traces of an agent we did not run. With the paper's one call per turn the two are the
 same; a model that makes several calls in one turn spends several. The runner stops making calls

@@ -19,6 +19,7 @@ from mcp_resili import DISCOVERY_TOOLS, META_EVENT, TRACE_METHOD
 from mcp_resili.faults import BasePlan, has_protocol_faults
 from mcp_resili.registry import ToolSpec
 from mcp_resili.registry.suites import Suite, UnknownTaskError
+from mcp_resili.registry.validator import argument_problems, compiled
 from mcp_resili.server.backend import TOOL_CRASHED, SimulatedBackend
 from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery
 from mcp_resili.server.episodes import (
@@ -86,6 +87,10 @@ _FINISH_SPEC = types.Tool(
     annotations=types.ToolAnnotations(read_only_hint=True),
     _meta={"mcp-resili/errors": [INVALID_ARGUMENTS]},
 )
+
+
+#: The published schema of ``finish``, which its arguments must meet like any tool's.
+_FINISH_CHECK = compiled(_FINISH_SPEC.input_schema)
 
 
 class ResiliServer:
@@ -276,21 +281,37 @@ class ResiliServer:
         if name == FINISH_TOOL:
             return await self._finish(episode, arguments or {})
         if self.discovery is not None and name in DISCOVERY_TOOLS:
-            found = self.discovery.call(name, dict(arguments or {}))
-            return found.model_dump(by_alias=True, mode="json", exclude_none=True)
+            return await self._discover(episode, name, dict(arguments or {}))
         event = await self.pipeline.call(episode, name, arguments)
         note_call(episode, event)
         return tool_result(
             result_text(event), event.is_error, None if event.is_error else event.result, self._meta(event)
         )
 
+    async def _discover(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A discovery call, answered and recorded (it costs no call of the budget, but it happened)."""
+        assert self.discovery is not None
+        found = self.discovery.call(name, arguments)
+        text = "".join(block.text for block in found.content if isinstance(block, types.TextContent))
+        if found.is_error:
+            code, _, message = text.removeprefix("Error ").partition(": ")
+            event = await self.pipeline.record_outside(
+                episode, name, arguments, error={"code": code, "message": message}
+            )
+        else:
+            event = await self.pipeline.record_outside(
+                episode, name, arguments, result=found.structured_content
+            )
+        return tool_result(text, found.is_error, found.structured_content, self._meta(event))
+
     async def _finish(self, episode: Episode, arguments: dict[str, Any]) -> dict[str, Any]:
-        status, summary = arguments.get("status"), arguments.get("summary", "")
-        if status not in ("completed", "aborted") or not isinstance(summary, str):
-            message = "finish needs status 'completed' or 'aborted' and a string summary"
+        problem = argument_problems(_FINISH_CHECK, arguments)
+        if problem is not None:
+            message = f"finish needs status 'completed' or 'aborted' and a string summary ({problem})"
             rejected = await self.pipeline.reject(episode, FINISH_TOOL, arguments, message)
             return tool_result(result_text(rejected), True, None, self._meta(rejected))
-        event = await self.pipeline.finish(episode, status, summary)
+        status = arguments["status"]
+        event = await self.pipeline.finish(episode, status, arguments["summary"])
         return tool_result(f"Recorded: episode {status}.", False, None, self._meta(event))
 
     def _prompt(self, task: Task) -> types.Prompt:

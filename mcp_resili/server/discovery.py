@@ -15,6 +15,7 @@ import mcp_types as types
 from mcp_resili import DISCOVERY_TOOLS
 from mcp_resili.registry import ToolLibrary
 from mcp_resili.registry.search import ToolIndex
+from mcp_resili.registry.validator import argument_problems, compiled
 
 SEARCH_TOOL, INFO_TOOL = DISCOVERY_TOOLS
 DEFAULT_LIMIT = 5
@@ -48,6 +49,10 @@ INFO_SPEC = types.Tool(
     },
     annotations=types.ToolAnnotations(read_only_hint=True),
 )
+
+
+#: Each discovery tool's published schema, which its arguments must meet like any tool's.
+_CHECKS = {spec.name: compiled(spec.input_schema) for spec in (SEARCH_SPEC, INFO_SPEC)}
 
 
 class Discovery:
@@ -85,6 +90,9 @@ class Discovery:
 
     def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """Handle ``search_tools`` or ``tool_info``; bad arguments are an error result, not an exception."""
+        problem = argument_problems(_CHECKS[name], arguments)
+        if problem is not None:
+            return _error(f"invalid arguments for {name}: {problem}")
         if name == SEARCH_TOOL:
             query, limit = arguments.get("query"), arguments.get("limit", DEFAULT_LIMIT)
             if not isinstance(query, str) or not query.strip():

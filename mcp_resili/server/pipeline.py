@@ -19,9 +19,17 @@ from typing import IO, Any
 import anyio
 from jsonschema.exceptions import best_match
 
-from mcp_resili.faults import BasePlan, CallContext, CallOutcome, FaultInjector, ProtocolState, ToolOutcome
+from mcp_resili.faults import (
+    BasePlan,
+    CallContext,
+    CallOutcome,
+    FaultDecision,
+    FaultInjector,
+    ProtocolState,
+    ToolOutcome,
+)
 from mcp_resili.registry import ToolSpec
-from mcp_resili.registry.validator import compiled
+from mcp_resili.registry.validator import argument_problems, compiled, shorten
 from mcp_resili.server.backend import SimulatedBackend, ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.tasks.model import Task
@@ -38,6 +46,9 @@ INVALID_ARGUMENTS = "INVALID_INPUT"
 DEPENDENCY_NOT_MET = "DEPENDENCY_NOT_MET"
 #: The tool did not finish within the server's per-call time limit.
 TOOL_TIMEOUT = "TOOL_TIMEOUT"
+#: Recorded (never sent: nobody is left to read it) for a call whose client went away while it ran.
+CALL_CANCELLED = "CALL_CANCELLED"
+CANCELLED_MESSAGE = "the client cancelled the call (or went away) before the tool finished"
 #: A response-side fault reshaped a result (schema drift, stale data...) so that it no longer satisfies
 #: the tool's declared output schema. An MCP client must reject such structured content, so the agent
 #: reads the reshaped payload as the text of this error instead (see `CallPipeline._conform`).
@@ -45,8 +56,6 @@ RESPONSE_SCHEMA_MISMATCH = "RESPONSE_SCHEMA_MISMATCH"
 #: The proxy's upstream closed the connection (exited, crashed): no tool answered. A runner takes it
 #: for what it is, an infrastructure error, not the agent's.
 UPSTREAM_CLOSED = "UPSTREAM_CLOSED"
-#: Longest schema message quoted in an error (they repeat the offending value, however long it is).
-MAX_MESSAGE_CHARS = 300
 
 
 @dataclass
@@ -206,25 +215,45 @@ class CallPipeline:
         """Like `call`, also returning the outcome the agent sees (None if the call was rejected)."""
         async with episode.lock:
             event, outcome = await self._call(episode, tool, dict(arguments or {}), meta)
-            delay = event.fault.delay_seconds if event.fault is not None else 0.0
-            if delay > 0 and self.time_scale > 0:
-                await anyio.sleep(delay * self.time_scale)
-            self.recorder.record(episode, event)
+            try:
+                delay = event.fault.delay_seconds if event.fault is not None else 0.0
+                if delay > 0 and self.time_scale > 0:
+                    await anyio.sleep(delay * self.time_scale)
+            finally:
+                # Recorded even when the client gives up during an injected delay: the call took its
+                # ordinal and its decision, and a replay must meet the same draws in the same order.
+                self.recorder.record(episode, event)
             return event, outcome
 
     async def reject(
         self, episode: Episode, tool: str, arguments: dict[str, Any], message: str
     ) -> ToolCallEvent:
         """Record a call refused for invalid arguments outside the pipeline's tools (e.g. ``finish``)."""
+        error = {"code": INVALID_ARGUMENTS, "message": message}
+        return await self.record_outside(episode, tool, arguments, error=error)
+
+    async def record_outside(
+        self,
+        episode: Episode,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> ToolCallEvent:
+        """Record a call answered outside the pipeline (``finish`` refused, the discovery tools).
+
+        No fault decision and no ordinal: such calls are no part of any failure model.
+        """
         async with episode.lock:
             event = ToolCallEvent(
                 episode=episode.id,
                 seq=episode.next_seq(),
                 tool=tool,
                 arguments=arguments,
-                is_error=True,
-                error_code=INVALID_ARGUMENTS,
-                result={"code": INVALID_ARGUMENTS, "message": message},
+                is_error=error is not None,
+                error_code=None if error is None else str(error["code"]),
+                result=result if error is None else error,
             )
             self.recorder.record(episode, event)
             return event
@@ -275,16 +304,8 @@ class CallPipeline:
                     f"invalid arguments for {tool}: {unusable}: numbers must be finite and within "
                     f"±{MAX_NUMBER}",
                 )
-        errors = (
-            []
-            if validator is None
-            else sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-        )
-        if errors:
-            problems = "; ".join(
-                f"{'/'.join(map(str, e.absolute_path)) or '(arguments)'}: {_shorten(e.message)}"
-                for e in errors[:5]
-            )
+        problems = None if validator is None else argument_problems(validator, arguments)
+        if problems is not None:
             return rejected(INVALID_ARGUMENTS, f"invalid arguments for {tool}: {problems}")
         # 2. dependency check
         unmet: tuple[str, ...] = ()
@@ -313,14 +334,34 @@ class CallPipeline:
         # 4. run tool (unless a request-side fault stops it)
         outcome: ToolOutcome | None = None
         if injector.runs_tool(decision.fault):
-            outcome = await self._run(spec, arguments, episode, meta)
+            try:
+                outcome = await self._run(spec, arguments, episode, meta)
+            except anyio.get_cancelled_exc_class():
+                # The client went away while the tool ran. The call took its ordinal and decision:
+                # record it (synchronously, as a cancelled call) so the trace still replays.
+                gone = ToolOutcome(structured=None, error_code=CALL_CANCELLED, message=CANCELLED_MESSAGE)
+                event = self._event(episode, tool, arguments, decision, unmet, gone)
+                self.recorder.record(episode, event)
+                raise
         # 5. apply fault
         final = injector.apply(decision.fault, outcome, context)
         if decision.fault is not None:
             final = self._conform(tool, final)
         # 6. record
+        return self._event(episode, tool, arguments, decision, unmet, final), final
+
+    def _event(
+        self,
+        episode: Episode,
+        tool: str,
+        arguments: dict[str, Any],
+        decision: FaultDecision,
+        unmet: tuple[str, ...],
+        final: ToolOutcome,
+    ) -> ToolCallEvent:
+        """The recorded event of a decided call, its outcome added to the episode's history."""
         episode.history.append(CallOutcome(tool, not final.is_error))
-        event = ToolCallEvent(
+        return ToolCallEvent(
             episode=episode.id,
             seq=episode.next_seq(),
             tool=tool,
@@ -334,7 +375,6 @@ class CallPipeline:
             if not final.is_error
             else {"code": final.error_code, "message": final.message, **final.details},
         )
-        return event, final
 
     async def _run(
         self, spec: ToolSpec, arguments: dict[str, Any], episode: Episode, meta: Mapping[str, Any] | None
@@ -371,18 +411,13 @@ class CallPipeline:
             if error is None:
                 return outcome
             where = "/".join(map(str, error.absolute_path)) or "(result)"
-            problem = f"{where}: {_shorten(error.message)}"
+            problem = f"{where}: {shorten(error.message)}"
         return ToolOutcome(
             structured=None,
             error_code=RESPONSE_SCHEMA_MISMATCH,
             message=f"the response of {tool} does not match its declared output schema ({problem})",
             details={"response": outcome.structured},
         )
-
-
-def _shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """``text`` cut to ``limit`` characters: a schema message quotes the offending value in full."""
-    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def result_text(event: ToolCallEvent) -> str:

@@ -152,8 +152,9 @@ def _encodable(text: str) -> bool:
 def parse_line(line: bytes | OverlongLine) -> types.JSONRPCMessage | types.JSONRPCError | None:
     """A stdio line as a JSON-RPC message, the error reply it deserves, or None for a blank line.
 
-    An `OverlongLine` (longer than `MAX_LINE_BYTES`, skipped unread) gets an error under the id its head
-    shows (`id_in_head`), so the client's request fails at once instead of waiting for its timeout.
+    An `OverlongLine` (longer than `MAX_LINE_BYTES`, skipped unread), and a line the JSON parser cannot
+    take, get an error under the id its head shows (`id_in_head`), so the client's request fails at
+    once instead of waiting for its timeout.
     """
     if isinstance(line, OverlongLine):
         return _error(
@@ -173,7 +174,9 @@ def parse_line(line: bytes | OverlongLine) -> types.JSONRPCMessage | types.JSONR
     try:
         raw = pydantic_core.from_json(text)
     except ValueError as exc:  # not JSON: truncated, NUL bytes, too deeply nested, not UTF-8 ...
-        return _error(types.PARSE_ERROR, f"parse error: {exc}")
+        # Under the id its head shows, when it does: valid JSON the parser cannot take (nested too
+        # deep, a huge number, a lone surrogate) then fails the client's request at once.
+        return _error(types.PARSE_ERROR, f"parse error: {exc}", id_in_head(text))
     if isinstance(raw, list):
         return _error(types.INVALID_REQUEST, "batches are not supported: send one JSON-RPC message per line")
     request_id = raw.get("id") if isinstance(raw, dict) else None

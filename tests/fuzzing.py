@@ -225,11 +225,9 @@ class CallChecker:
                 self.problems.append(f"{where}: {text[:300]}")
         elif tool is not None and tool.output_schema is not None:
             self._check_output(where, tool, result)
-        if name in DISCOVERY_TOOLS:
-            if recorded:
-                self.problems.append(f"{where}: a discovery call was recorded")
-            return
         self._check_recorded(where, name, code, recorded)
+        if name in DISCOVERY_TOOLS and any(getattr(e, "decision", None) is not None for e in recorded):
+            self.problems.append(f"{where}: a discovery call got a fault decision")
 
     def _check_output(self, where: str, tool: types.Tool, result: types.CallToolResult) -> None:
         structured = result.structured_content

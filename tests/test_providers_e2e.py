@@ -11,8 +11,9 @@ from fakes.model_server import Failure, FakeModelServer, Reply, oracle_policy, s
 
 from mcp_resili.client.model import ModelRequest, ToolDefinition, UserMessage
 from mcp_resili.client.providers import RetryPolicy, create_model
-from mcp_resili.client.runner import RunConfig, RunConfigError, execute
+from mcp_resili.client.runner import RunConfig, RunConfigError, estimate_run, execute
 from mcp_resili.report import summarize
+from mcp_resili.store import Store
 from mcp_resili.trace import Trace
 
 pytestmark = pytest.mark.anyio
@@ -420,6 +421,53 @@ async def test_a_group_of_infrastructure_errors_only_reports_no_rates_not_zero(t
     (line,) = [row for row in capsys.readouterr().out.splitlines() if "openai:down" in row and "react" in row]
     assert re.search(r"│\s+2\s+│\s+–\s+│\s+–\s+│\s+–\s+│", line), line  # episodes, then 3 levels
     assert main(["report", "--db", str(tmp_path / "r.db"), "--html", str(tmp_path / "page.html")]) == 0
+
+
+async def test_a_resume_plays_infrastructure_errors_again_and_equals_a_run_without_the_outage(
+    tmp_path, capsys
+):
+    """Review finding: a resume kept an outage's infrastructure errors for good (n shrank from 6 to 2).
+
+    The provider is down for the first run's last 4 episodes (503, no retries); the resume, with the
+    provider back, plays those 4 again in their rows' place, and the run then equals one that never
+    met the outage: same episodes, labels and values. The estimate of the resume counts only those 4.
+    """
+    state = {"down": False, "answered": 0}
+
+    def failures(n):
+        return Failure(503) if state["down"] else None
+
+    fake = FakeModelServer(oracle_policy(), failures=failures)
+    options = {"sleeper": Sleeps(), "retry": RetryPolicy(max_attempts=1)}
+    async with serve(fake.app) as url:
+        common = dict(
+            models=("openai:fake",), trials=1, limit=6, concurrency=1, base_url=base_url("openai", url)
+        )
+        clean = await execute(RunConfig(db=tmp_path / "clean.db", **common), model_options=options)
+
+        def outage_after_two(row):
+            state["answered"] += 1
+            state["down"] = state["answered"] >= 2
+
+        first = await execute(
+            RunConfig(db=tmp_path / "r.db", **common), model_options=options, on_episode=outage_after_two
+        )
+        assert [r.termination for r in first.rows].count("infrastructure_error") == 4
+        state["down"] = False
+        run_id = first.run_id
+        estimate = await estimate_run(RunConfig(db=tmp_path / "r.db", **common), resume=run_id)
+        assert estimate.episodes == 4
+        resumed = await execute(
+            RunConfig(db=tmp_path / "r.db", **common), resume=run_id, model_options=options
+        )
+    assert (resumed.resumed, resumed.replayed_infrastructure_errors) == (2, 4)
+
+    def outcome(rows):
+        return sorted((r.episode_id.split("/", 1)[1], r.label, r.value) for r in rows)
+
+    assert outcome(resumed.rows) == outcome(clean.rows)
+    stored = Store(tmp_path / "r.db").episodes(run_id)
+    assert outcome(stored) == outcome(clean.rows) and len(stored) == 6
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

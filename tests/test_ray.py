@@ -215,6 +215,7 @@ async def test_sigterm_stops_a_ray_run_in_one_line_and_gives_the_cluster_its_cpu
 
 def test_an_unreachable_ray_address_is_one_line_before_anything_is_stored(tmp_path, capsys, monkeypatch):
     import socket
+    import threading
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # where `ray start` records its instance
@@ -249,6 +250,36 @@ def test_an_unreachable_ray_address_is_one_line_before_anything_is_stored(tmp_pa
             err = capsys.readouterr().err
             assert err == f"mcp-resili: error: cannot reach Ray at {named}: Connection refused ({why})\n"
             assert not db.exists()
+    # Review findings: a listener that is not Ray (here an HTTP server) hung the run for minutes, and
+    # `auto` with no instance, or an address of no known form, left an empty run in the store.
+    record.unlink(missing_ok=True)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        http = f"127.0.0.1:{listener.getsockname()[1]}"
+
+        def answer_like_http() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(1024)
+                connection.sendall(b"HTTP/1.1 505 HTTP Version Not Supported\r\nContent-Length: 0\r\n\r\n")
+
+        answering = threading.Thread(target=answer_like_http)
+        answering.start()
+        refusals = [
+            (http, "something answers there, but not Ray (it does not speak gRPC)"),
+            ("auto", "--ray-address auto found no running Ray instance here"),
+            ("127.0.0.1:notaport", "--ray-address '127.0.0.1:notaport' is not HOST:PORT"),
+        ]
+        for flag, message in refusals:
+            db = tmp_path / "r.db"
+            assert (
+                main(["run", "--executor", "ray", "--ray-address", flag, "--limit", "1", "--db", str(db)])
+                == 2
+            )
+            err = capsys.readouterr().err
+            assert err.startswith("mcp-resili: error: ") and message in err and err.count("\n") == 1
+            assert not db.exists()
+        answering.join(timeout=30)
 
 
 async def test_a_token_protected_instance_is_joined_by_default_and_by_address_with_ray_auth_mode(
@@ -298,6 +329,17 @@ def test_worker_shares_split_the_concurrency_exactly_over_no_more_workers_than_s
     assert worker_shares(3, 16, 100) == [1, 1, 1]  # more workers than slots: 3 workers
     assert worker_shares(8, 100_000, 4) == [2, 2, 2, 2]  # a typo'd --ray-workers: 4 items, 4 workers
     assert worker_shares(1, 1, 0) == [1]
+
+
+def test_a_workers_feeders_keep_exactly_its_share_in_flight():
+    """Review finding: 128 in flight asked, 64 kept (batches capped at 16, 2 per worker); a share of 5
+    kept 4 and a share of 1 kept 2."""
+    from mcp_resili.integrations.ray.executor import WINDOW, feeder_batches
+
+    for share in (1, 2, 3, 5, 64, 1000):
+        batches = feeder_batches(share)
+        assert len(batches) == WINDOW and sum(batches) == share and max(batches) - min(batches) <= 1
+    assert feeder_batches(1) == [1, 0] and feeder_batches(64) == [32, 32]
 
 
 async def test_more_ray_workers_than_concurrency_start_no_more_actors_than_slots(

@@ -135,6 +135,9 @@ async def _resume_refusals(tmp_path, capsys):
     store.close()
     assert main(["run", "--resume", run_id, "--db", str(db), "--trials", "5"]) == 2
     assert "--trials" in capsys.readouterr().err
+    # Review finding: --time-scale was silently ignored on resume (the stored one was used).
+    assert main(["run", "--resume", run_id, "--db", str(db), "--time-scale", "1"]) == 2
+    assert "drop --time-scale" in capsys.readouterr().err
     assert main(["run", "--resume", "nope", "--db", str(db)]) == 2
     assert run_id in capsys.readouterr().err
     with pytest.raises(RunConfigError, match="trials"):

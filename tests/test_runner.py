@@ -104,6 +104,8 @@ async def test_runs_are_stored_and_readable(tmp_path):
         (RunConfig(tasks=("nope",)), "unknown task"),
         (RunConfig(server="mcp-resili serve", faults=("none",)), "--server"),
         (RunConfig(variant="nope"), "variant"),
+        # Review finding: a suite's own agent on another suite crashed mid-run, after storing a part.
+        (RunConfig(models=("scripted:oracle", "scripted:retry")), "agent of the toolmaze suite"),
     ],
 )
 async def test_bad_run_configs_fail_before_anything_runs(tmp_path, config, message):

@@ -187,7 +187,11 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
     from mcp_resili.report.summary import BREAKDOWN_KEYS
 
     run.add_argument("--db", type=Path, default=Path("mcp-resili.db"), help="results database (SQLite)")
-    run.add_argument("--resume", metavar="RUN_ID", help="play only the episodes RUN_ID has not stored")
+    run.add_argument(
+        "--resume",
+        metavar="RUN_ID",
+        help="play only the episodes RUN_ID has not stored, and again those stored as infrastructure errors",
+    )
     run.add_argument("--estimate", action="store_true", help="print the token/cost estimate and exit")
     run.add_argument("--trace-dir", type=Path, metavar="DIR", help="also write each episode's trace there")
     run.add_argument(
@@ -283,7 +287,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     config = run_config(args)
     if args.estimate:
-        estimate = anyio.run(estimate_run, config)
+        estimate = anyio.run(estimate_run, config, args.resume)
         print(json.dumps(asdict(estimate), indent=2) if args.json else estimate.describe())
         return 0
     executor = make_executor(args)
@@ -408,6 +412,7 @@ def _summary_payload(config: RunConfig, result: RunResult, summaries: list[Any])
         "executor": result.executor,
         "episodes": len(result.rows),
         "resumed": result.resumed,
+        "replayed_infrastructure_errors": result.replayed_infrastructure_errors,
         "infrastructure_errors": result.infrastructure_errors,
         "stopped": result.stopped,
         "budget_stopped": result.budget_stopped,

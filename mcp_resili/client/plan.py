@@ -51,6 +51,8 @@ MATRIX_FIELDS = (
     "max_tokens",
     "time_limit",
     "prices",
+    # Injected delays decide which calls outlast a time limit: part of what the episodes measured.
+    "time_scale",
 )
 
 
@@ -261,6 +263,23 @@ def _check_endpoints(config: RunConfig) -> None:
         validate_model_spec(model, base_url=config.base_url)
 
 
+def _check_suite_agents(config: RunConfig, suite: Suite) -> None:
+    """A scripted agent a suite brings plays that suite's tasks only (the generic ones play any)."""
+    from mcp_resili.client.scripted import SCRIPTED_AGENTS
+    from mcp_resili.registry.suites import load_all_suites
+
+    for model in config.models:
+        provider, _, name = model.removeprefix("text:").partition(":")
+        if provider != "scripted" or name in SCRIPTED_AGENTS or name in suite.agents:
+            continue
+        owners = sorted(other.name for other in load_all_suites().values() if name in other.agents)
+        usable = ", ".join(f"scripted:{n}" for n in sorted({*SCRIPTED_AGENTS, *suite.agents}))
+        raise RunConfigError(
+            f"{model} is an agent of the {' and '.join(owners)} suite and plays its tasks only; "
+            f"with --suite {suite.name} use one of: {usable}"
+        )
+
+
 def run_task_ids(config: RunConfig, suite: Suite) -> list[str]:
     """The ids of the tasks a run plays: named ones, a ``--limit`` sample, the full list, or the default set.
 
@@ -289,6 +308,7 @@ def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
     """The run matrix, validated: every model, fault spec, variant, task and trial."""
     _check_limits(config)
     _check_endpoints(config)
+    _check_suite_agents(config, suite)
     faults = (EXTERNAL_FAULTS,) if config.server else (config.faults or (suite.default_faults,))
     if config.server is None:
         for spec in faults:

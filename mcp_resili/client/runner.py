@@ -77,6 +77,10 @@ class RunResult:
     rows: list[EpisodeRow] = field(default_factory=list)
     #: Episodes found already stored (a resume) and not played again.
     resumed: int = 0
+    #: Episodes a resume found stored as infrastructure errors and played again (their rows replaced).
+    replayed_infrastructure_errors: int = 0
+    #: USD those replaced rows had cost (still spent: it counts against ``--max-cost``).
+    replaced_cost_usd: float = 0.0
     #: Why the run stopped before playing every episode (``"max_cost"``), or ``None``.
     stopped: str | None = None
     #: Planned episodes not started because the run stopped early.
@@ -159,10 +163,30 @@ async def _estimate_planned(
     return _estimate(config, suite, planned, tools)
 
 
-async def estimate_run(config: RunConfig) -> CostEstimate:
-    """Estimate a run's tokens and cost without playing it (connects only to list the tools)."""
+async def estimate_run(config: RunConfig, resume: str | None = None) -> CostEstimate:
+    """Estimate a run's tokens and cost without playing it (connects only to list the tools).
+
+    With ``resume``, only what the resume would play: the episodes not stored yet, and those stored as
+    infrastructure errors.
+    """
     suite = get_suite(config.suite)
-    return await _estimate_planned(config, suite, plan_episodes(config, suite))
+    planned = plan_episodes(config, suite)
+    if resume is not None:
+        config = _resumed_config(config, resume)
+        store = Store(config.db)
+        try:
+            kept, _ = _kept_and_void(store.episodes(resume))
+        finally:
+            store.close()
+        done = {r.episode_id for r in kept}
+        planned = [p for p in planned if episode_id(resume, p) not in done]
+    return await _estimate_planned(config, suite, planned)
+
+
+def _kept_and_void(rows: Sequence[EpisodeRow]) -> tuple[list[EpisodeRow], list[EpisodeRow]]:
+    """A stored run's rows: those a resume keeps, and its infrastructure errors (played again)."""
+    kept = [r for r in rows if r.termination != "infrastructure_error"]
+    return kept, [r for r in rows if r.termination == "infrastructure_error"]
 
 
 def _model_factory(spec: str, **options: Any) -> Model:
@@ -246,12 +270,18 @@ async def execute(
     store = Store(config.db)
     run_id = resume or f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     result = RunResult(run_id, config, executor=executor.name)
+    replacing: frozenset[str] = frozenset()
     try:
         if resume is None:
             store.add_run(run_id, datetime.now(UTC).isoformat(), suite.name, config.seed, config.to_dict())
         else:
-            result.rows.extend(store.episodes(run_id))
-            result.resumed = len(result.rows)
+            kept, void = _kept_and_void(store.episodes(run_id))
+            result.rows.extend(kept)
+            result.resumed = len(kept)
+            # Infrastructure errors measured nothing: a resume plays them again, its rows in their place.
+            result.replayed_infrastructure_errors = len(void)
+            result.replaced_cost_usd = sum(r.cost_usd or 0.0 for r in void)
+            replacing = frozenset(r.episode_id for r in void)
         if on_run is not None:
             on_run(run_id)
         stored = {r.episode_id for r in result.rows}
@@ -266,7 +296,7 @@ async def execute(
         def flush() -> None:
             # One transaction per batch of episodes: a commit per episode was a few % of the CPU.
             if unwritten:
-                store.add_episodes(unwritten)
+                store.add_episodes(unwritten, replacing=replacing)
                 unwritten.clear()
 
         items = [WorkItem(tuple(c), memory.get(chain_key(c[0]), ())) for c in chains(config, todo)]
@@ -295,7 +325,7 @@ async def execute(
 
         limits = LimitSpec(
             max_cost=config.max_cost,
-            spent=result.cost_usd,
+            spent=result.cost_usd + result.replaced_cost_usd,
             requests_per_minute=config.requests_per_minute,
             tokens_per_minute=config.tokens_per_minute,
         )

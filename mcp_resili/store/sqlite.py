@@ -250,14 +250,26 @@ class Store:
             self._db.execute("SELECT COUNT(*) FROM episodes WHERE run_id = ?", (run_id,)).fetchone()[0]
         )
 
-    def add_episodes(self, rows: Iterable[EpisodeRow]) -> int:
-        """Record many finished episodes in one transaction (imports, synthetic stores); returns the count."""
+    def add_episodes(self, rows: Iterable[EpisodeRow], *, replacing: frozenset[str] = frozenset()) -> int:
+        """Record many finished episodes in one transaction (imports, synthetic stores); returns the count.
+
+        An episode id already stored is an error, except the ids in ``replacing``: those rows (a
+        resume's replay of an infrastructure error) take the stored one's place.
+        """
+        rows = list(rows)
         with self._tx() as db:
-            cursor = db.executemany(
-                f"INSERT INTO episodes ({_COLUMNS}) VALUES ({_PLACEHOLDERS})",
-                (_values(row) for row in rows),
-            )
-        return cursor.rowcount
+            count = 0
+            for verb, group in (
+                ("INSERT", [r for r in rows if r.episode_id not in replacing]),
+                ("INSERT OR REPLACE", [r for r in rows if r.episode_id in replacing]),
+            ):
+                if group:
+                    cursor = db.executemany(
+                        f"{verb} INTO episodes ({_COLUMNS}) VALUES ({_PLACEHOLDERS})",
+                        (_values(r) for r in group),
+                    )
+                    count += cursor.rowcount
+        return count
 
     def episode_ids(self, run_id: str) -> set[str]:
         """Ids of the episodes of ``run_id`` already stored (what a resume skips)."""

@@ -43,12 +43,11 @@ logger = logging.getLogger(__name__)
 RAY_EXTRA = "pip install 'mcp-resili[ray]'"
 #: Times one work item may be lost with its worker before the run gives up.
 MAX_ATTEMPTS = 3
-#: Calls in flight per worker: one playing while the next batch travels.
+#: Calls in flight per worker (its share of ``--concurrency`` split over them): one batch playing
+#: while another travels.
 WINDOW = 2
 #: Seconds between two readings of the run's spend from the budget actor (for the progress line).
 SPEND_EVERY = 1.0
-#: Largest batch of work items per call (amortises Ray's per-call cost, ~1-2 ms here).
-MAX_BATCH = 16
 #: Why a run stops when its budget actor is gone (killed, or its node lost).
 KEEPER_LOST = (
     "the run's budget actor died, so its --max-cost and rate limits can no longer be kept; "
@@ -122,27 +121,66 @@ def check_reachable(address: str | None) -> None:
     """Raise `RayUnavailableError` when the cluster Ray would join takes no TCP connection.
 
     Ray joins ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``), or, when ``address`` is None or
-    ``auto``, the `running_instance`. An address without a port (``local``, ``auto`` with no instance
-    found) is left to Ray, which fails fast when nothing runs there.
+    ``auto``, the `running_instance` (None with none found: Ray starts one; ``auto``: an error). What
+    answers there must speak gRPC, as Ray does (else Ray would retry for minutes). ``local`` starts an
+    instance; any other form is an error.
     """
     source = "is `ray start --head` running there?"
+    if address == "local":
+        return  # Ray starts an instance of its own
     if address is None or address == "auto":
         found = running_instance()
         if found is None:
+            if address == "auto":  # Ray would fail the same way, only after the run was stored
+                raise RayUnavailableError(
+                    "--ray-address auto found no running Ray instance here (start one with "
+                    "`ray start --head`, or leave --ray-address out to start one for the run)"
+                )
             return
         address, origin = found
+        if address in ("auto", "local"):
+            return  # RAY_ADDRESS says so: Ray's own lookup, as without it
         source = f"from {origin}"
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
-        return  # not HOST:PORT: Ray's own error names the format
+        raise RayUnavailableError(
+            f"--ray-address {address!r} is not HOST:PORT, ray://HOST:PORT, auto or local"
+        )
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT):
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT) as connection:
+            if os.environ.get("RAY_USE_TLS", "0") in ("0", "") and not _speaks_grpc(connection):
+                # Ray would retry a service that is not its own for minutes, with no end in sight.
+                why = "something answers there, but not Ray (it does not speak gRPC)"
+                raise RayUnavailableError(f"cannot reach Ray at {address}: {why} ({source})")
             return
     except TimeoutError:
         why = f"no answer within {REACH_TIMEOUT:g} s"
     except OSError as exc:
         why = exc.strerror or str(exc) or type(exc).__name__
     raise RayUnavailableError(f"cannot reach Ray at {address}: {why} ({source})")
+
+
+#: What an HTTP/2 client sends first: the connection preface, then an empty SETTINGS frame.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _speaks_grpc(connection: socket.socket) -> bool:
+    """Whether the peer answers an HTTP/2 preface with a SETTINGS frame.
+
+    Every gRPC server (Ray's GCS and its client server among them) does at once; an HTTP/1 server, or
+    any other, does not.
+    """
+    try:
+        connection.sendall(_HTTP2_PREFACE)
+        head = b""
+        while len(head) < 9:
+            chunk = connection.recv(9 - len(head))
+            if not chunk:
+                return False
+            head += chunk
+    except OSError:
+        return False
+    return head[3] == 0x04  # the frame type of SETTINGS
 
 
 def worker_shares(concurrency: int, workers: int, items: int) -> list[int]:
@@ -154,6 +192,15 @@ def worker_shares(concurrency: int, workers: int, items: int) -> list[int]:
     """
     count = max(1, min(workers, concurrency, items))
     return [concurrency // count + (index < concurrency % count) for index in range(count)]
+
+
+def feeder_batches(share: int) -> list[int]:
+    """Work items per batch for each of a worker's `WINDOW` feeders, given its share of ``--concurrency``.
+
+    Together they keep exactly ``share`` episodes in flight on the worker (a share of 1 leaves the
+    second feeder idle): ``--concurrency`` bounds the episodes in flight across all workers.
+    """
+    return [share // WINDOW + (position < share % WINDOW) for position in range(WINDOW)]
 
 
 @dataclass
@@ -298,11 +345,11 @@ class RayExecutor:
         failures: list[BaseException] = []
         undelivered = sum(len(item.chain) for item in items)
 
-        async def feeder(index: int, scope: anyio.CancelScope) -> None:
+        async def feeder(index: int, position: int, scope: anyio.CancelScope) -> None:
             nonlocal undelivered
             slot = slots[index]
-            batch = max(1, min(MAX_BATCH, shares[index] // WINDOW or 1))
-            while queue and not failures:
+            batch = feeder_batches(shares[index])[position]
+            while batch and queue and not failures:
                 generation = slot.generation
                 if slot.pid is None:
                     # Waits while Ray places the worker (a worker that never fits is simply not fed).
@@ -366,8 +413,8 @@ class RayExecutor:
             tg.start_soon(watch_spend)
             async with anyio.create_task_group() as feeders:
                 for index in range(count):
-                    for _ in range(WINDOW):
-                        feeders.start_soon(feeder, index, feeders.cancel_scope)
+                    for position in range(WINDOW):
+                        feeders.start_soon(feeder, index, position, feeders.cancel_scope)
             tg.cancel_scope.cancel()
         if failures:
             raise failures[0]

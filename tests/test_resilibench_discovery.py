@@ -66,6 +66,8 @@ async def test_discovery_tools_answer_through_mcp_without_faults():
     assert "must succeed before" in info.content[0].text
     assert unknown.is_error and "network_poster" in unknown.content[0].text
     assert bad.is_error
+    declared = {t.name: (t.meta or {}).get("mcp-resili/errors") for t in server._tools}
+    assert declared["search_tools"] == declared["tool_info"] == ["INVALID_INPUT"]  # what they answer
     for result, (name, _, problem) in zip(refused, forbidden, strict=True):
         text = result.content[0].text
         assert result.is_error and text.startswith(f"Error INVALID_INPUT: invalid arguments for {name}: ")

@@ -37,6 +37,7 @@ SEARCH_SPEC = types.Tool(
         "additionalProperties": False,
     },
     annotations=types.ToolAnnotations(read_only_hint=True),
+    _meta={"mcp-resili/errors": ["INVALID_INPUT"]},  # arguments its schema refuses, an unknown tool
 )
 INFO_SPEC = types.Tool(
     name=INFO_TOOL,
@@ -48,6 +49,7 @@ INFO_SPEC = types.Tool(
         "additionalProperties": False,
     },
     annotations=types.ToolAnnotations(read_only_hint=True),
+    _meta={"mcp-resili/errors": ["INVALID_INPUT"]},
 )
 
 

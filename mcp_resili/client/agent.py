@@ -204,17 +204,34 @@ async def fetch_episode_trace(client: Client, episode_id: str) -> list[TraceEven
 def merge_recorded(events: list[TraceEvent], answered: Sequence[int], recorded: Sequence[TraceEvent]) -> None:
     """Put the server's recorded events in place of the observed ones at ``answered`` positions.
 
-    The server records the calls it answered, in order (discovery calls excepted): each recorded event
-    replaces the next observed event of the same tool; anything unmatched keeps its observed form.
+    The server records every call that reached its pipeline, in order; each recorded event replaces
+    the next observed event of the same tool. A call the runner saw fail (a timeout, a dropped answer)
+    may still have been recorded: records ahead of an answered call's own take the places of the
+    calls that failed since the previous answer when their tools agree, the most such records first.
+    Anything unmatched keeps its observed form.
     """
     queue = [e for e in recorded if isinstance(e, ToolCallEvent | FinishEvent)]
-    position = 0
+    done = set(answered)
+    position, previous = 0, -1
     for index in answered:
-        if position == len(queue):
-            return
-        if _tool_of(queue[position]) == _tool_of(events[index]):
-            events[index] = queue[position]
-            position += 1
+        failed = [
+            i for i in range(previous + 1, index) if i not in done and isinstance(events[i], ToolCallEvent)
+        ]
+        previous = index
+        tool = _tool_of(events[index])
+        # The most failed calls recorded first: a retry of a call that timed out is the same tool.
+        for skip in range(len(failed), -1, -1):
+            match = position + skip
+            if match >= len(queue) or _tool_of(queue[match]) != tool:
+                continue
+            pairs = list(zip(failed[len(failed) - skip :], queue[position:match], strict=True))
+            if any(_tool_of(record) != _tool_of(events[observed]) for observed, record in pairs):
+                continue
+            for observed, record in pairs:
+                events[observed] = record
+            events[index] = queue[match]
+            position = match + 1
+            break
 
 
 def _tool_of(event: TraceEvent) -> str | None:

@@ -56,6 +56,7 @@ async def test_discovery_tools_answer_through_mcp_without_faults():
             ("tool_info", {"name": "network_poster", "extra": 1}, "Additional properties are not allowed"),
         ]
         refused = [await client.call_tool(name, arguments, meta=meta) for name, arguments, _ in forbidden]
+        blank = await client.call_tool("search_tools", {"query": "   "}, meta=meta)  # the schema lets it by
         real = await client.call_tool("data_processing_filter", {"data": {"records": []}}, meta=meta)
     assert not found.is_error and len(found.structured_content["results"]) == 3
     assert found.structured_content["results"][0]["name"] == "data_processing_validator"
@@ -66,6 +67,10 @@ async def test_discovery_tools_answer_through_mcp_without_faults():
     assert "must succeed before" in info.content[0].text
     assert unknown.is_error and "network_poster" in unknown.content[0].text
     assert bad.is_error
+    assert (
+        blank.is_error
+        and blank.content[0].text == "Error INVALID_INPUT: search_tools needs a non-empty string 'query'"
+    )
     declared = {t.name: (t.meta or {}).get("mcp-resili/errors") for t in server._tools}
     assert declared["search_tools"] == declared["tool_info"] == ["INVALID_INPUT"]  # what they answer
     for result, (name, _, problem) in zip(refused, forbidden, strict=True):
@@ -79,7 +84,7 @@ async def test_discovery_tools_answer_through_mcp_without_faults():
     discovery = [e for e in events if e.tool in ("search_tools", "tool_info")]
     assert [e.tool for e in discovery] == ["search_tools", "tool_info", "tool_info", "search_tools"] + [
         name for name, _, _ in forbidden
-    ]
+    ] + ["search_tools"]
     assert all(e.decision is None and e.fault is None for e in discovery)
     assert [e.is_error for e in discovery[:4]] == [False, False, True, True]
     assert discovery[0].result["results"][0]["name"] == "data_processing_validator"

@@ -21,7 +21,7 @@ from mcp_resili.registry import ToolSpec
 from mcp_resili.registry.suites import Suite, UnknownTaskError
 from mcp_resili.registry.validator import argument_problems, compiled
 from mcp_resili.server.backend import TOOL_CRASHED, SimulatedBackend
-from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery
+from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery, DiscoveryError
 from mcp_resili.server.episodes import (
     EpisodeRequest,
     EpisodeTable,
@@ -291,18 +291,13 @@ class ResiliServer:
     async def _discover(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A discovery call, answered and recorded (it costs no call of the budget, but it happened)."""
         assert self.discovery is not None
-        found = self.discovery.call(name, arguments)
-        text = "".join(block.text for block in found.content if isinstance(block, types.TextContent))
-        if found.is_error:
-            code, _, message = text.removeprefix("Error ").partition(": ")
-            event = await self.pipeline.record_outside(
-                episode, name, arguments, error={"code": code, "message": message}
-            )
-        else:
-            event = await self.pipeline.record_outside(
-                episode, name, arguments, result=found.structured_content
-            )
-        return tool_result(text, found.is_error, found.structured_content, self._meta(event))
+        try:
+            text, found = self.discovery.call(name, arguments)
+        except DiscoveryError as exc:
+            refused = await self.pipeline.reject(episode, name, arguments, str(exc))
+            return tool_result(result_text(refused), True, None, self._meta(refused))
+        event = await self.pipeline.record_outside(episode, name, arguments, found)
+        return tool_result(text, False, found, self._meta(event))
 
     async def _finish(self, episode: Episode, arguments: dict[str, Any]) -> dict[str, Any]:
         problem = argument_problems(_FINISH_CHECK, arguments)

@@ -90,42 +90,36 @@ class Discovery:
             entry["relevance"] = relevance
         return entry
 
-    def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """Handle ``search_tools`` or ``tool_info``; bad arguments are an error result, not an exception."""
+    def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Answer ``search_tools`` or ``tool_info``: the text and the structured result.
+
+        Raises `DiscoveryError` for arguments it cannot answer (the server makes it an error result).
+        """
         problem = argument_problems(_CHECKS[name], arguments)
         if problem is not None:
-            return _error(f"invalid arguments for {name}: {problem}")
+            raise DiscoveryError(f"invalid arguments for {name}: {problem}")
         if name == SEARCH_TOOL:
-            query, limit = arguments.get("query"), arguments.get("limit", DEFAULT_LIMIT)
-            if not isinstance(query, str) or not query.strip():
-                return _error("search_tools needs a non-empty string 'query'")
-            if not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-                return _error(f"search_tools 'limit' must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
+            query, limit = arguments["query"], arguments.get("limit", DEFAULT_LIMIT)
+            if not query.strip():  # the schema allows a query of spaces; it matches nothing
+                raise DiscoveryError("search_tools needs a non-empty string 'query'")
             hits = self.index.search(query, limit)
             results = [self.describe(h.name, h.score) for h in hits]
             lines = [f"Tool search results for {query!r}:"] if hits else [f"No tool matches {query!r}."]
             for r in results:
                 deps = f"; requires {', '.join(r['dependencies'])}" if r["dependencies"] else ""
                 lines.append(f"- {r['name']} (relevance {r['relevance']:.2f}): {r['description']}{deps}")
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text="\n".join(lines))],
-                structured_content={"results": results},
-            )
-        tool = arguments.get("name")
-        if not isinstance(tool, str) or tool not in self.library:
-            close = difflib.get_close_matches(str(tool), list(self.library.by_name), n=3)
+            return "\n".join(lines), {"results": results}
+        tool = arguments["name"]
+        if tool not in self.library:
+            close = difflib.get_close_matches(tool, list(self.library.by_name), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            return _error(f"unknown tool {tool!r}{hint}")
+            raise DiscoveryError(f"unknown tool {tool!r}{hint}")
         entry = self.describe(tool)
         text = f"{tool}: {entry['description']}"
         if entry["dependencies"]:
             text += f"\nThese tools must succeed before this one: {', '.join(entry['dependencies'])}"
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], structured_content=entry
-        )
+        return text, entry
 
 
-def _error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"Error INVALID_INPUT: {message}")], is_error=True
-    )
+class DiscoveryError(Exception):
+    """Discovery arguments that cannot be answered (their message is the error the agent reads)."""

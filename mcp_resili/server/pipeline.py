@@ -229,17 +229,18 @@ class CallPipeline:
         self, episode: Episode, tool: str, arguments: dict[str, Any], message: str
     ) -> ToolCallEvent:
         """Record a call refused for invalid arguments outside the pipeline's tools (e.g. ``finish``)."""
-        error = {"code": INVALID_ARGUMENTS, "message": message}
-        return await self.record_outside(episode, tool, arguments, error=error)
+        return await self.record_outside(
+            episode, tool, arguments, {"code": INVALID_ARGUMENTS, "message": message}, error=True
+        )
 
     async def record_outside(
         self,
         episode: Episode,
         tool: str,
         arguments: dict[str, Any],
+        result: dict[str, Any],
         *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
+        error: bool = False,
     ) -> ToolCallEvent:
         """Record a call answered outside the pipeline (``finish`` refused, the discovery tools).
 
@@ -251,9 +252,9 @@ class CallPipeline:
                 seq=episode.next_seq(),
                 tool=tool,
                 arguments=arguments,
-                is_error=error is not None,
-                error_code=None if error is None else str(error["code"]),
-                result=result if error is None else error,
+                is_error=error,
+                error_code=result["code"] if error else None,
+                result=result,
             )
             self.recorder.record(episode, event)
             return event

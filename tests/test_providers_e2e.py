@@ -15,6 +15,7 @@ from mcp_resili.client.runner import RunConfig, RunConfigError, estimate_run, ex
 from mcp_resili.report import summarize
 from mcp_resili.store import Store
 from mcp_resili.trace import Trace
+from mcp_resili.trace.model import ModelTurnEvent
 
 pytestmark = pytest.mark.anyio
 PROVIDERS = ["openai", "anthropic"]
@@ -492,9 +493,30 @@ async def test_a_time_limit_that_runs_out_while_the_provider_is_retried_is_an_in
 
 
 async def test_a_model_that_answers_slowly_past_the_time_limit_is_the_agents_time_limit(tmp_path):
-    """No failure, only a slow answer: that is the model's own pace, so the episode is scored."""
-    fake = FakeModelServer(oracle_policy(), latency=1)
+    """No failure, only a slow answer (within the grace): the model's own pace, so it is scored."""
+    fake = FakeModelServer(oracle_policy(), latency=1.2)  # the grace ends at twice the limit, 1.6 s
     async with serve(fake.app) as url:
-        result = await run_hosted(tmp_path, "openai:slow", base_url("openai", url), limit=1, time_limit=0.2)
+        result = await run_hosted(tmp_path, "openai:slow", base_url("openai", url), limit=1, time_limit=0.8)
     (row,) = result.rows
     assert row.termination == "time_limit" and row.label is not None
+    trace = Trace.from_lines(row.trace.splitlines())
+    assert trace.end is not None and "answered after the time limit" in trace.end.detail
+    turns = [e for e in trace.events if isinstance(e, ModelTurnEvent)]
+    assert len(turns) == 1  # the late answer is in the trace, and nothing after it
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_model_api_that_hangs_past_the_time_limit_is_an_infrastructure_error(tmp_path, provider):
+    """The API accepts the request and never answers, with the request timeout above the time limit.
+
+    Cut at the limit, this counted as the agent running out of time; a hung API is the harness's.
+    """
+    fake = FakeModelServer(oracle_policy(), latency=3600)
+    async with serve(fake.app) as url:
+        result = await run_hosted(
+            tmp_path, f"{provider}:hung", base_url(provider, url), limit=1, time_limit=0.2
+        )
+    (row,) = result.rows
+    assert (row.termination, row.label, row.score) == ("infrastructure_error", None, None)
+    end = Trace.from_lines(row.trace.splitlines()).end
+    assert end is not None and "no answer within 0.2s after the time limit" in end.detail

@@ -5,8 +5,9 @@ import anyio
 import pytest
 
 from mcp_resili.cli import main
-from mcp_resili.client.model import ModelRequest, ModelResponse
+from mcp_resili.client.model import HARNESS_WAIT, ModelRequest, ModelResponse, harness_waiting
 from mcp_resili.client.runner import RunConfig, RunConfigError, execute
+from mcp_resili.trace.model import ModelTurnEvent, Trace
 
 pytestmark = pytest.mark.anyio
 
@@ -20,13 +21,51 @@ class NeverAnswers:
         raise AssertionError("unreachable")
 
 
-async def test_an_episode_past_its_time_limit_ends_as_time_limit_and_is_scored(tmp_path, monkeypatch):
-    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec, **_: NeverAnswers())
-    result = await execute(
-        RunConfig(db=tmp_path / "r.db", models=("scripted:oracle",), trials=1, limit=2, time_limit=0.01)
+class AnswersJustAfterTheLimit:
+    """Answers (with no call) the moment the episode's time is up; ``held``: the harness held it."""
+
+    name: str = "scripted:oracle"
+
+    def __init__(self, held: bool = False) -> None:
+        self.held = held
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        wait = HARNESS_WAIT.get()
+        assert wait is not None
+        if self.held:
+            with harness_waiting("a rate limit held the call"):
+                await anyio.sleep_until(wait.deadline)
+        else:
+            await anyio.sleep_until(wait.deadline)
+        return ModelResponse(text="all done")
+
+
+def run_with(model, monkeypatch, tmp_path, time_limit):
+    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec, **_: model)
+    return execute(
+        RunConfig(db=tmp_path / "r.db", models=("scripted:oracle",), trials=1, limit=2, time_limit=time_limit)
     )
+
+
+async def test_an_answer_after_the_time_limit_ends_as_time_limit_and_is_scored(tmp_path, monkeypatch):
+    result = await run_with(AnswersJustAfterTheLimit(), monkeypatch, tmp_path, 0.05)
     assert [r.termination for r in result.rows] == ["time_limit", "time_limit"]
     assert all(r.label == "failure" for r in result.rows)
+    trace = Trace.from_lines(result.rows[0].trace.splitlines())
+    turns = [e.text for e in trace.events if isinstance(e, ModelTurnEvent)]
+    assert turns == ["all done"]  # recorded, though late
+
+
+async def test_a_late_answer_the_harness_held_is_an_infrastructure_error(tmp_path, monkeypatch):
+    result = await run_with(AnswersJustAfterTheLimit(held=True), monkeypatch, tmp_path, 0.05)
+    assert [(r.termination, r.label) for r in result.rows] == [("infrastructure_error", None)] * 2
+
+
+async def test_a_model_that_never_answers_is_an_infrastructure_error_after_the_grace(tmp_path, monkeypatch):
+    result = await run_with(NeverAnswers(), monkeypatch, tmp_path, 0.01)
+    assert [(r.termination, r.label) for r in result.rows] == [("infrastructure_error", None)] * 2
+    end = Trace.from_lines(result.rows[0].trace.splitlines()).end
+    assert end is not None and "no answer within 0.01s after the time limit" in end.detail
 
 
 async def test_max_turns_overrides_the_tasks_limit(tmp_path):

@@ -28,6 +28,7 @@ from mcp_resili.client.model import (
     Message,
     Model,
     ModelRequest,
+    ModelResponse,
     Reflection,
     ToolCall,
     ToolDefinition,
@@ -513,6 +514,11 @@ class _LoopState:
     #: The tools as last listed (a list change makes the loop list them again). The run's own list
     #: object until then: `tool_definitions` builds definitions once per list object.
     tools: Sequence[types.Tool] = field(default_factory=list)
+    #: The episode's clock (its deadline is moved while a model call runs late: `_generate`).
+    clock: anyio.CancelScope | None = None
+    wait: HarnessWait = field(default_factory=HarnessWait)
+    #: Whether a model call is under way (its deadline moved by `_generate`).
+    model_call_running: bool = False
 
 
 async def play_episode(
@@ -538,10 +544,11 @@ async def play_episode(
     definitions = tool_definitions(tools)
     state.tools = tools
     limit = episode.time_limit if episode.time_limit is not None else math.inf
-    wait = HarnessWait()
+    wait = state.wait
     token = HARNESS_WAIT.set(wait)
     try:
         with anyio.move_on_after(limit) as scope:
+            state.clock, wait.deadline = scope, scope.deadline
             await _loop(client, model, episode, definitions, rules, state, recorded)
     finally:
         HARNESS_WAIT.reset(token)
@@ -550,6 +557,12 @@ async def play_episode(
         # The clock ran out on the harness (a provider being retried, the run's rate limits): void.
         state.termination = "infrastructure_error"
         state.detail = f"the time limit of {episode.time_limit}s ran out while {wait.reason}"
+    elif scope.cancelled_caught and state.model_call_running:
+        state.termination = "infrastructure_error"
+        state.detail = (
+            f"the model gave no answer within {_grace(episode):g}s after the time limit of "
+            f"{episode.time_limit}s ran out during its call (a hung model API is not the agent's doing)"
+        )
     elif scope.cancelled_caught:
         state.termination, state.detail = "time_limit", f"episode exceeded {episode.time_limit}s"
     if recorded is not None and recorded.at_end is not None:
@@ -619,6 +632,41 @@ async def _relist(
     return tools or None
 
 
+#: How long past the time limit a model call already under way may take to answer (and at most the
+#: time limit again): a late answer is the model's pace, no answer at all a hung API.
+LATE_ANSWER_GRACE = 120.0
+
+
+def _grace(episode: EpisodeSpec) -> float:
+    limit = episode.time_limit if episode.time_limit is not None else math.inf
+    return min(LATE_ANSWER_GRACE, limit)
+
+
+async def _generate(
+    model: Model, request: ModelRequest, episode: EpisodeSpec, state: _LoopState
+) -> ModelResponse:
+    """The model's turn, which the time limit does not cut short (within `LATE_ANSWER_GRACE`).
+
+    Cut at the limit, a model API that hangs would count as the agent running out of time. Instead
+    the call may finish: a late answer is recorded and ends the episode as ``time_limit`` (the model
+    was slow), unless the harness waited on it (then, like a failure or no answer within the grace,
+    the episode is void).
+    """
+    clock, wait = state.clock, state.wait
+    if clock is None or clock.deadline == math.inf:
+        return await model.generate(request)
+    deadline = clock.deadline
+    wait.waited = False
+    clock.deadline = deadline + _grace(episode)
+    state.model_call_running = True  # left set if the grace runs out: `play_episode` reads it
+    try:
+        response = await model.generate(request)
+    finally:
+        clock.deadline = deadline  # if already past, the clock stops the episode at its next wait
+    state.model_call_running = False
+    return response
+
+
 async def _loop(
     client: Client,
     model: Model,
@@ -650,7 +698,7 @@ async def _loop(
             memory=episode.memory,
         )
         try:
-            response = await model.generate(request)
+            response = await _generate(model, request, episode, state)
         except InfrastructureError as exc:
             state.termination, state.detail = "infrastructure_error", str(exc)
             return
@@ -671,6 +719,17 @@ async def _loop(
             )
         )
         messages.append(AssistantMessage(response.text, response.tool_calls))
+        if state.wait.overdue():  # the answer came after the time limit: recorded, but it ends here
+            if state.wait.waited:
+                state.termination = "infrastructure_error"
+                state.detail = (
+                    f"the time limit of {episode.time_limit}s ran out while the harness waited on "
+                    "the model call (retries or rate limits)"
+                )
+            else:
+                state.termination = "time_limit"
+                state.detail = f"the model answered after the time limit of {episode.time_limit}s"
+            return
         if not response.tool_calls:
             reminder = response.extra.get(CONTINUE_WITH)
             if isinstance(reminder, str) and reminder:

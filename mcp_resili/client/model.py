@@ -6,11 +6,14 @@ response. Provider failures raise `InfrastructureError` and are never scored as 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+import anyio
 
 from mcp_resili.tasks.model import Task
 
@@ -132,6 +135,20 @@ class HarnessWait:
     """What the harness, not the agent, is waiting on in the current episode (None: nothing)."""
 
     reason: str | None = None
+    #: Whether the harness waited at all (a retry, a rate limit) since the model call began.
+    waited: bool = False
+    #: When the episode's time runs out (``anyio.current_time()``): a model call failing after it is
+    #: not retried, since its answer could no longer count.
+    deadline: float = math.inf
+
+    def hold(self, reason: str) -> None:
+        """The harness starts waiting on ``reason``."""
+        self.reason = reason
+        self.waited = True
+
+    def overdue(self) -> bool:
+        """Whether the episode's time has run out."""
+        return anyio.current_time() >= self.deadline
 
 
 #: Set per episode by `play_episode`: provider retries and the run's rate limits say here what they
@@ -144,7 +161,7 @@ def harness_waiting(reason: str) -> Iterator[None]:
     """Mark the episode as waiting on the harness for the body (left marked if it is cut short)."""
     wait = HARNESS_WAIT.get()
     if wait is not None:
-        wait.reason = reason
+        wait.hold(reason)
     yield
     if wait is not None:
         wait.reason = None

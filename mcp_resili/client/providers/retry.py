@@ -150,12 +150,16 @@ async def with_retries(
                 raise InfrastructureError(
                     f"{what} failed after {policy.max_attempts} attempts: {failure}"
                 ) from None
+            if wait is not None and wait.overdue():
+                raise InfrastructureError(
+                    f"{what} failed after the episode's time limit ran out (not retried): {failure}"
+                ) from None
             delay = policy.delay(number, failure)
             logger.info("%s: attempt %d failed (%s); retrying in %.2fs", what, number, failure, delay)
             if on_retry is not None:
                 on_retry(failure, delay)
             if wait is not None:  # until an attempt succeeds, the episode waits on the provider
-                wait.reason = f"{what} was being retried ({failure})"
+                wait.hold(f"{what} was being retried ({failure})")
             await sleeper(delay)
         else:
             if wait is not None:

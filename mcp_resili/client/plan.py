@@ -284,17 +284,18 @@ def run_task_ids(config: RunConfig, suite: Suite) -> list[str]:
     """The ids of the tasks a run plays: named ones, a ``--limit`` sample, the full list, or the default set.
 
     The full list is read through its summaries, so no more than one task is held at a time; each
-    task drawn from it is built once here, so a broken one stops the run before any episode.
+    task drawn from it is built once here, so a broken one stops the run before any episode. They are
+    built last to first: the run plays them first to last, and the task cache keeps the last built.
     """
     if config.tasks:
-        return [suite.task(t).id for t in config.tasks][: config.limit]
+        return [suite.task(t).id for t in reversed(config.tasks)][::-1][: config.limit]
     if config.limit is None and not config.all_tasks:
         return [t.id for t in suite.default_tasks]
     if config.limit is not None and config.stratified:
         ids = [s.id for s in select_tasks(suite.task_summaries, config.limit, config.seed)]
     else:
         ids = [s.id for s in suite.task_summaries][: config.limit]
-    for task_id in ids:
+    for task_id in reversed(ids):
         suite.task(task_id)
     return ids
 

@@ -43,6 +43,7 @@ from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.transports import (
     MAX_LINE_BYTES,
     ExposureError,
+    HostCheckHint,
     HttpAccess,
     check_exposure,
     http_app,
@@ -462,12 +463,14 @@ async def test_a_wildcard_bind_accepts_its_own_names_and_the_allowed_hosts_only(
     access = HttpAccess.from_options(None, insecure=True, allowed_hosts=["mcp.example"], env={})
     assert check_exposure("0.0.0.0", access) is not None  # the insecure warning
     app = http_app(server, "0.0.0.0", access)
-    statuses = {}
-    async with app.router.lifespan_context(app):
+    assert isinstance(app, HostCheckHint)
+    starlette_app = app.app
+    statuses, bodies = {}, {}
+    async with starlette_app.router.lifespan_context(starlette_app):
         transport = httpx2.ASGITransport(app=app)
         async with httpx2.AsyncClient(transport=transport, base_url="http://mcp.example:8765") as http:
             for host in (
-                "evil.example",
+                "evil.example:8765",
                 "mcp.example:8765",
                 "localhost:8765",
                 f"{socket.gethostname()}:8765",
@@ -476,8 +479,14 @@ async def test_a_wildcard_bind_accepts_its_own_names_and_the_allowed_hosts_only(
                     "/mcp", content=json.dumps(INITIALIZE), headers={**JSON_HEADERS, "host": host}
                 )
                 statuses[host.split(":")[0]] = response.status_code
+                bodies[host.split(":")[0]] = response.text
     assert statuses.pop("evil.example") == 421
     assert set(statuses.values()) == {200}
+    # The refusal names the host and the flag that would admit it (the SDK's said "Invalid Host header").
+    assert bodies["evil.example"] == (
+        "Invalid Host header: 'evil.example:8765' is not one of this server's names; "
+        "start the server with --allowed-host evil.example to accept it"
+    )
 
 
 def test_the_token_comes_from_the_flag_else_the_environment_and_a_short_one_is_refused() -> None:

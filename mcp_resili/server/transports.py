@@ -36,7 +36,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_resili import AUTH_TOKEN_ENV
 from mcp_resili.errors import UserError
@@ -499,6 +499,54 @@ class ProtocolGuard:
         await response(scope, receive, send)
 
 
+class HostCheckHint:
+    """Says which flag admits a name the DNS-rebinding check refused (the SDK's 421 says only "Invalid").
+
+    A server started on ``--host 0.0.0.0`` answers to its own names; reached through any other (a DNS
+    name, a proxy), every request got a bare 421 that named neither the host nor the fix.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on; replace the body of a 421 with the hint."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        replaced = False
+
+        async def hinting_send(message: Message) -> None:
+            nonlocal replaced
+            if message["type"] == "http.response.start" and message["status"] == 421:
+                replaced = True
+                body = _host_hint(Headers(scope=scope).get("host", "")).encode()
+                headers = [
+                    (key, value)
+                    for key, value in message.get("headers", [])
+                    if key.lower() not in (b"content-length", b"content-type")
+                ]
+                headers += [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"content-length", str(len(body)).encode()),
+                ]
+                await send({**message, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+            elif not (replaced and message["type"] == "http.response.body"):
+                await send(message)
+
+        await self.app(scope, receive, hinting_send)
+
+
+def _host_hint(host: str) -> str:
+    name = host if len(host) <= 200 else host[:200] + "…"
+    bare = name.rsplit(":", 1)[0] if name.rsplit(":", 1)[-1].isdigit() else name
+    return (
+        f"Invalid Host header: {name!r} is not one of this server's names; "
+        f"start the server with --allowed-host {bare or 'NAME'} to accept it"
+    )
+
+
 def _action_for(body: bytes, actions: dict[Any, str]) -> str | None:
     """The wire action for the JSON-RPC response in ``body`` (an SSE event or a JSON body), if any."""
     text = body.decode("utf-8", errors="replace")
@@ -525,6 +573,7 @@ def http_app(server: Serves, host: str, access: HttpAccess | None = None) -> ASG
         host=host,
         transport_security=transport_security(host, access.allowed_hosts),
     )
+    app = HostCheckHint(app)
     layer = getattr(server, "protocol", None)
     if isinstance(layer, ProtocolLayer):
         app = ProtocolGuard(app, layer)

@@ -392,6 +392,41 @@ def test_malformed_stdio_lines_get_json_rpc_error_replies_and_the_server_keeps_s
     assert proc.returncode == 0
 
 
+def test_a_malformed_tools_call_is_invalid_params_naming_the_field_and_nothing_is_recorded(
+    tmp_path: Path,
+) -> None:
+    """The SDK's own -32602 said only "Invalid request parameters" (review finding)."""
+    call = {"jsonrpc": "2.0", "method": "tools/call"}
+    lines = [
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {**call, "id": 1, "params": {"name": "file_operations_reader", "arguments": [1]}},
+        {**call, "id": 2, "params": {"name": 5, "arguments": {}}},
+        {**call, "id": 3, "params": {"arguments": {}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "ping"},
+    ]
+    proc = subprocess.run(
+        serve_command("--faults", "none", "--trace-dir", str(tmp_path)),
+        input="\n".join(json.dumps(line) for line in lines).encode() + b"\n",
+        capture_output=True,
+        env=child_env(),
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    replies = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert {i: replies[i]["error"]["code"] for i in (1, 2, 3)} == dict.fromkeys(
+        (1, 2, 3), types.INVALID_PARAMS
+    )
+    assert replies[1]["error"]["message"] == (
+        "Invalid request parameters: params.arguments: expected a valid dictionary (got [1])"
+    )
+    assert replies[2]["error"]["message"].endswith("params.name: expected a valid string (got 5)")
+    assert replies[3]["error"]["message"].endswith("params.name: Field required")
+    assert replies[4]["result"] == {}
+    # Refused before the pipeline: no call was decided, so no trace holds one.
+    assert not any("tool_call" in trace.read_text() for trace in tmp_path.glob("*.jsonl"))
+
+
 async def test_an_oversized_stdio_request_fails_at_once_under_its_own_id_naming_the_limit(
     stdio_plain: Client,
 ) -> None:

@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError
 
 import mcp_resili
 from mcp_resili import DISCOVERY_TOOLS, META_EVENT, TRACE_METHOD
+from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, has_protocol_faults
 from mcp_resili.registry import ToolSpec
 from mcp_resili.registry.suites import Suite, UnknownTaskError
@@ -258,16 +259,23 @@ class ResiliServer:
 
         Our results are built in wire form already; the handler path would validate them against the
         protocol surface and dump them again. The request is still checked against the surface first
-        (a bad one takes the SDK's path, which answers it), and the answer is exactly the one that path
-        gives (`tests/test_wire_form.py`): same keys, same order, the ``serverInfo`` stamp. Other
-        versions and methods take the SDK's path.
+        (a bad one, of any version, gets ``-32602`` naming the field), and the answer is exactly the
+        one that path gives (`tests/test_wire_form.py`): same keys, same order, the ``serverInfo``
+        stamp. Other versions and methods take the SDK's path.
         """
-        if ctx.method != "tools/call" or ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        if ctx.method != "tools/call":
             return await call_next(ctx)
         params = ctx.params
         try:
             methods.validate_client_request(ctx.method, ctx.protocol_version, params)
-        except ValidationError:
+        except ValidationError as exc:
+            # The SDK's own answer says only "Invalid request parameters": name what is wrong.
+            raise MCPError(
+                types.INVALID_PARAMS, f"Invalid request parameters: {plain_validation_error(exc)}"
+            ) from None
+        except (KeyError, ValueError):  # a version the surface does not know: the SDK answers
+            return await call_next(ctx)
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             return await call_next(ctx)
         assert params is not None  # the surface requires a name
         result = await self._tool_result(ctx, params["name"], params.get("arguments"))

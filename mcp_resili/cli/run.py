@@ -376,13 +376,13 @@ def _execute_with_progress(
 def _exit_status(result: RunResult, err: Console) -> int:
     """0, or `EXIT_NOTHING_SCORED` with the cause when every episode played was an infrastructure error."""
     from mcp_resili.client.providers.retry import explain_failure
-    from mcp_resili.trace import Trace
+    from mcp_resili.trace import Trace, trace_lines
 
     if not result.rows or any(r.label is not None for r in result.rows):
         return 0
     details = []
     for row in result.rows:
-        end = Trace.from_lines(row.trace.splitlines(), origin=row.episode_id).end
+        end = Trace.from_lines(trace_lines(row.trace), origin=row.episode_id).end
         details.append(end.detail if end is not None else "")
     cause = max(set(details), key=details.count)
     err.print(

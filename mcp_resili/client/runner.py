@@ -43,7 +43,7 @@ from mcp_resili.client.providers import create_model
 from mcp_resili.client.session import EpisodeResult, connect
 from mcp_resili.registry.suites import Suite, get_suite
 from mcp_resili.store import EpisodeRow, Store
-from mcp_resili.trace import ReflectionEvent, Trace
+from mcp_resili.trace import ReflectionEvent, Trace, trace_lines
 
 __all__ = [
     "EXTERNAL_FAULTS",
@@ -107,7 +107,7 @@ class RunResult:
 
 def _written_reflection(row: EpisodeRow) -> Reflection | None:
     """The reflection a stored Reflexion episode wrote after failing, if any (to resume its task)."""
-    trace = Trace.from_lines(row.trace.splitlines(), origin=row.episode_id)
+    trace = Trace.from_lines(trace_lines(row.trace), origin=row.episode_id)
     written = [e for e in trace.events if isinstance(e, ReflectionEvent) and e.role == "written" and e.text]
     return Reflection(written[-1].from_trial, written[-1].text) if written else None
 

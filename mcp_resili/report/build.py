@@ -24,7 +24,7 @@ from mcp_resili.report.stats import mcnemar_exact, mean_interval
 from mcp_resili.report.summary import LEVELS, rate, summarize
 from mcp_resili.report.svg import Bar, bar_chart, stacked_levels
 from mcp_resili.store import EpisodeRow, RunRow, Store
-from mcp_resili.trace import Trace, TraceError
+from mcp_resili.trace import Trace, TraceError, trace_lines
 from mcp_resili.workflow import METRIC_BOUNDS, METRICS, PerturbationError, episode_workflow_scores
 
 
@@ -119,7 +119,7 @@ def suite_or_none(name: str) -> Suite | None:
 
 def _trace(row: EpisodeRow) -> Trace | None:
     try:
-        return Trace.from_lines(row.trace.splitlines(), origin=f"episode {row.episode_id}")
+        return Trace.from_lines(trace_lines(row.trace), origin=f"episode {row.episode_id}")
     except TraceError:
         return None
 
@@ -218,7 +218,7 @@ def workflow_scores(rows: Sequence[EpisodeRow], suite: Suite | None) -> dict[str
 def _executed_tools(trace: str) -> tuple[str, ...]:
     """The tools of the successful calls of a stored trace, in order (read without validating)."""
     tools = []
-    for line in trace.splitlines():
+    for line in trace_lines(trace):
         if '"tool_call"' in line:
             try:
                 event = json.loads(line)

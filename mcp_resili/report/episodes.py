@@ -16,6 +16,7 @@ from typing import Any
 
 from mcp_resili.report.build import Report
 from mcp_resili.store import EpisodeRow
+from mcp_resili.trace import trace_lines
 
 #: Longest tool result (or arguments) text kept per call in the episode view.
 RESULT_CHARS = 1500
@@ -46,7 +47,7 @@ def _truncate(value: Any) -> Any:
 def episode_detail(row: EpisodeRow, workflow: Mapping[str, float | int] | None) -> dict[str, Any]:
     """One episode for the episode view: outcome, judge reasons, workflow metrics, every event."""
     events: list[dict[str, Any]] = []
-    for line in row.trace.splitlines()[1:]:
+    for line in trace_lines(row.trace)[1:]:
         if not line.strip():
             continue
         try:

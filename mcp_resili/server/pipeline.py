@@ -34,7 +34,7 @@ from mcp_resili.server.backend import SimulatedBackend, ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
-from mcp_resili.trace.model import trace_stem
+from mcp_resili.trace.model import one_line, trace_stem
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class TraceRecorder:
             with episode.trace_path.open("a", encoding="utf-8") as out:
                 out.write(line)
             return
-        header = self._header(episode).model_dump_json() + "\n"
+        header = one_line(self._header(episode).model_dump_json()) + "\n"
         episode.trace_path, created = self._create(self.directory, episode.id)
         with created:
             created.write(header + line)

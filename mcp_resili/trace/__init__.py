@@ -17,6 +17,8 @@ from mcp_resili.trace.model import (
     event_from_meta,
     event_to_dict,
     event_to_meta,
+    one_line,
+    trace_lines,
 )
 
 __all__ = [
@@ -36,4 +38,6 @@ __all__ = [
     "event_from_meta",
     "event_to_dict",
     "event_to_meta",
+    "one_line",
+    "trace_lines",
 ]

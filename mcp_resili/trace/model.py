@@ -176,7 +176,7 @@ class Trace(BaseModel):
 
     def to_jsonl(self) -> str:
         """Serialise as JSONL: header line, then one line per event."""
-        lines = [self.header.model_dump_json()]
+        lines = [one_line(self.header.model_dump_json())]
         lines.extend(dump_event(e) for e in self.events)
         return "\n".join(lines) + "\n"
 
@@ -207,7 +207,7 @@ class Trace(BaseModel):
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise TraceError(f"cannot read trace {path}: {exc}") from None
-        return cls.from_lines(text.splitlines(), origin=str(path))
+        return cls.from_lines(trace_lines(text), origin=str(path))
 
 
 #: Longest trace file name stem in UTF-8 bytes (an episode id may be longer; see `trace_stem`).
@@ -232,10 +232,31 @@ def trace_stem(episode_id: str) -> str:
     return f"{kept}-{digest}"
 
 
+#: Characters JSON leaves unescaped in strings that `str.splitlines` (and other readers) take for line
+#: breaks; escaped in trace lines so that one event is always one line.
+_LINE_BREAKS_IN_STRINGS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def one_line(json_text: str) -> str:
+    """``json_text`` with the line breaks JSON allows inside strings escaped (the same JSON value)."""
+    if "\u2028" in json_text or "\u2029" in json_text or "\x85" in json_text:
+        return json_text.translate(_LINE_BREAKS_IN_STRINGS)
+    return json_text
+
+
+def trace_lines(text: str) -> list[str]:
+    """A JSONL trace's lines, split at newlines only.
+
+    `str.splitlines` also splits at U+2028 and the like, which a trace stored before they were escaped
+    (`one_line`) may hold inside a string.
+    """
+    return text.split("\n")
+
+
 def dump_event(event: TraceEvent) -> str:
     """One event as a JSON line (no newline)."""
     # The event's own serializer writes exactly what the union's would, without picking the member.
-    return event.model_dump_json()
+    return one_line(event.model_dump_json())
 
 
 def event_to_dict(event: TraceEvent) -> dict[str, Any]:

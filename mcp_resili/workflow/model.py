@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from mcp_resili.errors import UserError, plain_validation_error
 from mcp_resili.tasks.model import Task
-from mcp_resili.trace import Trace, TraceError
+from mcp_resili.trace import Trace, TraceError, trace_lines
 
 WorkflowKind = Literal["tools", "text"]
 
@@ -141,14 +141,14 @@ def load_workflow(path: Path) -> WorkflowGraph:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkflowFileError(f"cannot read workflow {path}: {exc}") from None
-    first = next((line for line in text.splitlines() if line.strip()), "")
+    first = next((line for line in trace_lines(text) if line.strip()), "")
     try:
         head = json.loads(first) if first else None
     except json.JSONDecodeError:
         head = None
     if isinstance(head, dict) and head.get("event") == "header":
         try:
-            return workflow_from_trace(Trace.from_lines(text.splitlines(), origin=str(path)))
+            return workflow_from_trace(Trace.from_lines(trace_lines(text), origin=str(path)))
         except TraceError as exc:
             raise WorkflowFileError(str(exc)) from None
     try:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp_resili.scoring.model import Score
+from mcp_resili.server.pipeline import DEPENDENCY_NOT_MET, INVALID_ARGUMENTS, UNKNOWN_TOOL
 from mcp_resili.suites.toolmaze.corrupt import CorruptFault, changed_paths, consumed_paths, get_path
 from mcp_resili.suites.toolmaze.faults import MODES, TRANSIENT_MODES
 from mcp_resili.suites.toolmaze.library import corpus_index
@@ -58,6 +59,8 @@ from mcp_resili.tasks.model import Task
 from mcp_resili.trace import ModelTurnEvent, ToolCallEvent, Trace
 
 ABORT_PHRASE = "task aborted"
+#: Error codes of calls the server refused before running any tool.
+REFUSED_BEFORE_RUNNING = frozenset({INVALID_ARGUMENTS, UNKNOWN_TOOL, DEPENDENCY_NOT_MET})
 #: How far a figure passed on may be from the one received (agents may round to cents).
 TOLERANCE = 0.005
 
@@ -120,8 +123,48 @@ def _argument_keys(arguments: Mapping[str, Any]) -> set[tuple[str, Any]]:
     return {k for k in (_key(v) for v in _leaves(dict(arguments))) if k is not None}
 
 
-def taint(calls: Sequence[ToolCallEvent]) -> tuple[set[int], dict[int, str]]:
-    """Indices of calls that consumed corrupted values, and for each the corrupted tool it traces to."""
+#: Values that carry no information, so passing one on is no evidence of using a corrupted record.
+_UNINFORMATIVE = frozenset({("null", None), ("str", "")})
+
+
+def taint(
+    calls: Sequence[ToolCallEvent], inputs: Mapping[str, Any] | None = None
+) -> tuple[set[int], dict[int, str]]:
+    """Indices of calls that consumed corrupted values, and for each the corrupted tool it traces to.
+
+    Only values the corrupted world alone produced are evidence: not the task's own inputs (a
+    record's subject), not a value some clean call produced too (a figure the corruption left as it
+    was, which the clean redo of a step returns again), not an empty one. A clean call's values are
+    only known once the consumers are, so the two are settled together (the set of clean values only
+    grows, so this ends).
+    """
+    clean_values = _argument_keys(inputs or {}) | _UNINFORMATIVE
+    while True:
+        consumers, origin = _consumers(calls, clean_values)
+        grown = clean_values | _produced(
+            c for i, c in enumerate(calls) if i not in consumers and c.fault is None
+        )
+        if grown == clean_values:
+            return consumers, origin
+        clean_values = grown
+
+
+def _produced(calls: Iterable[ToolCallEvent]) -> set[tuple[str, Any]]:
+    """The values successful ``calls`` returned in the fields later steps read."""
+    known = corpus_index().tools
+    values: set[tuple[str, Any]] = set()
+    for call in calls:
+        if not call.is_error and call.result is not None and call.tool in known:
+            for path in consumed_paths(call.tool):
+                key = _key(get_path(call.result, path))
+                if key is not None:
+                    values.add(key)
+    return values
+
+
+def _consumers(
+    calls: Sequence[ToolCallEvent], clean_values: set[tuple[str, Any]]
+) -> tuple[set[int], dict[int, str]]:
     known = corpus_index().tools
     tainted: dict[tuple[str, Any], int] = {}
     consumers: set[int] = set()
@@ -136,13 +179,13 @@ def taint(calls: Sequence[ToolCallEvent]) -> tuple[set[int], dict[int, str]]:
             if not call.is_error and call.result is not None and call.tool in known:
                 for path in consumed_paths(call.tool):
                     key = _key(get_path(call.result, path))
-                    if key is not None and key[0] != "null":
+                    if key is not None and key not in clean_values:
                         tainted.setdefault(key, root)
         if isinstance(call.fault, CorruptFault) and not call.is_error and call.result is not None:
             read = set(consumed_paths(call.tool))
             for path in changed_paths(call.tool, call.fault.corruption):
                 key = _key(get_path(call.result, path)) if path in read else None
-                if key is not None:
+                if key is not None and key not in clean_values:
                     tainted.setdefault(key, i)
     return consumers, origin
 
@@ -243,6 +286,19 @@ def optimal_recovery_calls(
     return here + rest
 
 
+def _refused(call: ToolCallEvent) -> bool:
+    """Whether the server refused ``call`` before any tool ran (no fault decided: the agent's mistake).
+
+    A tool's own ``INVALID_INPUT`` comes after the decision, so it is an attempt like any other.
+    """
+    return (
+        call.is_error
+        and call.fault is None
+        and call.decision is None
+        and call.error_code in REFUSED_BEFORE_RUNNING
+    )
+
+
 def _aborted(trace: Trace) -> bool:
     finish = trace.finish
     if finish is not None:
@@ -288,9 +344,11 @@ def score(task: Task, trace: Trace) -> Score:
     if not isinstance(task, ToolMazeTask):
         raise TypeError(f"the ToolMaze judge needs a ToolMazeTask, got {type(task).__name__} {task.id}")
     mode = trace_mode(trace)
+    # The paper's mode under protocol faults on top (``P1+protocol:heavy``) judges recovery as P1.
+    base_mode = mode.split("+", 1)[0]
     calls = trace.tool_calls
     reasons: list[str] = []
-    consumers, origin = taint(calls)
+    consumers, origin = taint(calls, task.inputs)
     clean = {i for i, c in enumerate(calls) if not c.is_error and c.fault is None and i not in consumers}
     aborted = _aborted(trace)
 
@@ -320,10 +378,12 @@ def score(task: Task, trace: Trace) -> Score:
     for i in perturbed:
         slot = task.perturbations.slot_of(calls[i].tool)
         first_by_slot.setdefault(slot.id if slot else calls[i].tool, i)
-    transient = mode in TRANSIENT_MODES
+    transient = base_mode in TRANSIENT_MODES
     for slot_id, i0 in first_by_slot.items():
         victim = calls[i0].tool
-        later = calls[i0 + 1 :]
+        # A call the server refused (bad arguments, unknown tool) never reached a tool: no retry, no
+        # switch. Its other effects stand (it is still a call after the victim).
+        later = [c for c in calls[i0 + 1 :] if not _refused(c)]
         slot = task.perturbations.slot_of(victim)
         group = task.group(slot.group) if slot is not None and slot.group else None
         alternatives = (
@@ -336,7 +396,7 @@ def score(task: Task, trace: Trace) -> Score:
         propagated = list(
             dict.fromkeys(calls[j].tool for j in sorted(consumers) if j > i0 and origin.get(j) == victim)
         )
-        others_after = sorted({c.tool for c in later if c.tool != victim})
+        others_after = sorted({c.tool for c in calls[i0 + 1 :] if c.tool != victim})
         if propagated:
             reasons.append(f"corrupted output of {victim} propagated into {', '.join(propagated)}")
         if transient:
@@ -380,7 +440,7 @@ def score(task: Task, trace: Trace) -> Score:
         first = perturbed[0]
         c = len(calls) - first - 1
         done = {calls[j].tool for j in clean if j < first}
-        c_star = optimal_recovery_calls(task, mode, calls[first].tool, done)
+        c_star = optimal_recovery_calls(task, base_mode, calls[first].tool, done)
         worst = max(c, c_star)
         c_rec = 1.0 - ((c_star / worst) if worst else 1.0) * float(i_succ)
         c_rec_abort = c_rec if unsolvable_abort is None else 1.0 - float(unsolvable_abort) / (1 + c)

@@ -5,7 +5,10 @@ Per trajectory, from the trace and the task alone:
 * **I_pert**: a call was perturbed (a ``toolmaze`` fault fired on it).
 * **taint**: the values a corruption changed in the fields later steps read (the record id, the
   figure, the subject: `corrupt.CONSUMED_FACETS`) are tainted; a later call whose arguments contain a
-  tainted value *propagated* the corruption, and the id and figure it returns become tainted in turn.
+  tainted value *propagated* the corruption, and the values it returns in those fields become tainted
+  in turn, except values that are no evidence of the corruption: the task's inputs, and values a
+  clean call also produced (the subject a consumer passes on, a figure the corruption left as it
+  was). A clean redo of the corrupted steps is then clean.
 * **I_succ**: some valid path was completed by *clean* calls (no error, no fault, no tainted
   argument) on the right data: every argument a path step binds to an earlier step (``prev`` /
   ``step``) equals that field of a clean call of the producing step made before it (figures within a
@@ -123,8 +126,9 @@ def _argument_keys(arguments: Mapping[str, Any]) -> set[tuple[str, Any]]:
     return {k for k in (_key(v) for v in _leaves(dict(arguments))) if k is not None}
 
 
-#: Values that carry no information, so passing one on is no evidence of using a corrupted record.
-_UNINFORMATIVE = frozenset({("null", None), ("str", "")})
+#: Values a corruption writes (an id emptied, a field nulled) that clean records may hold elsewhere:
+#: a clean call producing one does not make it clean where the corruption put it.
+_BLANK = frozenset({("null", None), ("str", "")})
 
 
 def taint(
@@ -134,15 +138,14 @@ def taint(
 
     Only values the corrupted world alone produced are evidence: not the task's own inputs (a
     record's subject), not a value some clean call produced too (a figure the corruption left as it
-    was, which the clean redo of a step returns again), not an empty one. A clean call's values are
-    only known once the consumers are, so the two are settled together (the set of clean values only
-    grows, so this ends).
+    was, which the clean redo of a step returns again). A clean call's values are only known once the
+    consumers are, so the two are settled together (the set of clean values only grows, so this ends).
     """
-    clean_values = _argument_keys(inputs or {}) | _UNINFORMATIVE
+    clean_values = _argument_keys(inputs or {}) - _BLANK
     while True:
         consumers, origin = _consumers(calls, clean_values)
-        grown = clean_values | _produced(
-            c for i, c in enumerate(calls) if i not in consumers and c.fault is None
+        grown = clean_values | (
+            _produced(c for i, c in enumerate(calls) if i not in consumers and c.fault is None) - _BLANK
         )
         if grown == clean_values:
             return consumers, origin
@@ -179,7 +182,7 @@ def _consumers(
             if not call.is_error and call.result is not None and call.tool in known:
                 for path in consumed_paths(call.tool):
                     key = _key(get_path(call.result, path))
-                    if key is not None and key not in clean_values:
+                    if key is not None and key[0] != "null" and key not in clean_values:
                         tainted.setdefault(key, root)
         if isinstance(call.fault, CorruptFault) and not call.is_error and call.result is not None:
             read = set(consumed_paths(call.tool))

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client
 
 from mcp_resili.faults import parse_fault_spec
@@ -19,7 +20,7 @@ from mcp_resili.registry.suites import get_suite
 from mcp_resili.scoring.model import Score
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.toolmaze.model import PathStep, ToolMazeTask, resolve_path_arguments
-from mcp_resili.suites.toolmaze.scoring import score, taint
+from mcp_resili.suites.toolmaze.scoring import aggregate, score, taint
 from mcp_resili.suites.toolmaze.tasks import toolmaze_tasks
 from mcp_resili.trace import Trace, TraceHeader
 
@@ -169,3 +170,23 @@ def test_a_call_the_server_refused_is_no_retry() -> None:
     assert any("no retry" in r for r in refused_only.reasons)
     retried, _ = judged(task, parse_fault_spec("toolmaze:P1", SUITE), script(True))
     assert retried.components["i_recov"] is True
+
+
+def test_a_perturbation_mode_whose_runs_never_met_their_fault_shows_no_recovery_in_the_composite() -> None:
+    """An agent that finishes at once in every mode meets no fault: PRR is undefined everywhere.
+
+    By hand: NP TSR 0, RC 0, composite (0 + 1 − 0)/2 = 1/2. P1 the same but its PRR term counts as 0
+    (it used to take NP's formula, 1/2, so doing nothing beat trying and failing, which scores 0):
+    composite (0 + 0 + 1 − 0)/3 = 1/3. Over the modes: TSR 0, RC 0, PRR term mean(0) = 0 → 1/3.
+    """
+
+    def idle(mode: str) -> Score:
+        components = {"mode": mode, "level": "C1", "i_succ": False, "i_pert": False, "i_recov": False}
+        return Score(
+            suite="toolmaze", task="t", label="failure", value=0.0, components={**components, "c_rec": 0.0}
+        )
+
+    rows = {(m.mode, m.level): m for m in aggregate([idle("NP"), idle("P1")])}
+    assert rows["NP", "all"].composite == pytest.approx(1 / 2)
+    assert rows["P1", "all"].prr is None and rows["P1", "all"].composite == pytest.approx(1 / 3)
+    assert rows["all", "all"].prr is None and rows["all", "all"].composite == pytest.approx(1 / 3)

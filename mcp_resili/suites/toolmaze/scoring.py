@@ -40,9 +40,10 @@ Per trajectory, from the trace and the task alone:
   is reported beside PRR. It changes neither I_succ nor I_recov (the paper's definitions).
 
 Aggregates over the trajectories of a mode m: TSR = mean I_succ; PRR = Σ I_recov·I_pert / Σ I_pert
-(None without perturbed runs); RC = Σ I_pert·C_rec / |T_m|; composite = (TSR + PRR + 1 − RC)/3 (with
-PRR missing, the mean of TSR and 1 − RC); RC' likewise from C_rec'; DUP = share of trajectories with a
-duplicate side effect.
+(None without perturbed runs); RC = Σ I_pert·C_rec / |T_m|; composite = (TSR + PRR + 1 − RC)/3, where
+an undefined PRR counts as 0 under a perturbation mode (no recovery was shown: an agent that never
+reaches its fault must not outscore one that meets it) and NP's is the mean of TSR and 1 − RC; RC'
+likewise from C_rec'; DUP = share of trajectories with a duplicate side effect.
 """
 
 from __future__ import annotations
@@ -507,8 +508,25 @@ def metrics_of(scores: Iterable[Score], mode: str = "all", level: str = "all") -
     rc = sum(float(r["c_rec"] or 0.0) for r in rows if r["i_pert"]) / n
     rc_abort = sum(float(r.get("c_rec_abort", r["c_rec"]) or 0.0) for r in rows if r["i_pert"]) / n
     duplicates = sum(1 for r in rows if int(r.get("duplicate_writes") or 0) > 0) / n
-    composite = (tsr + prr + 1 - rc) / 3 if prr is not None else (tsr + 1 - rc) / 2
-    return Metrics(mode, level, n, perturbed, tsr, prr, rc, composite, rc_abort, duplicates)
+    return Metrics(
+        mode, level, n, perturbed, tsr, prr, rc, composite(mode, tsr, prr, rc), rc_abort, duplicates
+    )
+
+
+def recovery_term(mode: str, prr: float | None) -> float | None:
+    """PRR as the composite takes it: 0 where a perturbation mode's runs never met their fault."""
+    if prr is None and mode.split("+", 1)[0] in MODES and not mode.startswith("NP"):
+        return 0.0
+    return prr
+
+
+def composite(mode: str, tsr: float, prr: float | None, rc: float) -> float:
+    """The paper's composite, (TSR + PRR + 1 − RC)/3 (PRR as `recovery_term` takes it).
+
+    Without a PRR (NP, conditions that are not the paper's modes) it is the mean of TSR and 1 − RC.
+    """
+    term = recovery_term(mode, prr)
+    return (tsr + term + 1 - rc) / 3 if term is not None else (tsr + 1 - rc) / 2
 
 
 def mean_over_modes(per_mode: Sequence[Metrics], mode: str = "all", level: str = "all") -> Metrics:
@@ -516,7 +534,8 @@ def mean_over_modes(per_mode: Sequence[Metrics], mode: str = "all", level: str =
 
     "Compute TSR_m, PRR_m and RC for the mode [...] Average the per-mode values": every mode weighs
     the same, however many of its runs met their fault. PRR averages the modes where it is defined
-    (not NP); the composite is computed from the averages. ``n`` and ``perturbed`` are totals.
+    (not NP); the composite is computed from the averages (its PRR term counts a perturbation mode
+    without a PRR as 0, `recovery_term`). ``n`` and ``perturbed`` are totals.
     """
     if not per_mode:
         raise ValueError("no modes to average")
@@ -525,8 +544,10 @@ def mean_over_modes(per_mode: Sequence[Metrics], mode: str = "all", level: str =
         return sum(values) / len(values)
 
     prrs = [m.prr for m in per_mode if m.prr is not None]
+    terms = [term for m in per_mode if (term := recovery_term(m.mode, m.prr)) is not None]
     tsr, rc = mean([m.tsr for m in per_mode]), mean([m.rc for m in per_mode])
     prr = mean(prrs) if prrs else None
+    term = mean(terms) if terms else None
     return Metrics(
         mode,
         level,
@@ -535,7 +556,7 @@ def mean_over_modes(per_mode: Sequence[Metrics], mode: str = "all", level: str =
         tsr,
         prr,
         rc,
-        (tsr + prr + 1 - rc) / 3 if prr is not None else (tsr + 1 - rc) / 2,
+        (tsr + term + 1 - rc) / 3 if term is not None else (tsr + 1 - rc) / 2,
         mean([m.rc_abort for m in per_mode]),
         mean([m.duplicates for m in per_mode]),
     )

@@ -190,3 +190,17 @@ def test_a_perturbation_mode_whose_runs_never_met_their_fault_shows_no_recovery_
     assert rows["NP", "all"].composite == pytest.approx(1 / 2)
     assert rows["P1", "all"].prr is None and rows["P1", "all"].composite == pytest.approx(1 / 3)
     assert rows["all", "all"].prr is None and rows["all", "all"].composite == pytest.approx(1 / 3)
+
+
+def test_the_server_tells_a_connecting_agent_nothing_about_faults_or_alternatives() -> None:
+    """The no-hint condition must hold for an outside agent too, which reads the server's instructions."""
+
+    async def instructions(mode: str) -> str:
+        server = ResiliServer(SUITE, parse_fault_spec(mode, SUITE), seed=0)
+        async with Client(server.mcp, mode="legacy") as client:
+            return client.instructions or ""
+
+    for mode in ("none", "toolmaze:P2"):
+        text = anyio.run(instructions, mode).lower()
+        assert "toolmaze" in text
+        assert not any(word in text for word in ("fail", "fault", "alternative", "error"))

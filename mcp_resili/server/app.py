@@ -140,9 +140,9 @@ class ResiliServer:
         self.mcp: Server[Any] = Server(
             "mcp-resili",
             version=mcp_resili.__version__,
-            instructions=(
-                f"mcp-resili suite {suite.name!r}: {suite.description} Some tool calls fail on purpose."
-            ),
+            # Nothing about faults or alternatives: whether the agent is told is the prompt variant's
+            # choice (e.g. ToolMaze's hint), and an agent that reads instructions would always be told.
+            instructions=f"mcp-resili: the tools of the {suite.name!r} benchmark suite.",
             on_list_tools=self._list_tools,
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,

@@ -5,9 +5,9 @@ import anyio
 import pytest
 
 from mcp_resili.cli import main
-from mcp_resili.client.model import HARNESS_WAIT, ModelRequest, ModelResponse, harness_waiting
+from mcp_resili.client.model import HARNESS_WAIT, ModelRequest, ModelResponse, ToolCall, harness_waiting
 from mcp_resili.client.runner import RunConfig, RunConfigError, execute
-from mcp_resili.trace.model import ModelTurnEvent, Trace
+from mcp_resili.trace.model import ModelTurnEvent, Trace, trace_lines
 
 pytestmark = pytest.mark.anyio
 
@@ -296,3 +296,28 @@ def test_a_run_whose_every_episode_is_an_infrastructure_error_exits_2_naming_the
     assert main([*argv, "--json"]) == 2
     err = capsys.readouterr().err
     assert "401 from the provider: check the API key (OPENAI_API_KEY)" in err
+
+
+class FinishesThenCalls:
+    """One turn: ``finish``, then a tool call the episode must not make."""
+
+    name: str = "scripted:oracle"
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        return ModelResponse(
+            text="",
+            tool_calls=(
+                ToolCall("1", "finish", {"status": "completed", "summary": "done"}),
+                ToolCall("2", "file_operations_reader", {"source": "data/sales_1.csv"}),
+            ),
+        )
+
+
+async def test_calls_after_finish_in_the_same_turn_are_not_made(tmp_path, monkeypatch):
+    monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec, **_: FinishesThenCalls())
+    result = await execute(
+        RunConfig(db=tmp_path / "r.db", models=("scripted:oracle",), trials=1, limit=1, faults=("none",))
+    )
+    (row,) = result.rows
+    trace = Trace.from_lines(trace_lines(row.trace))
+    assert row.termination == "completed" and trace.tool_calls == []  # the reader was never called

@@ -204,3 +204,22 @@ def test_the_server_tells_a_connecting_agent_nothing_about_faults_or_alternative
         text = anyio.run(instructions, mode).lower()
         assert "toolmaze" in text
         assert not any(word in text for word in ("fail", "fault", "alternative", "error"))
+
+
+def test_a_step_done_after_finish_does_not_complete_the_task() -> None:
+    """``finish`` completed with the last step missing, then that step: the agent declared the task
+    over, so the path is not completed (I_succ 0) and the reasons say a call after finish did not count.
+    """
+    task = c1_task()
+    path = shortest(task)
+
+    async def finish_early(hand: Hand) -> None:
+        for number, step in path[:-1]:
+            await hand.step(number, step)
+        await hand.call("finish", {"status": "completed", "summary": "all done"})
+        await hand.step(*path[-1])
+
+    early, trace = judged(task, parse_fault_spec("none", SUITE), finish_early)
+    assert trace.tool_calls[-1].tool == path[-1][1].tool and not trace.tool_calls[-1].is_error  # it ran
+    assert early.components["i_succ"] is False and early.components["tool_calls"] == len(path) - 1
+    assert "1 call(s) after finish did not count" in early.reasons

@@ -745,6 +745,8 @@ async def _loop(
             for call in response.tool_calls:
                 if state.spent >= episode.max_turns:  # the call budget is spent: no more calls
                     break
+                if finished is not None:  # the agent declared the episode over: nothing after counts
+                    break
                 protocol: list[TraceEvent] = []
                 result, event, answered = await call_tool(
                     client,

@@ -60,7 +60,7 @@ from mcp_resili.suites.toolmaze.faults import MODES, TRANSIENT_MODES
 from mcp_resili.suites.toolmaze.library import corpus_index
 from mcp_resili.suites.toolmaze.model import PathStep, ToolMazeTask, path_links
 from mcp_resili.tasks.model import Task
-from mcp_resili.trace import ModelTurnEvent, ToolCallEvent, Trace
+from mcp_resili.trace import FinishEvent, ModelTurnEvent, ToolCallEvent, Trace
 
 ABORT_PHRASE = "task aborted"
 #: Error codes of calls the server refused before running any tool.
@@ -290,6 +290,25 @@ def optimal_recovery_calls(
     return here + rest
 
 
+def _before_finish(trace: Trace) -> tuple[list[ToolCallEvent], int]:
+    """The tool calls up to the agent's (first accepted) ``finish``, and how many came after it.
+
+    The agent declared the task over: a step done afterwards does not complete it.
+    """
+    calls: list[ToolCallEvent] = []
+    after = 0
+    finished = False
+    for event in trace.events:
+        if isinstance(event, FinishEvent):
+            finished = True
+        elif isinstance(event, ToolCallEvent):
+            if finished:
+                after += 1
+            else:
+                calls.append(event)
+    return calls, after
+
+
 def _refused(call: ToolCallEvent) -> bool:
     """Whether the server refused ``call`` before any tool ran (no fault decided: the agent's mistake).
 
@@ -350,8 +369,10 @@ def score(task: Task, trace: Trace) -> Score:
     mode = trace_mode(trace)
     # The paper's mode under protocol faults on top (``P1+protocol:heavy``) judges recovery as P1.
     base_mode = mode.split("+", 1)[0]
-    calls = trace.tool_calls
+    calls, after_finish = _before_finish(trace)
     reasons: list[str] = []
+    if after_finish:
+        reasons.append(f"{after_finish} call(s) after finish did not count")
     consumers, origin = taint(calls, task.inputs)
     clean = {i for i, c in enumerate(calls) if not c.is_error and c.fault is None and i not in consumers}
     aborted = _aborted(trace)

@@ -492,6 +492,39 @@ async def test_with_an_auth_token_every_request_needs_it_and_a_foreign_host_is_r
     assert result.is_error is False
 
 
+async def test_the_runner_reaches_a_server_behind_a_token_with_the_token_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run --server URL` sends MCP_RESILI_AUTH_TOKEN as a bearer token; it is stored nowhere."""
+    from mcp_resili.client.runner import RunConfig, execute
+
+    monkeypatch.setenv(AUTH_TOKEN_ENV, TOKEN)
+    db = tmp_path / "r.db"
+    async with running_http_server("--faults", "none", "--auth-token", TOKEN, workdir=tmp_path) as server:
+        result = await execute(
+            RunConfig(db=db, models=("scripted:oracle",), trials=1, limit=2, server=server.url)
+        )
+    assert [r.termination for r in result.rows] == ["completed", "completed"]
+    assert TOKEN.encode() not in db.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("http://ann:hunter2pass@127.0.0.1:9/mcp", "hunter2pass"),
+        ("http://127.0.0.1:9/mcp?access_token=hunter2", "hunter2"),
+    ],
+)
+def test_a_server_url_with_a_credential_is_refused_before_anything_is_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str, secret: str
+) -> None:
+    """The URL is stored with the run and in every trace header (review finding: it was, password and all)."""
+    status = main(["run", "--server", url, "--limit", "1", "--db", str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and AUTH_TOKEN_ENV in err
+    assert secret not in err and not (tmp_path / "r.db").exists()
+
+
 async def test_a_wildcard_bind_accepts_its_own_names_and_the_allowed_hosts_only() -> None:
     """Checked on the ASGI app itself: no test binds anything but loopback."""
     server = ResiliServer(get_suite("resilibench"), parse_fault_spec("none"))

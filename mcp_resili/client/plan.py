@@ -7,14 +7,16 @@ identified by `episode_id`; results go back to the one driver that stores them (
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 
+from mcp_resili import AUTH_TOKEN_ENV
 from mcp_resili.client.model import ARCHITECTURES
 from mcp_resili.client.providers import DEFAULT_MODELS, validate_model_spec
 from mcp_resili.errors import UserError
@@ -253,6 +255,8 @@ def _check_endpoints(config: RunConfig) -> None:
         if parts.username or parts.password:
             # The URL is stored with the run; credentials in it would be a secret on disk.
             raise RunConfigError("--base-url must not embed credentials; put the key in the environment")
+    if config.server is not None and config.server.startswith(("http://", "https://")):
+        _check_server_url(config.server)
     if config.server is not None and config.faults:
         raise RunConfigError(
             "--faults cannot be combined with --server: that server decides its own faults "
@@ -261,6 +265,26 @@ def _check_endpoints(config: RunConfig) -> None:
     for model in config.models:
         # Fail now, with the list of known models or the missing key's variable, rather than mid-run.
         validate_model_spec(model, base_url=config.base_url)
+
+
+#: Query parameter names that carry a credential (`_check_server_url`).
+_SECRET_PARAMETER = re.compile(r"token|key|secret|passw|auth|sig|credential|session", re.IGNORECASE)
+
+
+def _check_server_url(url: str) -> None:
+    """A ``--server`` URL is stored with the run and in every trace header: no credentials in it."""
+    parts = urlsplit(url)
+    instead = f"set {AUTH_TOKEN_ENV} (sent as a bearer token)"
+    if parts.username or parts.password:
+        raise RunConfigError(
+            f"--server must not embed credentials (they would be stored with the run); {instead}"
+        )
+    secret = next((name for name, _ in parse_qsl(parts.query) if _SECRET_PARAMETER.search(name)), None)
+    if secret is not None:
+        raise RunConfigError(
+            f"--server carries what looks like a credential in its query ({secret!r}), which would be "
+            f"stored with the run; {instead}"
+        )
 
 
 def _check_suite_agents(config: RunConfig, suite: Suite) -> None:

@@ -10,6 +10,7 @@ every executor gives the same rows for the same plan.
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from mcp.client.stdio import stdio_client
 from mcp.server import Server
 from mcp.server._otel import OpenTelemetryMiddleware
 
+from mcp_resili import AUTH_TOKEN_ENV
 from mcp_resili.client.agent import (
     EpisodeSpec,
     ProtocolNotices,
@@ -89,7 +91,11 @@ async def connect_recorded(
     notices = ProtocolNotices()
     guard = None
     if config.server.startswith(("http://", "https://")):
-        http, guard = guarded_http_transport(config.server)
+        # A server behind a token (`serve --auth-token`) gets it from the environment, never the URL.
+        token = os.environ.get(AUTH_TOKEN_ENV)
+        http, guard = guarded_http_transport(
+            config.server, {"Authorization": f"Bearer {token}"} if token else None
+        )
         remote = entered(Client(http, read_timeout_seconds=60, **notices.client_options()), config.server)
     else:
         argv = shlex.split(config.server)

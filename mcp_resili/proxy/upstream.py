@@ -498,20 +498,27 @@ def _transport_error(exc: httpx2.TransportError) -> str:
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
-def guarded_http_transport(url: str) -> tuple[Any, AnswerLostConnections]:
-    """A Streamable HTTP transport for ``url`` whose broken requests fail alone (`AnswerLostConnections`)."""
+def guarded_http_transport(
+    url: str, headers: Mapping[str, str] | None = None
+) -> tuple[Any, AnswerLostConnections]:
+    """A Streamable HTTP transport for ``url`` whose broken requests fail alone (`AnswerLostConnections`).
+
+    ``headers`` go with every request (e.g. the bearer token of a server that wants one).
+    """
     guard = AnswerLostConnections()
-    return _guarded_streams(url, guard), guard
+    return _guarded_streams(url, guard, headers or {}), guard
 
 
 @asynccontextmanager
-async def _guarded_streams(url: str, guard: AnswerLostConnections) -> AsyncIterator[Any]:
+async def _guarded_streams(
+    url: str, guard: AnswerLostConnections, headers: Mapping[str, str]
+) -> AsyncIterator[Any]:
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
     timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
     async with (
-        httpx2.AsyncClient(transport=guard, timeout=timeout) as http,
+        httpx2.AsyncClient(transport=guard, timeout=timeout, headers=dict(headers)) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams

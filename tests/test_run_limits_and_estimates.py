@@ -90,6 +90,12 @@ async def test_max_turns_overrides_the_tasks_limit(tmp_path):
         ("provider_concurrency", 0, "--provider-concurrency"),
         ("base_url", "ftp://x", "--base-url"),
         ("base_url", "http://user:pw@host/v1", "credentials"),
+        # NaN passed every "< 0" check: a traceback for the time limit, a "$nan cap" for the cost
+        ("time_limit", float("nan"), "--time-limit"),
+        ("max_cost", float("nan"), "--max-cost"),
+        ("requests_per_minute", float("nan"), "--requests-per-minute"),
+        ("time_scale", float("nan"), "--time-scale"),
+        ("time_scale", float("inf"), "--time-scale"),
     ],
 )
 async def test_bad_limits_fail_before_anything_runs(tmp_path, field, value, flag):

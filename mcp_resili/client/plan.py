@@ -7,6 +7,7 @@ identified by `episode_id`; results go back to the one driver that stores them (
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -237,10 +238,11 @@ def _check_limits(config: RunConfig) -> None:
             raise RunConfigError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     for name in ("max_cost", "time_limit", "requests_per_minute", "tokens_per_minute"):
         value = getattr(config, name)
-        if value is not None and value <= 0:
+        # Written so that NaN fails too (every comparison with it is false).
+        if value is not None and not value > 0:
             raise RunConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    if config.time_scale < 0:
-        raise RunConfigError(f"--time-scale must be >= 0, got {config.time_scale}")
+    if not (0 <= config.time_scale < math.inf):
+        raise RunConfigError(f"--time-scale must be a finite number >= 0, got {config.time_scale}")
     if config.ramp_up is not None and not 0 <= config.ramp_up <= MAX_RAMP_UP:
         raise RunConfigError(f"--ramp-up must be between 0 and {MAX_RAMP_UP:g} seconds, got {config.ramp_up}")
     if config.limit is not None and config.limit < 1:

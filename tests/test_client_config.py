@@ -61,3 +61,17 @@ def test_config_refuses_impossible_http_entries_in_one_line(argv, message, capsy
 def test_config_refuses_a_fault_spec_the_server_would_refuse_at_every_start(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_config_flags_that_only_write_are_refused_without_write_and_a_symlink_loop_is_one_line(
+    tmp_path, capsys
+):
+    assert main(["config", "vscode", "--path", str(tmp_path / "c.json")]) == 2
+    assert "need --write" in capsys.readouterr().err and not (tmp_path / "c.json").exists()
+    assert main(["config", "vscode", "--replace"]) == 2
+    assert "need --write" in capsys.readouterr().err
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop)
+    assert main(["config", "vscode", "--write", "--path", str(loop)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot follow the symlink" in err

@@ -143,7 +143,10 @@ def write_config(
     read-only file, or a different server already under ``name`` (unless ``replace``), is refused.
     """
     path = path or default_path(client)
-    target = path.resolve() if path.is_symlink() else path
+    try:
+        target = path.resolve(strict=False) if path.is_symlink() else path
+    except (RuntimeError, OSError) as exc:  # a symlink loop: Python 3.11 raises RuntimeError
+        raise ClientConfigError(f"{path}: cannot follow the symlink ({exc})") from None
     existing = _load_json_object(target) if target.exists() else {}
     # The mode, not os.access: root may write anything, but a file marked read-only is meant to stay.
     if target.exists() and (not os.access(target, os.W_OK) or not target.stat().st_mode & stat.S_IWUSR):
@@ -212,6 +215,10 @@ def config_command(args: argparse.Namespace) -> int:
             _check_faults(args.faults, proxied=args.upstream is not None)
         entry = server_entry(upstream=args.upstream, faults=args.faults, trace_dir=args.trace_dir)
     if not args.write:
+        if args.path is not None or args.replace:
+            raise ClientConfigError(
+                "--path and --replace need --write (without it the config is only printed)"
+            )
         print(json.dumps(render_config(args.client, args.name, entry), indent=2))
         return 0
     path = write_config(args.client, args.name, entry, args.path, replace=args.replace)

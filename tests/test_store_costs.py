@@ -77,3 +77,33 @@ def test_a_missing_database_or_a_folder_is_one_line_exit_2(tmp_path, capsys):
     assert "no results database" in capsys.readouterr().err
     with pytest.raises(StoreError, match=r"cannot open results database|not a usable"):
         Store(tmp_path)
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_reading_an_older_database_leaves_it_as_its_writer_left_it(tmp_path, capsys, command):
+    """A report used to migrate it in place (and switch it to WAL): the mcp-resili that wrote it then
+    refused it as "written by a newer mcp-resili". Now the upgrade happens in a copy in memory."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(_MIGRATIONS[0])
+        db.execute("PRAGMA user_version = 1")
+        db.execute("INSERT INTO runs VALUES ('r1', '2026-01-01', 'resilibench', 0, '{}')")
+        db.execute(
+            "INSERT INTO episodes VALUES ('r1', 'old', 'openai:x', 'none', 'baseline', 't', 0, 'completed',"
+            " 'full', 1.0, NULL, '{}', 5, 1)"
+        )
+    db.close()
+    before = path.read_bytes()
+    assert main([command, "--db", str(path)]) == 0
+    assert "old" in capsys.readouterr().out or command == "report"
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["old.db"]
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_an_empty_file_is_not_turned_into_a_database(tmp_path, capsys, command):
+    path = tmp_path / "empty.db"
+    path.touch()
+    assert main([command, "--db", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no mcp-resili results" in err
+    assert path.read_bytes() == b""

@@ -84,10 +84,10 @@ class Report:
 
 
 def open_store(db: Path) -> Store:
-    """The store at ``db``; a missing file is an error (a report never creates a database)."""
+    """The store at ``db``, read only; a missing file is an error (a report never creates a database)."""
     if not db.exists():
         raise ReportError(f"no results database at {db}; run `mcp-resili run --db {db}` first")
-    return Store(db)
+    return Store(db, read_only=True)
 
 
 def load_runs(db: Path, run_ids: Sequence[str | None]) -> list[tuple[RunRow, list[EpisodeRow]]]:

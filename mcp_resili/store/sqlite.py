@@ -128,24 +128,47 @@ class Store:
     (one line, nothing written to it).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        """Open (or create) the database at ``path``; ``read_only`` neither creates nor changes it.
+
+        Read-only (reports, exports), a database of an older schema is upgraded in a copy in memory:
+        the file stays as the mcp-resili that wrote it can read it.
+        """
         self.path = path
         try:
-            self._db = sqlite3.connect(path)
+            if read_only:
+                self._db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            else:
+                self._db = sqlite3.connect(path)
         except sqlite3.Error as exc:  # e.g. a directory, or a folder that does not exist
             raise StoreError(f"cannot open results database {path}: {exc}") from None
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # WAL + NORMAL: a commit survives the process being killed (even SIGKILL); only an OS crash
-            # can lose the last commits. FULL would fsync every episode on the event loop (~6 ms each).
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
+            if read_only:
+                self._open_read_only()
+            else:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                # WAL + NORMAL: a commit survives the process being killed (even SIGKILL); only an OS
+                # crash can lose the last commits. FULL would fsync every episode on the event loop.
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._migrate()
         except sqlite3.DatabaseError as exc:  # "file is not a database", a locked or unreadable file
             self._db.close()
             raise StoreError(f"{path} is not a usable mcp-resili results database (SQLite): {exc}") from None
         except StoreError:
             self._db.close()
             raise
+
+    def _open_read_only(self) -> None:
+        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        tables = self._db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+        if version == 0 and not tables:
+            raise StoreError(f"{self.path} holds no mcp-resili results (an empty database)")
+        if version < len(_MIGRATIONS):
+            memory = sqlite3.connect(":memory:")
+            self._db.backup(memory)
+            self._db.close()
+            self._db = memory
+        self._migrate()  # checks the schema; upgrades only the copy in memory
 
     def _migrate(self) -> None:
         version = int(self._db.execute("PRAGMA user_version").fetchone()[0])

@@ -593,3 +593,18 @@ def test_long_labels_zero_cells_and_heatmap_titles_are_drawn_whole_in_chromium(
     seen = measured(chromium, tmp_path, page)
     assert_nothing_clipped(seen)
     assert seen["first"]["info"] == "episodes 1–50 of 240 · page 1 of 5"
+
+
+def test_svg_figures_of_an_earlier_report_are_replaced_not_mixed_in_and_other_files_stay(resili_db, tmp_path):
+    from mcp_resili.report.html import write_figures
+
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    (figures / "01-my-own-figure.svg").write_text("<svg/>")  # the user's, not ours: never touched
+    report = load_report(resili_db)
+    first = write_figures(report, figures)
+    stale = figures / "99-an-older-report-chart.svg"
+    (figures / ".mcp-resili-figures").write_text("\n".join([*(p.name for p in first), stale.name]))
+    stale.write_text("<svg/>")
+    second = write_figures(report, figures)
+    assert sorted(figures.glob("*.svg")) == sorted([*second, figures / "01-my-own-figure.svg"])

@@ -397,9 +397,20 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "chart"
 
 
+#: The figures `write_figures` wrote last into a folder, one name per line: the next report there
+#: removes those it does not write again (and nothing else in the folder).
+FIGURES_MANIFEST = ".mcp-resili-figures"
+
+
 def write_figures(report: Report, directory: Path) -> list[Path]:
-    """Every chart as its own SVG file (``NN-SECTION-TITLE.svg``), ready for a paper; returns the paths."""
+    """Every chart as its own SVG file (``NN-SECTION-TITLE.svg``), ready for a paper; returns the paths.
+
+    Figures an earlier report wrote into ``directory`` and this one does not are removed, so the folder
+    never mixes two reports' figures; other files in it are left alone.
+    """
     directory.mkdir(parents=True, exist_ok=True)
+    manifest = directory / FIGURES_MANIFEST
+    earlier = set(manifest.read_text(encoding="utf-8").split("\n")) if manifest.is_file() else set()
     paths: list[Path] = []
     for section in report.sections:
         for block in section.blocks:
@@ -409,6 +420,10 @@ def write_figures(report: Report, directory: Path) -> list[Path]:
                     '<?xml version="1.0" encoding="UTF-8"?>\n' + block.svg + "\n", encoding="utf-8"
                 )
                 paths.append(path)
+    for name in sorted(earlier - {p.name for p in paths}):
+        if name and "/" not in name and name.endswith(".svg"):  # only names of our own figures
+            (directory / name).unlink(missing_ok=True)
+    manifest.write_text("\n".join(p.name for p in paths), encoding="utf-8")
     return paths
 
 

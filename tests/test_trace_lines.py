@@ -15,6 +15,7 @@ import pytest
 
 from mcp_resili.cli import main
 from mcp_resili.client.runner import RunConfig, execute
+from mcp_resili.store.export import ledger_summary
 from mcp_resili.trace import ModelTurnEvent, Trace, trace_lines
 
 BREAKS = "\u2028 \u2029 \x85"
@@ -56,6 +57,8 @@ def test_a_trace_stored_with_them_raw_is_still_read_and_scored(
     )
     assert "\u2028" in raw and len(raw.splitlines()) > len(played.events) + 1  # as stored before
     assert Trace.from_lines(trace_lines(raw)) == played
+    turns = sum(isinstance(e, ModelTurnEvent) for e in played.events)
+    assert ledger_summary(raw)["turns"] == turns > 0  # the export counted 0
     path = tmp_path / "old.jsonl"
     path.write_text(raw, encoding="utf-8")
     assert main(["score", str(path)]) == 0

@@ -516,13 +516,12 @@ async def test_the_runner_reaches_a_server_behind_a_token_with_the_token_from_th
     ],
 )
 def test_a_server_url_with_a_credential_is_refused_before_anything_is_stored(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str, secret: str
+    tmp_path: Path, url: str, secret: str
 ) -> None:
     """The URL is stored with the run and in every trace header (review finding: it was, password and all)."""
-    status = main(["run", "--server", url, "--limit", "1", "--db", str(tmp_path / "r.db")])
-    err = capsys.readouterr().err
-    assert status == 2 and err.count("\n") == 1 and AUTH_TOKEN_ENV in err
-    assert secret not in err and not (tmp_path / "r.db").exists()
+    proc = run_cli("run", "--server", url, "--limit", "1", "--db", str(tmp_path / "r.db"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and AUTH_TOKEN_ENV in proc.stderr
+    assert secret not in proc.stderr and not (tmp_path / "r.db").exists()
 
 
 async def test_a_wildcard_bind_accepts_its_own_names_and_the_allowed_hosts_only() -> None:

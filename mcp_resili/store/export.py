@@ -10,15 +10,21 @@ listed in sorted order after the fixed ones. Parquet needs pyarrow (the ``[parqu
 from __future__ import annotations
 
 import csv
+import errno
+import io
 import json
+import os
+import secrets
+import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Protocol
 
 from mcp_resili.errors import UserError
 from mcp_resili.store.sqlite import EpisodeRow, RunRow, Store
-from mcp_resili.trace.model import trace_stem
+from mcp_resili.trace.model import trace_lines, trace_stem
 
 Scalar = str | int | float | bool | None
 
@@ -71,6 +77,13 @@ class ExportError(UserError):
     """An export that cannot be written (bad format, missing extra)."""
 
 
+class TextSink(Protocol):
+    """Where text rows go: an open text file, or anything else with ``write(str)``."""
+
+    def write(self, text: str, /) -> object:
+        """Write ``text``."""
+
+
 def ledger_summary(trace: str) -> dict[str, Any]:
     """Counts from an episode's JSONL trace: turns, tool calls and errors, injected faults by type.
 
@@ -79,7 +92,7 @@ def ledger_summary(trace: str) -> dict[str, Any]:
     """
     turns = calls = errors = explicit = implicit = 0
     by_type: dict[str, int] = {}
-    for line in trace.splitlines():
+    for line in trace_lines(trace):
         if '"event"' not in line:
             continue
         try:
@@ -207,7 +220,7 @@ def _typed(records: Sequence[dict[str, Scalar]], cols: Sequence[Column]) -> dict
     return table
 
 
-def write_jsonl(records: Iterable[dict[str, Scalar]], out: IO[str]) -> int:
+def write_jsonl(records: Iterable[dict[str, Scalar]], out: TextSink) -> int:
     """One JSON object per line, values as stored (no column filling); returns the row count."""
     count = 0
     for record in records:
@@ -216,14 +229,29 @@ def write_jsonl(records: Iterable[dict[str, Scalar]], out: IO[str]) -> int:
     return count
 
 
-def write_csv(records: Sequence[dict[str, Scalar]], out: IO[str]) -> int:
-    """A header and one line per row; empty cells are nulls, booleans ``true``/``false``."""
+def write_csv(records: Sequence[dict[str, Scalar]], out: TextSink) -> int:
+    r"""A header and one line per row; empty cells are nulls, booleans ``true``/``false``.
+
+    Lines end with ``\n``; a cell holding a line break (``\n``, ``\r``) or a comma or quote is
+    quoted, so every row reads back as one row.
+    """
     cols = columns(records)
     table = _typed(records, cols)
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([c.name for c in cols])
+    # The csv writer quotes a cell only for characters of its line terminator: with "\n" alone a
+    # bare "\r" stayed unquoted and split the row when read back. So each row is written with
+    # "\r\n" (quoting both) and its ending then turned back into the export's "\n".
+    row = io.StringIO()
+    writer = csv.writer(row, lineterminator="\r\n")
+
+    def emit(cells: list[str]) -> None:
+        writer.writerow(cells)
+        out.write(row.getvalue()[:-2] + "\n")
+        row.seek(0)
+        row.truncate()
+
+    emit([c.name for c in cols])
     for i in range(len(records)):
-        writer.writerow(["" if (v := table[c.name][i]) is None else _csv(v) for c in cols])
+        emit(["" if (v := table[c.name][i]) is None else _csv(v) for c in cols])
     return len(records)
 
 
@@ -255,7 +283,7 @@ def write_parquet(records: Sequence[dict[str, Scalar]], path: Path) -> int:
     return len(records)
 
 
-def write_traces(store: Store, run_ids: Sequence[str | None], out: IO[str]) -> int:
+def write_traces(store: Store, run_ids: Sequence[str | None], out: TextSink) -> int:
     """Every episode's trace, one after another; returns the number of episodes.
 
     Each trace starts with its header line and every line names its episode, so the stream is one
@@ -268,6 +296,37 @@ def write_traces(store: Store, run_ids: Sequence[str | None], out: IO[str]) -> i
             out.write(row.trace if row.trace.endswith("\n") else row.trace + "\n")
             count += 1
     return count
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A new empty file beside ``path`` to write instead of it: on success it replaces ``path``.
+
+    If the block fails (a damaged stored row, an interrupt) the new file is removed and an existing
+    ``path`` is left as it was, never emptied or cut short. The new file gets an existing ``path``'s
+    permissions (else the umask's). A symlink's target is replaced, the link kept. An existing
+    ``path`` that is not a regular file (``/dev/null``, a FIFO, a folder) is yielded itself: it
+    cannot be replaced, and writing it (or failing to) is what the caller asked for.
+    """
+    target = Path(os.path.realpath(path))
+    if target.is_symlink():  # realpath leaves a link it cannot resolve: a loop
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+    if target.exists() and not target.is_file():
+        yield path
+        return
+    partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+    try:
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError as exc:  # name the user's path, not the hidden temporary one
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    try:
+        if target.exists():
+            os.chmod(partial, stat.S_IMODE(target.stat().st_mode))
+        yield partial
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def trace_file_name(episode_id: str) -> str:

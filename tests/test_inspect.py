@@ -1,8 +1,10 @@
 """The inspect_ai integration: our suites as inspect tasks, our scripted agents as inspect models.
 
 One in-process ``eval()`` for the whole file (inspect's first eval costs seconds of imports): a
-ResiliBench task over per-sample stdio servers and one over a shared HTTP server, 2 tasks x 2 epochs
-each, compared call for call with ``mcp-resili run``. Everything else is a unit test.
+ResiliBench task over per-sample stdio servers, one over a shared HTTP server, and one with
+``-T max_turns``, 2 tasks x 2 epochs each, compared call for call with ``mcp-resili run``. The time
+limit is checked with inspect's own OpenAI provider against a loopback fake model API. Everything else
+is a unit test.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from fakes.model_server import Failure, FakeModelServer, oracle_policy, serve
 from inspect_ai import eval as inspect_eval
+from inspect_ai import eval_async
 from inspect_ai.log import EvalLog, read_eval_log
 from inspect_ai.model import (
     ChatMessageAssistant,
@@ -35,7 +40,9 @@ from servers import http_server
 from mcp_resili.client.model import AssistantMessage, ToolResultsMessage, UserMessage
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.faults import NoFaults, parse_fault_spec
+from mcp_resili.integrations.inspect import solver
 from mcp_resili.integrations.inspect.episode import Outcome, SampleEpisode, file_safe
+from mcp_resili.integrations.inspect.errors import ArgumentError
 from mcp_resili.integrations.inspect.metrics import numbers, pass_hat_k, suite_metrics
 from mcp_resili.integrations.inspect.models import ScriptedAgentAPI, to_messages
 from mcp_resili.integrations.inspect.scorer import episode_trace
@@ -55,6 +62,8 @@ pytestmark = [
 #: itself (schema-invalid arguments), so the comparison with the runner covers the merge.
 TASKS = ("task_3cea3129", "task_37568ce7")
 EPOCHS = 2
+#: A call budget below the tasks' own (10): the score's budget components depend on it.
+MAX_TURNS = 4
 
 
 # --- one eval, compared with mcp-resili run ---------------------------------------------------------
@@ -69,34 +78,47 @@ def _by_trial(log: EvalLog) -> dict[tuple[str, int], Any]:
 def evaluated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("inspect")
     with http_server("--suite", "resilibench", "--time-scale", "0", workdir=work) as server:
-        stdio_logs, http_logs = inspect_eval(
-            [SUITE_TASKS["resilibench"](time_scale=0), SUITE_TASKS["resilibench"](server=server.url)],
+        stdio_logs, http_logs, budget_logs = inspect_eval(
+            [
+                SUITE_TASKS["resilibench"](time_scale=0),
+                SUITE_TASKS["resilibench"](server=server.url),
+                SUITE_TASKS["resilibench"](time_scale=0, max_turns=MAX_TURNS),
+            ],
             model="mcp_resili/naive",
             sample_id=list(TASKS),
             epochs=EPOCHS,
             log_dir=str(work / "logs"),
             display="none",
         )
-    runner = anyio.run(
-        execute,
-        RunConfig(models=("scripted:naive",), tasks=TASKS, trials=EPOCHS, time_scale=0, db=work / "run.db"),
+    config = RunConfig(
+        models=("scripted:naive",), tasks=TASKS, trials=EPOCHS, time_scale=0, db=work / "run.db"
     )
+    runner = anyio.run(execute, config)
+    budget = anyio.run(execute, replace(config, max_turns=MAX_TURNS, db=work / "budget.db"))
     return {
         "stdio": read_eval_log(stdio_logs.location),
         "http": read_eval_log(http_logs.location),
+        "max_turns": read_eval_log(budget_logs.location),
         "runner": {(r.task_id, r.trial): r for r in runner.rows},
+        "runner_max_turns": {(r.task_id, r.trial): r for r in budget.rows},
     }
 
 
-@pytest.mark.parametrize("transport", ["stdio", "http"])
-def test_every_sample_scores_exactly_as_mcp_resili_run_scores_the_same_trial(evaluated, transport):
-    log = evaluated[transport]
+@pytest.mark.parametrize(
+    ("case", "run"), [("stdio", "runner"), ("http", "runner"), ("max_turns", "runner_max_turns")]
+)
+def test_every_sample_scores_exactly_as_mcp_resili_run_scores_the_same_trial(evaluated, case, run):
+    """``-T max_turns`` included: the budget is in the trace header, as ``run --max-turns`` puts it."""
+    log = evaluated[case]
     assert log.status == "success", log.error
     samples = _by_trial(log)
-    assert sorted(samples) == sorted(evaluated["runner"])
+    assert sorted(samples) == sorted(evaluated[run])
     for (task, trial), sample in samples.items():
         score = sample.scores["resili_scorer"]
-        ours = evaluated["runner"][task, trial]
+        ours = evaluated[run][task, trial]
+        if case == "max_turns":
+            assert score.metadata["trace"]["header"]["max_turns"] == MAX_TURNS
+            assert score.metadata["score"]["components"]["budget"] == MAX_TURNS
         assert score.metadata["fault_key"] == f"{task}/{trial}"
         assert (score.answer, score.metadata["score"]) == (ours.label, ours.score)
         assert score.value == {
@@ -136,6 +158,77 @@ def test_the_eval_reports_the_suite_metrics_and_removes_its_temporary_traces(eva
     for sample in log.samples:
         episode = SampleEpisode.from_store(sample.store["mcp_resili:episode"])
         assert episode.temporary and not Path(episode.trace_dir).exists()
+
+
+# --- the time limit: the runner's verdicts (mcp_resili.client.agent.play_episode) ---------------------
+
+#: The episode's time limit in these tests (the tasks' own is minutes): what the model API does at it
+#: decides the verdict, nothing waits on the clock for long.
+TIME_LIMIT = 0.2
+
+
+async def _eval_with_time_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeModelServer, **options: Any
+):
+    """One sample with inspect's OpenAI provider at ``fake``, the episode's time limit `TIME_LIMIT`."""
+    task_episode = solver.sample_episode
+
+    def with_short_limit(*args: Any, **kwargs: Any) -> SampleEpisode:
+        return replace(task_episode(*args, **kwargs), time_limit=TIME_LIMIT)
+
+    monkeypatch.setattr(solver, "sample_episode", with_short_limit)
+    async with serve(fake.app) as url:
+        (log,) = await eval_async(
+            SUITE_TASKS["resilibench"](time_scale=0),
+            model=get_model("openai/fake", base_url=f"{url}/v1", api_key="test-key", responses_api=False),
+            sample_id=TASKS[0],
+            log_dir=str(tmp_path / "logs"),
+            fail_on_error=False,
+            **options,
+        )
+    (sample,) = read_eval_log(log.location).samples
+    return log, sample
+
+
+@pytest.mark.parametrize(
+    ("fake", "detail", "options"),
+    [
+        # An outage: every request is a retryable 503 (the SDK retries at once, then inspect backs off
+        # and retries) until the time limit. Whether the limit meets a retried call or one still in
+        # its first attempt, the verdict is the same.
+        (
+            lambda: FakeModelServer(
+                oracle_policy(), failures=lambda n: Failure(503, headers={"retry-after-ms": "1"})
+            ),
+            "",
+            {},
+        ),
+        # A hung API: it accepts the request and never answers. Even an eval that scores errored
+        # samples (`--score-on-error`) gives it no score.
+        (
+            lambda: FakeModelServer(oracle_policy(), latency=3600),
+            f"the model gave no answer within {TIME_LIMIT:g}s after the time limit",
+            {"score_on_error": True},
+        ),
+    ],
+    ids=["down-until-the-limit", "hung-score-on-error"],
+)
+async def test_a_model_api_failing_at_the_time_limit_is_a_sample_error_never_an_agent_failure(
+    tmp_path, monkeypatch, fake, detail, options
+):
+    """As in ``mcp-resili run``: an infrastructure error, void, never scored (nor counted in pass^k)."""
+    server = fake()
+    log, sample = await _eval_with_time_limit(tmp_path, monkeypatch, server, **options)
+    outcome = Outcome.from_store(sample.store["mcp_resili:outcome"])
+    assert outcome is not None and outcome.termination == "infrastructure_error"
+    assert detail in outcome.detail
+    assert sample.error is not None
+    assert "infrastructure_error" in sample.error.message and outcome.detail in sample.error.message
+    assert not sample.scores  # neither a failure nor a time_limit: no score at all
+    assert not (log.results and any(s.metrics for s in log.results.scores))  # no mean, no pass^k
+    assert server.answered == 0 and set(server.statuses) <= {503}
+    episode = SampleEpisode.from_store(sample.store["mcp_resili:episode"])
+    assert episode.temporary and not Path(episode.trace_dir).exists()
 
 
 # --- registration ----------------------------------------------------------------------------------
@@ -209,6 +302,23 @@ def test_a_bad_task_argument_fails_in_one_line_naming_it_before_any_server_start
     with pytest.raises(ValueError) as err:
         suite_task("resilibench", **arguments)
     assert names in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "/proc/nosuch/traces"])
+def test_a_trace_dir_no_trace_can_be_written_to_fails_in_one_line_naming_it(tmp_path, where):
+    if where == "under_a_file":
+        (tmp_path / "file").write_text("", encoding="utf-8")
+        where = str(tmp_path / "file" / "traces")
+    with pytest.raises(ArgumentError) as err:
+        suite_task("resilibench", trace_dir=where)
+    message = str(err.value)
+    assert f"-T trace_dir: cannot write traces to {where!r}" in message and "\n" not in message
+
+
+def test_a_trace_dir_is_created_when_missing(tmp_path):
+    suite_task("resilibench", trace_dir=str(tmp_path / "new" / "traces"))
+    assert (tmp_path / "new" / "traces").is_dir()
+    assert list((tmp_path / "new" / "traces").iterdir()) == []  # the write probe left nothing
 
 
 def test_a_shared_server_nothing_listens_at_is_refused_in_one_line_before_any_sample_runs():

@@ -48,6 +48,9 @@ class SampleEpisode:
     temporary: bool
     #: A shared server's URL (``-T server=...``), None for a per-sample stdio server.
     server: str | None = None
+    #: The eval's ``-T max_turns``, None without it: the trace header's ``max_turns``, as
+    #: ``mcp-resili run --max-turns`` records it (the scorer reads the budget from there).
+    max_turns_override: int | None = None
 
     @property
     def fault_key(self) -> str:

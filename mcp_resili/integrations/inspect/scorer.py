@@ -108,7 +108,12 @@ def episode_trace(
         )
         trace = Trace(header=header)
     trace = with_client_rejections(trace, messages)
-    update: dict[str, Any] = {"variant": episode.variant, "model": model}
+    # What the runner's header holds and our server cannot know: the runner sets these (`play_planned`).
+    update: dict[str, Any] = {
+        "variant": episode.variant,
+        "model": model,
+        "max_turns": episode.max_turns_override,
+    }
     if outcome is not None:
         end = EpisodeEndEvent(
             episode=episode.id,
@@ -139,14 +144,19 @@ def resili_scorer() -> Scorer:
     The value is ``{"value", "full", "partial"}`` (the suite's value; 1.0 when the label is full,
     resp. partial); the answer is the label; the metadata holds our whole score, the episode and its
     trace (so ``inspect view`` shows every call with its fault decision).
+
+    An episode that ended as ``infrastructure_error`` is a sample error (see `resili_agent`); scored
+    anyway (``--score-on-error``), it gets no score, as ``mcp-resili run`` gives it none.
     """
 
-    async def score(state: TaskState, target: Target) -> Score:
+    async def score(state: TaskState, target: Target) -> Score | None:
         from mcp_resili.registry.suites import get_suite
         from mcp_resili.trace.model import event_to_dict
 
         episode = SampleEpisode.from_store(state.store.get(EPISODE_KEY))
         outcome = Outcome.from_store(state.store.get(OUTCOME_KEY))
+        if outcome is not None and outcome.termination == "infrastructure_error":
+            return None  # void: the model API failed, not the agent
         suite = get_suite(episode.suite)
         trace = episode_trace(episode, state.messages, outcome, str(state.model))
         ours = suite.score(suite.task(episode.task), trace)

@@ -6,17 +6,30 @@ a shared HTTP server, named in the ``x-mcp-resili-episode`` header (inspect cann
 The loop runs inside `mcp_connection`: without it inspect starts a fresh server for every tool call.
 
 The loop keeps the runner's rules: the call budget (the task's ``max_turns``), the suite's stop rules,
-the task's time limit, and the end at the first successful ``finish``.
+the task's time limit (kept as the runner keeps it: `EpisodeClock`), and the end at the first successful
+``finish``. An episode that ends as ``infrastructure_error`` (void in ``mcp-resili run``) is a sample
+error here: the solver raises `InfrastructureError`, so inspect scores nothing, and ``--retry-on-error``
+or ``inspect eval-retry`` plays it again (as ``mcp-resili run --resume`` does).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from inspect_ai.model import ChatMessageAssistant, ChatMessageTool, execute_tools, get_model
+from inspect_ai.model import (
+    ChatMessage,
+    ChatMessageAssistant,
+    ChatMessageTool,
+    Model,
+    ModelOutput,
+    execute_tools,
+    get_model,
+)
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import MCPServer, Tool, mcp_connection, mcp_server_http, mcp_server_stdio
 
@@ -86,12 +99,13 @@ def resili_agent(episode_fields: dict[str, Any], time_scale: float = 1.0) -> Sol
         rules = resolve_stop_rules(suite.stop_rules)
         async with mcp_connection([server]):
             tools = await server.tools()
-            outcome = Outcome("time_limit", 0, f"episode exceeded {episode.time_limit:g}s", rules.name)
-            with anyio.move_on_after(episode.time_limit):
-                outcome = await play(state, episode, tools, rules)
+            clock = EpisodeClock(episode.time_limit)
+            outcome = await clock.run(lambda: play(state, episode, tools, rules, clock), rules.name)
         state.store.set(OUTCOME_KEY, outcome.to_store())
         if episode.server is not None:
             await fetch_trace(episode)
+        if outcome.termination == "infrastructure_error":
+            raise void_episode(episode, outcome)
         return state
 
     return solve
@@ -115,6 +129,7 @@ def sample_episode(
         trial=trial,
         id=file_safe(f"{task_id}-t{trial}-{run_uuid}"),
         max_turns=fields.get("max_turns") or constraints.max_turns,
+        max_turns_override=fields.get("max_turns"),
         time_limit=float(constraints.timeout),
         trace_dir=trace_dir or tempfile.mkdtemp(prefix="mcp-resili-inspect-"),
         temporary=trace_dir is None,
@@ -122,8 +137,143 @@ def sample_episode(
     )
 
 
-async def play(state: TaskState, episode: SampleEpisode, tools: list[Tool], rules: StopRules) -> Outcome:
-    """The runner's loop (`mcp_resili.client.agent.play_episode`) over inspect's model and tools."""
+def void_episode(episode: SampleEpisode, outcome: Outcome) -> Exception:
+    """The sample error of an episode that ended as ``infrastructure_error``: not the agent's doing.
+
+    ``mcp-resili run`` records such an episode unscored (void) and plays it again on ``--resume``; in
+    inspect the sample errors (`InfrastructureError`), which inspect leaves unscored and plays again
+    with ``--retry-on-error`` or ``inspect eval-retry``.
+    """
+    from mcp_resili.client.model import InfrastructureError
+
+    return InfrastructureError(
+        f"infrastructure_error in {episode.fault_key}: {outcome.detail}. The episode is void (the "
+        "model API failed, not the agent) and is not scored."
+    )
+
+
+def _model_retries() -> int:
+    """How many times inspect has retried a model call of this sample so far (provider errors, 429s).
+
+    inspect counts every retry on the running sample (`ActiveSample.http_retries`, what its control
+    channel reads); 0 outside a sample.
+    """
+    from inspect_ai.log._samples import sample_active
+
+    active = sample_active()
+    retries = getattr(active, "http_retries", 0) if active is not None else 0
+    return retries if isinstance(retries, int) else 0
+
+
+class EpisodeClock:
+    """The episode's time limit, kept as `mcp_resili.client.agent.play_episode` keeps it.
+
+    The limit running out while a tool runs (or between turns) ends the episode as ``time_limit``: the
+    agent's time. A model call is never cut at the limit: a late answer ends the episode as
+    ``time_limit`` (the model was slow) unless inspect retried the call (the provider failed or rate
+    limited it: the harness waited). A call inspect has retried when the limit runs out, or that gives no
+    answer within `LATE_ANSWER_GRACE` past it (at most the limit again), ends the episode as
+    ``infrastructure_error``: a provider outage or a hung API is never the agent's failure.
+    """
+
+    def __init__(self, time_limit: float) -> None:
+        from mcp_resili.client.agent import LATE_ANSWER_GRACE
+
+        self.time_limit = time_limit
+        self.grace = min(LATE_ANSWER_GRACE, time_limit)
+        self.scope = anyio.CancelScope()
+        #: The turn under way (recorded in the episode's end).
+        self.turn = 0
+        #: Why the harness, not the agent, ran out of time (set when the limit ends a retried call).
+        self.harness_ran_out: str | None = None
+        #: Whether a model call is under way (its deadline moved by `generate`).
+        self.model_call_running = False
+        #: The sample's model-call retries (`_model_retries`) when the call under way began.
+        self.retries_before_call = 0
+        #: How a model call that answered after the limit ends the episode (None: it answered in time).
+        self.late: Outcome | None = None
+
+    async def run(self, play: Callable[[], Awaitable[Outcome]], stop_rules: str) -> Outcome:
+        """``play()``'s outcome, or how the time limit ended the episode when it ran out first."""
+        self.scope = anyio.move_on_after(self.time_limit)
+        with self.scope:
+            return await play()
+        limit = self.time_limit
+        if self.harness_ran_out is None and self.model_call_running:
+            self._note_retries(self.retries_before_call)  # retried within the grace, never answered
+        if self.harness_ran_out is not None:
+            return Outcome("infrastructure_error", self.turn, self.harness_ran_out, stop_rules)
+        if self.model_call_running:
+            detail = (
+                f"the model gave no answer within {self.grace:g}s after the time limit of {limit}s ran "
+                "out during its call (a hung model API is not the agent's doing)"
+            )
+            return Outcome("infrastructure_error", self.turn, detail, stop_rules)
+        return Outcome("time_limit", self.turn, f"episode exceeded {limit}s", stop_rules)
+
+    async def generate(
+        self, model: Model, messages: list[ChatMessage], tools: list[Tool], stop_rules: str
+    ) -> ModelOutput:
+        """The model's turn, which the time limit does not cut short (see the class).
+
+        An answer after the limit sets `late`: the episode ends there, the answer recorded.
+        """
+        deadline = self.scope.deadline
+        if deadline == math.inf:
+            return await model.generate(messages, tools)
+        retries = self.retries_before_call = _model_retries()
+        self.scope.deadline = deadline + self.grace
+        self.model_call_running = True  # left set if the grace runs out: `run` reads it
+        output: ModelOutput | None = None
+        failure: Exception | None = None
+        async with anyio.create_task_group() as watch:
+            watch.start_soon(self._void_if_retried, deadline, retries)
+            try:
+                output = await model.generate(messages, tools)
+            except Exception as exc:  # raised below, outside the task group (no exception group)
+                failure = exc
+            watch.cancel_scope.cancel()
+        self.scope.deadline = deadline  # if already past, the clock stops the episode at its next wait
+        self.model_call_running = False
+        if failure is not None:
+            raise failure
+        assert output is not None  # set unless the call failed
+        if anyio.current_time() >= deadline:
+            if _model_retries() > retries:
+                detail = (
+                    f"the time limit of {self.time_limit}s ran out while the harness waited on the "
+                    "model call (retries or rate limits)"
+                )
+                self.late = Outcome("infrastructure_error", self.turn, detail, stop_rules)
+            else:
+                detail = f"the model answered after the time limit of {self.time_limit}s"
+                self.late = Outcome("time_limit", self.turn, detail, stop_rules)
+        return output
+
+    async def _void_if_retried(self, deadline: float, retries: int) -> None:
+        """At the limit, end a model call inspect has retried: the harness, not the agent, ran out."""
+        await anyio.sleep_until(deadline)
+        if self._note_retries(retries):
+            self.scope.cancel()
+
+    def _note_retries(self, retries: int) -> bool:
+        """Whether inspect retried the model call since ``retries``; if so, say so in `harness_ran_out`."""
+        since = _model_retries() - retries
+        if since > 0:
+            self.harness_ran_out = (
+                f"the time limit of {self.time_limit}s ran out while inspect retried the model call "
+                f"({since} {'retry' if since == 1 else 'retries'}: the provider failed or rate limited it)"
+            )
+        return since > 0
+
+
+async def play(
+    state: TaskState, episode: SampleEpisode, tools: list[Tool], rules: StopRules, clock: EpisodeClock
+) -> Outcome:
+    """The runner's loop (`mcp_resili.client.agent.play_episode`) over inspect's model and tools.
+
+    Runs within ``clock.run`` (the time limit); every model turn goes through ``clock.generate``.
+    """
     from mcp_resili import DISCOVERY_TOOLS
     from mcp_resili.scoring.termination import COMPLETION_PHRASES
 
@@ -131,10 +281,13 @@ async def play(state: TaskState, episode: SampleEpisode, tools: list[Tool], rule
     spent = 0
     calls: list[ToolCallEvent] = []
     for turn in range(1, episode.max_turns + 1):
-        output = await model.generate(state.messages, tools)
+        clock.turn = turn
+        output = await clock.generate(model, state.messages, tools, rules.name)
         state.output = output
         message = output.message
         state.messages.append(message)
+        if clock.late is not None:  # the answer came after the time limit: recorded, but it ends here
+            return clock.late
         if not message.tool_calls:
             said_done = any(p in message.text.lower() for p in COMPLETION_PHRASES)
             return Outcome("completed" if said_done else "agent_stopped", turn, stop_rules=rules.name)
@@ -142,6 +295,9 @@ async def play(state: TaskState, episode: SampleEpisode, tools: list[Tool], rule
         if len(message.tool_calls) > left:
             # The runner makes no call past the budget; inspect runs every call of the message.
             message.tool_calls = message.tool_calls[:left]
+        names = [call.function for call in message.tool_calls]
+        if FINISH_TOOL in names:  # nor any after finish (the runner's: after an accepted one)
+            message.tool_calls = message.tool_calls[: names.index(FINISH_TOOL) + 1]
         executed = await execute_tools(state.messages, tools)
         state.messages.extend(executed.messages)
         finished = None

@@ -9,8 +9,9 @@ A sample is one of the suite's tasks (its id, its prompt); an epoch is a trial (
 * ``all_tasks``: the suite's full task list rather than its default set;
 * ``seed`` (fault draws), ``time_scale`` (injected delays; 0 = none), ``max_turns`` (the call budget;
   default: each task's own);
-* ``trace_dir``: keep every episode's trace there (default: a temporary directory per sample; the
-  score's metadata holds the trace either way);
+* ``trace_dir``: keep every episode's trace there (created if missing, refused when nothing can be
+  written there; default: a temporary directory per sample; the score's metadata holds the trace
+  either way);
 * ``server``: the URL of a running ``mcp-resili serve --transport http`` to share instead of one
   stdio server per sample (its own ``--suite`` and ``--faults`` apply; ``faults`` must not be given).
 
@@ -130,7 +131,7 @@ def _suite_task(
         for t in tasks
     ]
     if trace_dir is not None:
-        Path(trace_dir).mkdir(parents=True, exist_ok=True)
+        _check_writable(trace_dir)
     fields = {
         "suite": suite.name,
         "seed": _number("seed", seed, int, minimum=None),
@@ -199,6 +200,20 @@ def installed_suites() -> list[str]:
 
 for _name in installed_suites():
     _register(_name)
+
+
+def _check_writable(trace_dir: str) -> None:
+    """Create ``-T trace_dir`` if need be, and refuse one no trace can be written to, in one line."""
+    import tempfile
+
+    try:
+        Path(trace_dir).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=trace_dir, prefix=".mcp-resili-probe-"):
+            pass
+    except OSError as exc:
+        raise ValueError(
+            f"-T trace_dir: cannot write traces to {trace_dir!r} ({exc.strerror or exc})"
+        ) from None
 
 
 def _check_reachable(url: str) -> None:

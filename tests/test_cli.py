@@ -116,3 +116,22 @@ def test_text_that_looks_like_rich_markup_is_printed_as_text(tmp_path, capsys, m
     assert spec in capsys.readouterr().out  # markup would have failed on "[/b]", eaten "[red]"
     assert main(["report", "--db", "r.db"]) == 0
     assert spec in capsys.readouterr().out
+
+
+def test_score_of_a_stored_trace_gives_the_stored_score_with_protocol_faults_too(tmp_path, capsys):
+    """`score` (and inspect's scorer) used to leave out the coping components the runner adds."""
+    from mcp_resili.store import Store
+
+    db = tmp_path / "r.db"
+    argv = ["run", "--limit", "3", "--trials", "1", "--model", "scripted:oracle", "--json"]
+    assert main([*argv, "--faults", "protocol:heavy", "--time-scale", "0", "--db", str(db)]) == 0
+    capsys.readouterr()
+    store = Store(db)
+    rows = store.episodes(store.latest_run())
+    store.close()
+    assert any(any(k.startswith("coping_") for k in (r.score or {}).get("components", {})) for r in rows)
+    for n, row in enumerate(rows):
+        path = tmp_path / f"t{n}.jsonl"
+        path.write_text(row.trace)
+        assert main(["score", str(path)]) == 0
+        assert json.loads(capsys.readouterr().out) == row.score

@@ -169,6 +169,6 @@ def score_command(args: argparse.Namespace) -> int:
     task_id = args.task or trace.header.task
     if task_id is None:
         raise UnknownTaskError(f"{args.trace} names no task; pass --task ID")
-    result = suite.score(suite.task(task_id), trace)
+    result = suite.score_episode(suite.task(task_id), trace)
     print(json.dumps(result.model_dump(mode="json"), indent=2))
     return 0

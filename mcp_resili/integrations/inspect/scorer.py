@@ -159,7 +159,7 @@ def resili_scorer() -> Scorer:
             return None  # void: the model API failed, not the agent
         suite = get_suite(episode.suite)
         trace = episode_trace(episode, state.messages, outcome, str(state.model))
-        ours = suite.score(suite.task(episode.task), trace)
+        ours = suite.score_episode(suite.task(episode.task), trace)
         return Score(
             value={
                 "value": ours.value,

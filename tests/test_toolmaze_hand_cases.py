@@ -223,3 +223,34 @@ def test_a_step_done_after_finish_does_not_complete_the_task() -> None:
     assert trace.tool_calls[-1].tool == path[-1][1].tool and not trace.tool_calls[-1].is_error  # it ran
     assert early.components["i_succ"] is False and early.components["tool_calls"] == len(path) - 1
     assert "1 call(s) after finish did not count" in early.reasons
+
+
+def test_over_server_a_trajectory_that_met_no_fault_keeps_the_mode_our_server_played(tmp_path) -> None:
+    """Against our server (`run --server`) the runner's header said only "external": a trajectory that
+    met no fault (all of NP, a P2 agent that stops before its victim) was mode "other" and fell out
+    of its mode's TSR and RC. The plan our server played now rides in the header.
+    """
+    import shlex
+
+    from servers import serve_command
+
+    from mcp_resili.client.runner import RunConfig, execute
+    from mcp_resili.trace import trace_lines
+
+    async def over_server(faults: str) -> list[str]:
+        command = shlex.join(serve_command("--suite", "toolmaze", "--faults", faults))
+        result = await execute(
+            RunConfig(
+                db=tmp_path / f"{faults}.db",
+                suite="toolmaze",
+                models=("scripted:oracle",),
+                trials=1,
+                limit=2,
+                server=command,
+            )
+        )
+        for row in result.rows:
+            assert Trace.from_lines(trace_lines(row.trace)).header.fault_plan["kind"] == "external"
+        return [str((row.score or {})["components"]["mode"]) for row in result.rows]
+
+    assert anyio.run(over_server, "none") == ["NP", "NP"]  # was ["other", "other"]

@@ -181,10 +181,18 @@ class RecordedEvents:
     at_end: Callable[[str], Awaitable[Sequence[TraceEvent] | None]] | None = None
     #: What the server sent besides answers (tool-list changes), when the client was built with it.
     notices: ProtocolNotices | None = None
+    #: The fault plan our server's own trace header names, per episode id, filled by ``at_end``
+    #: (`fetch_episode_trace`): over ``--server`` the runner knows no plan of its own.
+    server_plans: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-async def fetch_episode_trace(client: Client, episode_id: str) -> list[TraceEvent] | None:
-    """Close ``episode_id`` on our server and return its recorded events; None from another server."""
+async def fetch_episode_trace(
+    client: Client, episode_id: str, server_plans: dict[str, dict[str, Any]] | None = None
+) -> list[TraceEvent] | None:
+    """Close ``episode_id`` on our server and return its recorded events; None from another server.
+
+    The fault plan its header names goes into ``server_plans`` (keyed by the episode id).
+    """
     request = types.Request[dict[str, Any], str](method=TRACE_METHOD, params={"episode": episode_id})
     try:
         result = await client.session.send_request(request, EpisodeTraceResult)
@@ -195,6 +203,9 @@ async def fetch_episode_trace(client: Client, episode_id: str) -> list[TraceEven
     except ValidationError as exc:
         logger.warning("%s returned an unreadable result for %s: %s", TRACE_METHOD, episode_id, exc)
         return None
+    plan = (result.header or {}).get("fault_plan")
+    if server_plans is not None and isinstance(plan, dict):
+        server_plans[episode_id] = plan
     try:
         return [event_from_dict(e) for e in result.events]
     except ValidationError as exc:

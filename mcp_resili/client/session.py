@@ -108,7 +108,15 @@ async def connect_recorded(
     async with remote as client:
         if guard is not None:
             guard.armed = True  # connected: from now on a lost connection fails only its request
-        yield client, RecordedEvents(at_end=functools.partial(fetch_episode_trace, client), notices=notices)
+        plans: dict[str, dict[str, Any]] = {}
+        yield (
+            client,
+            RecordedEvents(
+                at_end=functools.partial(fetch_episode_trace, client, server_plans=plans),
+                notices=notices,
+                server_plans=plans,
+            ),
+        )
 
 
 def without_idle_tracing(server: Server[Any]) -> None:
@@ -284,6 +292,9 @@ async def play_planned(
         trial=planned.trial,
     )
     outcome = await play_episode(client, model, spec, tools, recorded)
+    server_plan = recorded.server_plans.pop(spec.id, None) if recorded is not None else None
+    if server_plan is not None:  # over --server, the plan our server played (e.g. ToolMaze's mode)
+        fault_plan = {**fault_plan, "plan": server_plan}
     header = TraceHeader(
         suite=suite.name,
         task=task.id,

@@ -79,12 +79,15 @@ def _plan_mode(plan: Mapping[str, Any]) -> str:
 def trace_mode(trace: Trace) -> str:
     """The ToolMaze mode a trace ran under: ``NP``, ``P1``…``P4``, or ``other``.
 
-    From the header's fault plan when our server or runner wrote it; for a run against an external
-    server (header plan ``external``) from the first ToolMaze fault in the events' ledger. Protocol
-    faults on top of a mode make a condition of their own, e.g. ``P1+protocol:heavy`` (not a paper
-    mode: `aggregate` shows it, and leaves it out of its averages over the modes).
+    From the header's fault plan when our server or runner wrote it (over ``--server``, our server's
+    plan the runner put under ``plan``); for a run against another server (header plan ``external``)
+    from the first ToolMaze fault in the events' ledger: a trajectory that met none is then ``other``.
+    Protocol faults on top of a mode make a condition of their own, e.g. ``P1+protocol:heavy`` (not a
+    paper mode: `aggregate` shows it, and leaves it out of its averages over the modes).
     """
     plan = trace.header.fault_plan
+    if plan.get("kind") == "external" and isinstance(plan.get("plan"), dict):
+        plan = plan["plan"]
     if plan.get("kind") == "protocol":
         base = plan.get("base")
         inner = _plan_mode(base) if isinstance(base, dict) else "NP"

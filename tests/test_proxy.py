@@ -91,7 +91,10 @@ async def test_response_side_fault_lets_the_upstream_write_happen(tmp_path):
     assert call.tool == "utility_logger" and not call.is_error
 
 
-async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_path):
+@pytest.mark.parametrize("side", ["request", "response"])
+async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_path, side):
+    """Response side too: the proxy answers the runner's trace request with its own record (it used to
+    forward it, and the upstream's record, with no fault, replaced the proxy's)."""
     faults = tmp_path / "faults.json"
     faults.write_text(
         json.dumps(
@@ -101,7 +104,7 @@ async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_pat
                     {
                         "tool": "data_processing_parser",
                         "calls": [1],
-                        "fault": {"type": "error", "code": "TIMEOUT"},
+                        "fault": {"type": "error", "code": "TIMEOUT", "side": side},
                     }
                 ],
             }
@@ -115,8 +118,12 @@ async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_pat
     assert (
         by_model["scripted:naive"].levels["full"].value == 0.0
     )  # the parser's first call fails, and it never retries
-    trace = Trace.from_lines(result.rows[0].trace.splitlines())
-    assert any(c.fault is not None for c in trace.tool_calls)
+    first_parser_calls = [
+        next(c for c in calls if c.tool == "data_processing_parser")
+        for calls in (Trace.from_lines(row.trace.splitlines()).tool_calls for row in result.rows)
+        if any(c.tool == "data_processing_parser" for c in calls)
+    ]
+    assert first_parser_calls and all(c.fault is not None and c.is_error for c in first_parser_calls)
 
 
 def marker_upstream() -> Server:
@@ -260,3 +267,74 @@ async def test_connecting_to_a_missing_upstream_fails_with_one_line():
     with pytest.raises(UpstreamError, match="command not found"):
         async with connect_upstream("no-such-command-mcp-resili"):
             pass
+
+
+async def test_a_fault_that_leaves_the_result_as_it_was_passes_the_upstream_result_through():
+    """``high_latency`` (the same result, late): rebuilt from the record, the result lost its ``_meta``
+    and content blocks, and showed the agent that a fault fired."""
+    from mcp_resili.faults.chaos import HighLatency
+
+    late = RuleFaults(rules=({"tool": "*", "calls": (1,), "fault": HighLatency(delay_seconds=0.0)},))
+    upstream = marker_upstream()
+    async with Client(upstream, mode="legacy") as direct:
+        plain = await direct.call_tool("mark", {"x": 1})
+        proxy = await ProxyServer.create(direct, late, upstream="mem", time_scale=0.0)
+        async with Client(proxy.mcp, mode="legacy") as client:
+            proxied = await client.call_tool("mark", {"x": 1}, meta={"mcp-resili/episode": "e"})
+    assert proxied.model_dump() == plain.model_dump() and plain.meta
+
+
+RAW = Path(__file__).parent / "fakes" / "raw_server.py"
+
+
+async def test_an_upstream_result_that_breaks_the_schema_is_the_calls_error_and_is_recorded(tmp_path):
+    """It reached the agent as -32602 "Invalid request parameters" (blaming its arguments), and the
+    call, whose ordinal and decision were spent, was missing from the trace."""
+
+    answers = []
+
+    async def serve(proxy):
+        async with Client(proxy.mcp, mode="legacy") as client:
+            answers.append(await client.call_tool("fine", {}, meta={"mcp-resili/episode": "e"}))
+
+    await run_proxy(f"{sys.executable} {RAW} --bad-results", NoFaults(), serve, trace_dir=tmp_path)
+    (result,) = answers
+    assert result.is_error
+    assert result.content[0].text.startswith(
+        "Error UPSTREAM_INVALID_RESULT: fine's result breaks the MCP schema"
+    )
+    (trace_file,) = tmp_path.iterdir()
+    (call,) = Trace.read(trace_file).tool_calls
+    assert call.error_code == "UPSTREAM_INVALID_RESULT" and call.decision is not None
+
+
+async def test_an_upstream_whose_listing_breaks_the_schema_is_one_line_at_start():
+    with pytest.raises(UpstreamError, match="tools/list result breaks the MCP schema"):
+        await run_proxy(f"{sys.executable} {RAW}", NoFaults(), lambda proxy: anyio.sleep(0))
+
+
+async def test_an_http_upstream_killed_mid_session_fails_the_call_instead_of_hanging_it(tmp_path):
+    """Review finding: the call after the kill got no answer (60 s and more) and was recorded as the
+    client's cancellation. It is the upstream's failure: `UPSTREAM_CLOSED`, at once, as over stdio."""
+    from servers import running_http_server
+
+    answers = []
+    meta = {"mcp-resili/episode": "e"}
+    args = {"source": "data/a.csv"}
+
+    async with running_http_server("--faults", "none", workdir=tmp_path) as upstream:
+
+        async def serve(proxy):
+            async with Client(proxy.mcp, mode="legacy") as client:
+                answers.append(await client.call_tool("file_operations_reader", args, meta=meta))
+                upstream.process.kill()
+                upstream.process.wait()
+                answers.append(await client.call_tool("file_operations_reader", args, meta=meta))
+
+        with anyio.fail_after(30):  # a guard only: the answer comes at once
+            await run_proxy(upstream.url, NoFaults(), serve, trace_dir=tmp_path / "traces")
+    before, after = answers
+    assert not before.is_error
+    assert after.is_error and after.content[0].text.startswith(f"Error {UPSTREAM_CLOSED}:")
+    (trace_file,) = (tmp_path / "traces").iterdir()
+    assert [c.error_code for c in Trace.read(trace_file).tool_calls] == [None, UPSTREAM_CLOSED]

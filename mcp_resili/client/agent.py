@@ -220,12 +220,15 @@ def merge_recorded(events: list[TraceEvent], answered: Sequence[int], recorded: 
     the next observed event of the same tool. A call the runner saw fail (a timeout, a dropped answer)
     may still have been recorded: records ahead of an answered call's own take the places of the
     calls that failed since the previous answer when their tools agree, the most such records first.
-    Anything unmatched keeps its observed form.
+    Anything unmatched keeps its observed form, and so does a call that met a fault the server did not
+    record (`_kept`).
     """
     queue = [e for e in recorded if isinstance(e, ToolCallEvent | FinishEvent)]
     done = set(answered)
     position, previous = 0, -1
     for index in answered:
+        if _never_reached_the_recorder(events[index], queue[position:]):
+            continue
         failed = [
             i for i in range(previous + 1, index) if i not in done and isinstance(events[i], ToolCallEvent)
         ]
@@ -240,10 +243,35 @@ def merge_recorded(events: list[TraceEvent], answered: Sequence[int], recorded: 
             if any(_tool_of(record) != _tool_of(events[observed]) for observed, record in pairs):
                 continue
             for observed, record in pairs:
-                events[observed] = record
-            events[index] = queue[match]
+                events[observed] = _kept(events[observed], record)
+            events[index] = _kept(events[index], queue[match])
             position = match + 1
             break
+
+
+def _never_reached_the_recorder(observed: TraceEvent, records: Sequence[TraceEvent]) -> bool:
+    """A call stopped by a request-side fault that the recording server did not decide itself.
+
+    Behind a fault-injecting proxy the upstream never sees such a call: no record of it is coming
+    (our own server records it, with that same fault).
+    """
+    if not isinstance(observed, ToolCallEvent) or observed.fault is None or observed.fault.side != "request":
+        return False
+    own = next((r for r in records if _tool_of(r) == observed.tool), None)
+    return not (isinstance(own, ToolCallEvent) and own.fault == observed.fault)
+
+
+def _kept(observed: TraceEvent, record: TraceEvent) -> TraceEvent:
+    """The server's record of a call, unless the call met a fault that server never saw.
+
+    A fault-injecting proxy in between (``run --server "mcp-resili proxy --upstream ..."``) decides
+    faults its upstream does not record; its decision comes back in the result's ``_meta``
+    (``--expose-faults``) and is the one the agent met.
+    """
+    unseen = isinstance(record, ToolCallEvent) and record.fault is None
+    if isinstance(observed, ToolCallEvent) and observed.fault is not None and unseen:
+        return observed
+    return record
 
 
 def _tool_of(event: TraceEvent) -> str | None:

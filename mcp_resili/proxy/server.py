@@ -26,12 +26,14 @@ from pydantic import ValidationError
 
 import mcp_resili
 from mcp_resili import META_EVENT
+from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, ProtocolFault, ToolOutcome, has_protocol_faults
 from mcp_resili.proxy.relay import ClientRelay
 from mcp_resili.proxy.upstream import (
     FORWARDED_CALL,
     ForwardedCall,
     UpstreamBackend,
+    UpstreamError,
     forward,
     spec_of,
     upstream_params,
@@ -105,7 +107,13 @@ class ProxyServer:
         if client.server_capabilities.tools is not None:
             cursor: str | None = None
             for _ in range(_MAX_START_PAGES):
-                page = await forward(client, "tools/list", {"cursor": cursor} if cursor else None)
+                try:
+                    page = await forward(client, "tools/list", {"cursor": cursor} if cursor else None)
+                except ValidationError as exc:
+                    raise UpstreamError(
+                        f"{upstream}: its tools/list result breaks the MCP schema: "
+                        f"{plain_validation_error(exc)}"
+                    ) from None
                 proxy.learn_tools(page)
                 cursor = page.get("nextCursor") if isinstance(page.get("nextCursor"), str) else None
                 if not cursor:
@@ -160,7 +168,13 @@ class ProxyServer:
         else:
             self.relay.seen(ctx)
             progress = self.relay.progress_relay(ctx)
-            answer = await forward(self.client, ctx.method, upstream_params(ctx.params), on_progress=progress)
+            try:
+                answer = await forward(
+                    self.client, ctx.method, upstream_params(ctx.params), on_progress=progress
+                )
+            except ValidationError as exc:  # not the client's params: the upstream's answer is bad
+                problem = f"the upstream's {ctx.method} result breaks the MCP schema"
+                raise MCPError(types.INTERNAL_ERROR, f"{problem}: {plain_validation_error(exc)}") from None
             await self.relay.settle()
             if ctx.method == "tools/list":
                 self.learn_tools(answer)
@@ -240,7 +254,9 @@ def render(
     With ``expose_faults`` the proxy's trace event (fault decision included) is added to ``_meta``.
     """
     upstream = outcome.upstream if outcome is not None else None
-    untouched = event.fault is None or _keeps_result(event.fault)
+    # A fault that left the outcome as the upstream gave it (``high_latency``: the same result, late)
+    # keeps the upstream's own result: rebuilt, it would differ and tell the agent a fault fired.
+    untouched = event.fault is None or _keeps_result(event.fault) or upstream is not None
     if untouched and isinstance(upstream, MCPError):
         raise upstream  # the upstream's JSON-RPC error, as it sent it (recorded in the trace)
     if untouched and isinstance(upstream, dict):

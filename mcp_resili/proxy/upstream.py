@@ -26,12 +26,14 @@ from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import JSONRPCResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mcp_resili.errors import UserError
+from mcp_resili.errors import UserError, plain_validation_error
 from mcp_resili.faults import ToolOutcome
 from mcp_resili.registry import ToolSpec, ToolState
 from mcp_resili.server.pipeline import UPSTREAM_CLOSED
 
 UPSTREAM_ERROR = "UPSTREAM_ERROR"
+#: The upstream answered a call with a result no MCP client can read (it breaks the schema).
+UPSTREAM_INVALID_RESULT = "UPSTREAM_INVALID_RESULT"
 #: How long the upstream may take to answer ``initialize`` (and, for `check`, any request).
 CONNECT_TIMEOUT = 30.0
 
@@ -259,8 +261,10 @@ async def connect_upstream(
         stderr_path = Path(scratch) / "stderr.log" if capture_stderr else None
         upstream: Upstream | None = None
         try:
+            guard: AnswerLostConnections | None = None
             if target.startswith(("http://", "https://")):
-                transport: Any = _http_transport(target)
+                # An upstream killed mid-call fails that call (`UPSTREAM_CLOSED`), not the session.
+                transport, guard = guarded_http_transport(target)
                 errlog: TextIO | None = None
             else:
                 params = _stdio_params(target)
@@ -275,6 +279,8 @@ async def connect_upstream(
                     **client_options,
                 )
                 async with client:
+                    if guard is not None:
+                        guard.armed = True
                     upstream = Upstream(client, target, tap, stderr_path)
                     yield upstream
             finally:
@@ -300,12 +306,6 @@ def _connection_lost(exc: BaseException) -> bool:
         isinstance(leaf, lost) or (isinstance(leaf, MCPError) and leaf.code == types.CONNECTION_CLOSED)
         for leaf in _leaves(exc)
     )
-
-
-def _http_transport(url: str) -> Any:
-    from mcp.client.streamable_http import streamable_http_client
-
-    return streamable_http_client(url)
 
 
 #: A request whose params are sent as given (the unparametrised generic would drop them).
@@ -439,6 +439,12 @@ class UpstreamBackend:
             params, on_progress = {"name": spec.name, "arguments": arguments}, None
         try:
             result = await forward(self.client, "tools/call", params, on_progress=on_progress)
+        except ValidationError as exc:  # no client could read it: the call fails, and is recorded
+            return ToolOutcome(
+                structured=None,
+                error_code=UPSTREAM_INVALID_RESULT,
+                message=f"{spec.name}'s result breaks the MCP schema: {plain_validation_error(exc)}",
+            )
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 reason = _closed_reason(self.target, "", "")

@@ -3,7 +3,8 @@
 No SDK: a real third-party server may put anything on the wire, and `mcp-resili check` must say what.
 One tool's input schema has an array root (the SDK refuses the whole page); the others are valid MCP,
 one of them with a name no model provider accepts. It also prints a banner on stdout, as careless
-servers do.
+servers do. With ``--bad-results`` it lists the valid tools only, and answers every call with a result
+that breaks the MCP schema (``structuredContent`` an array).
 """
 
 import json
@@ -20,6 +21,10 @@ def reply(message_id, result):
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message_id, "result": result}) + "\n")
     sys.stdout.flush()
 
+
+BAD_RESULTS = "--bad-results" in sys.argv
+if BAD_RESULTS:
+    TOOLS = [t for t in TOOLS if t["name"] == "fine"]
 
 print("raw server 0.0.1 starting", flush=True)
 for line in sys.stdin:
@@ -38,6 +43,8 @@ for line in sys.stdin:
         )
     elif method == "tools/list":
         reply(message_id, {"tools": TOOLS})
+    elif method == "tools/call" and BAD_RESULTS:
+        reply(message_id, {"content": [{"type": "text", "text": "[1, 2]"}], "structuredContent": [1, 2]})
     elif method == "tools/call":
         reply(message_id, {"content": [{"type": "text", "text": "ok"}], "isError": True})
     else:

@@ -338,3 +338,20 @@ async def test_an_http_upstream_killed_mid_session_fails_the_call_instead_of_han
     assert after.is_error and after.content[0].text.startswith(f"Error {UPSTREAM_CLOSED}:")
     (trace_file,) = (tmp_path / "traces").iterdir()
     assert [c.error_code for c in Trace.read(trace_file).tool_calls] == [None, UPSTREAM_CLOSED]
+
+
+async def test_episodes_naming_different_tasks_meet_their_own_draws_through_the_proxy(tmp_path):
+    """The proxy has no tasks: it keyed every episode 'untasked/TRIAL', so trial 0 of every task met
+    the same fault draws. The task the episode names keys them now, as on our own server."""
+    upstream = ResiliServer(get_suite("resilibench"), NoFaults())
+    coin = RuleFaults(rules=({"tool": "*", "probability": 0.5, "fault": ErrorFault(code="TIMEOUT")},))
+    async with Client(upstream.mcp) as direct:
+        proxy = await ProxyServer.create(direct, coin, upstream="mem", trace_dir=tmp_path)
+        async with Client(proxy.mcp) as client:
+            tasks = [t.id for t in get_suite("resilibench").default_tasks[:2]]
+            for task in tasks:
+                meta = {"mcp-resili/episode": {"id": task, "task": task, "trial": 0}}
+                for _ in range(3):
+                    await client.call_tool("utility_logger", {"data": {"m": 1}}, meta=meta)
+    keys = {Trace.read(path).header.fault_key for path in tmp_path.iterdir()}
+    assert keys == {f"{task}/0" for task in tasks}

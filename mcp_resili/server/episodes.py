@@ -245,7 +245,8 @@ class EpisodeTable:
         )
 
     def _identity(self, request: EpisodeRequest, task: Task | None) -> tuple[int, str]:
-        task_id = task.id if task is not None else None
+        # A server with no tasks of its own (the proxy) still keys the draws by the task named.
+        task_id = task.id if task is not None else request.task
         started = self._started[task_id]
         self._started[task_id] += 1
         trial = next(t for t in (request.trial, self.trial, started) if t is not None)

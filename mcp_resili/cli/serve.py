@@ -202,7 +202,8 @@ def proxy_command(args: argparse.Namespace) -> int:
     access = _http_access(args)
     plan = parse_fault_spec(args.faults)
     # Bound before the upstream starts: a busy port is one line, and no upstream is left running.
-    sock = socket.create_server((args.host, args.port)) if args.transport == "http" else None
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET  # as `serve_http` binds
+    sock = socket.create_server((args.host, args.port), family=family) if args.transport == "http" else None
 
     async def serve(proxy: ProxyServer) -> None:
         if sock is None:

@@ -162,6 +162,7 @@ def tasks_stats_command(args: argparse.Namespace) -> int:
 def score_command(args: argparse.Namespace) -> int:
     """Score a trace file with its suite's scorer; print the score as JSON."""
     from mcp_resili.registry.suites import UnknownTaskError, get_suite
+    from mcp_resili.scoring.coping import score_episode
     from mcp_resili.trace import Trace
 
     trace = Trace.read(args.trace)
@@ -169,6 +170,6 @@ def score_command(args: argparse.Namespace) -> int:
     task_id = args.task or trace.header.task
     if task_id is None:
         raise UnknownTaskError(f"{args.trace} names no task; pass --task ID")
-    result = suite.score_episode(suite.task(task_id), trace)
+    result = score_episode(suite, suite.task(task_id), trace)
     print(json.dumps(result.model_dump(mode="json"), indent=2))
     return 0

@@ -50,6 +50,7 @@ from mcp_resili.client.providers import ClosableModel, create_model, provider_of
 from mcp_resili.proxy.upstream import entered, guarded_http_transport
 from mcp_resili.registry.suites import Suite
 from mcp_resili.registry.validator import compiled, schema_error
+from mcp_resili.scoring.coping import score_episode
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.store import EpisodeRow
 from mcp_resili.trace import Trace, TraceHeader
@@ -309,7 +310,7 @@ async def play_planned(
         architecture=config.architecture,
     )
     trace = Trace(header=header, events=outcome.events)
-    score = None if outcome.termination == "infrastructure_error" else suite.score_episode(task, trace)
+    score = None if outcome.termination == "infrastructure_error" else score_episode(suite, task, trace)
     reflection = None
     if config.architecture == "reflexion" and score is not None and score.label != "full":
         written = await reflect(model, spec, outcome, planned.trial)

@@ -199,16 +199,6 @@ class Suite:
             return {}  # the default tasks are `tasks`, found by position (a lazy list stays unbuilt)
         return {t.id: t for t in self.default_tasks}
 
-    def score_episode(self, task: Task, trace: Trace) -> Score:
-        """An episode's score as every reader gives it (the runner, ``score``, inspect).
-
-        The suite's scorer, plus the coping components when the plan holds protocol faults
-        (`mcp_resili.scoring.coping`).
-        """
-        from mcp_resili.scoring.coping import with_coping
-
-        return with_coping(self.score(task, trace), trace)
-
     def task(self, task_id: str) -> Task:
         """The task ``task_id``, or `UnknownTaskError` with suggestions.
 

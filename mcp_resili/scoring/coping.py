@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp_resili.faults.protocol import FAMILY_OF, PROTOCOL_TYPES, has_protocol_faults
+from mcp_resili.registry.suites import Suite
 from mcp_resili.scoring.model import Score
+from mcp_resili.tasks.model import Task
 from mcp_resili.trace import EpisodeEndEvent, FinishEvent, ProtocolEvent, ToolCallEvent, Trace, TraceEvent
 
 #: Prefix of every coping component (so exports and reports find them by name).
@@ -155,6 +157,14 @@ def coping(trace: Trace) -> dict[str, Any]:
 
 def _retried(trace: Trace, met: FaultMet) -> bool:
     return sum(1 for e in trace.events if isinstance(e, ToolCallEvent) and e.tool == met.tool) > 1
+
+
+def score_episode(suite: Suite, task: Task, trace: Trace) -> Score:
+    """An episode's score as every reader gives it (the runner, ``score``, inspect).
+
+    The suite's scorer, plus the coping components when the plan holds protocol faults.
+    """
+    return with_coping(suite.score(task, trace), trace)
 
 
 def with_coping(score: Score, trace: Trace) -> Score:

@@ -151,6 +151,7 @@ def resili_scorer() -> Scorer:
 
     async def score(state: TaskState, target: Target) -> Score | None:
         from mcp_resili.registry.suites import get_suite
+        from mcp_resili.scoring.coping import score_episode
         from mcp_resili.trace.model import event_to_dict
 
         episode = SampleEpisode.from_store(state.store.get(EPISODE_KEY))
@@ -159,7 +160,7 @@ def resili_scorer() -> Scorer:
             return None  # void: the model API failed, not the agent
         suite = get_suite(episode.suite)
         trace = episode_trace(episode, state.messages, outcome, str(state.model))
-        ours = suite.score_episode(suite.task(episode.task), trace)
+        ours = score_episode(suite, suite.task(episode.task), trace)
         return Score(
             value={
                 "value": ours.value,

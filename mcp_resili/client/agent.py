@@ -553,11 +553,11 @@ class _LoopState:
     #: The tools as last listed (a list change makes the loop list them again). The run's own list
     #: object until then: `tool_definitions` builds definitions once per list object.
     tools: Sequence[types.Tool] = field(default_factory=list)
-    #: The episode's clock (its deadline is moved while a model call runs late: `_generate`).
-    clock: anyio.CancelScope | None = None
     wait: HarnessWait = field(default_factory=HarnessWait)
-    #: Whether a model call is under way (its deadline moved by `_generate`).
+    #: Whether a model call is under way (`_generate`; `_keep_time` lets it outlast the limit).
     model_call_running: bool = False
+    #: Set by `_keep_time` when the limit finds a model call under way; the call sets it on ending.
+    model_call_ended: anyio.Event | None = None
 
 
 async def play_episode(
@@ -586,9 +586,21 @@ async def play_episode(
     wait = state.wait
     token = HARNESS_WAIT.set(wait)
     try:
-        with anyio.move_on_after(limit) as scope:
-            state.clock, wait.deadline = scope, scope.deadline
-            await _loop(client, model, episode, definitions, rules, state, recorded)
+        with anyio.CancelScope() as scope:
+            wait.deadline = anyio.current_time() + limit
+            if limit == math.inf:
+                await _loop(client, model, episode, definitions, rules, state, recorded)
+            else:
+                failure: Exception | None = None
+                async with anyio.create_task_group() as clock:
+                    clock.start_soon(_keep_time, scope, state, _grace(episode))
+                    try:
+                        await _loop(client, model, episode, definitions, rules, state, recorded)
+                    except Exception as exc:  # raised below, outside the group (no exception group)
+                        failure = exc
+                    clock.cancel_scope.cancel()
+                if failure is not None:
+                    raise failure
     finally:
         HARNESS_WAIT.reset(token)
     definitions = tool_definitions(state.tools)
@@ -681,27 +693,38 @@ def _grace(episode: EpisodeSpec) -> float:
     return min(LATE_ANSWER_GRACE, limit)
 
 
-async def _generate(
-    model: Model, request: ModelRequest, episode: EpisodeSpec, state: _LoopState
-) -> ModelResponse:
-    """The model's turn, which the time limit does not cut short (within `LATE_ANSWER_GRACE`).
+async def _keep_time(scope: anyio.CancelScope, state: _LoopState, grace: float) -> None:
+    """End the episode (``scope``) when its time runs out, but never cut a model call at the limit.
 
-    Cut at the limit, a model API that hangs would count as the agent running out of time. Instead
-    the call may finish: a late answer is recorded and ends the episode as ``time_limit`` (the model
-    was slow), unless the harness waited on it (then, like a failure or no answer within the grace,
-    the episode is void).
+    Cut there, a model API that hangs would count as the agent running out of time. A call under way
+    may finish within ``grace`` (`_generate` then ends the episode on its late answer); one that gives
+    no answer by then is cancelled, which `play_episode` reads as the harness's failure. A harness
+    wait (a retry, a rate limit) under way at the limit is cut at once: it was never the agent's.
+    One timer per episode: nothing is rescheduled per turn.
     """
-    clock, wait = state.clock, state.wait
-    if clock is None or clock.deadline == math.inf:
-        return await model.generate(request)
-    deadline = clock.deadline
-    wait.waited = False
-    clock.deadline = deadline + _grace(episode)
+    await anyio.sleep_until(state.wait.deadline)
+    if state.model_call_running and state.wait.reason is None:
+        state.model_call_ended = anyio.Event()
+        with anyio.move_on_after(grace):
+            await state.model_call_ended.wait()
+        if not state.model_call_running:
+            return  # answered (or failed) within the grace: `_loop` ends the episode itself
+    scope.cancel()
+
+
+async def _generate(model: Model, request: ModelRequest, state: _LoopState) -> ModelResponse:
+    """The model's turn; `_keep_time` lets it run past the time limit (within the grace).
+
+    A late answer is recorded and ends the episode as ``time_limit`` (the model was slow), unless the
+    harness waited on the call (then, like a failure or no answer within the grace, it is void).
+    """
+    state.wait.waited = False
     state.model_call_running = True  # left set if the grace runs out: `play_episode` reads it
     try:
         response = await model.generate(request)
     finally:
-        clock.deadline = deadline  # if already past, the clock stops the episode at its next wait
+        if state.model_call_ended is not None:
+            state.model_call_ended.set()
     state.model_call_running = False
     return response
 
@@ -737,7 +760,7 @@ async def _loop(
             memory=episode.memory,
         )
         try:
-            response = await _generate(model, request, episode, state)
+            response = await _generate(model, request, state)
         except InfrastructureError as exc:
             state.termination, state.detail = "infrastructure_error", str(exc)
             return

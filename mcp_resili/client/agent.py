@@ -588,7 +588,9 @@ async def play_episode(
     try:
         with anyio.CancelScope() as scope:
             wait.deadline = anyio.current_time() + limit
-            if limit == math.inf:
+            if limit == math.inf or getattr(model, "answers_at_once", False):
+                # No model call to let outlast the limit (a scripted agent): one timer, no watchdog.
+                scope.deadline = wait.deadline
                 await _loop(client, model, episode, definitions, rules, state, recorded)
             else:
                 failure: Exception | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from mcp_resili.client.model import (
     AssistantMessage,
@@ -106,6 +107,8 @@ class OracleAgent:
     A success whose result lacks a path a later step needs (a drifted schema) counts as a failure.
     """
 
+    #: It answers without awaiting anything: the episode's time limit runs out only between turns.
+    answers_at_once: ClassVar[bool] = True
     name: str = "scripted:oracle"
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
@@ -132,6 +135,8 @@ class OracleAgent:
 class NaiveAgent:
     """Calls every workflow step once, in order, whatever happens; then claims completion."""
 
+    #: It answers without awaiting anything: the episode's time limit runs out only between turns.
+    answers_at_once: ClassVar[bool] = True
     name: str = "scripted:naive"
 
     async def generate(self, request: ModelRequest) -> ModelResponse:

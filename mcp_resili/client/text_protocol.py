@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from mcp_resili import DISCOVERY_TOOLS
 from mcp_resili.client.model import (
@@ -209,6 +210,8 @@ class TextOracleAgent:
     It reads only the feedback text (which tools "executed successfully") and the task's ground truth.
     """
 
+    #: It answers without awaiting anything: the episode's time limit runs out only between turns.
+    answers_at_once: ClassVar[bool] = True
     name: str = "scripted:text-oracle"
 
     async def generate(self, request: ModelRequest) -> ModelResponse:

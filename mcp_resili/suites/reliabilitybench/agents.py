@@ -10,6 +10,7 @@ failed step). Under ``--architecture react`` it never has a memory, so it never 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from mcp_resili.client.model import ModelRequest, ModelResponse
 from mcp_resili.client.scripted import NaiveAgent, OracleAgent, call_results
@@ -22,6 +23,8 @@ RETRY_LESSON = "Lesson: retry every failed call until it succeeds."
 class LearnerAgent:
     """Naive until its own reflection says to retry failed calls; then it retries them."""
 
+    #: It answers without awaiting anything: the episode's time limit runs out only between turns.
+    answers_at_once: ClassVar[bool] = True
     name: str = "scripted:learner"
 
     async def generate(self, request: ModelRequest) -> ModelResponse:

@@ -21,7 +21,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from mcp_resili.client.model import AssistantMessage, ModelRequest, ModelResponse, ToolCall, UserMessage
 from mcp_resili.client.scripted import call_results, finish_response, require_task
@@ -102,6 +102,8 @@ def _ground_truth_plan(task: Task) -> list[PlannedCall]:
 class PlanFollowerAgent:
     """Calls the prompt's plan in order, with its arguments; each step gets ``1 + max_retries`` attempts."""
 
+    #: It answers without awaiting anything: the episode's time limit runs out only between turns.
+    answers_at_once: ClassVar[bool] = True
     name: str = "scripted:plan-follower"
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
@@ -129,6 +131,8 @@ class PlanFollowerAgent:
 class GreedyRetryAgent:
     """Every pending step whose data is in hand, once more per earlier failure, until all succeeded."""
 
+    #: It answers without awaiting anything: the episode's time limit runs out only between turns.
+    answers_at_once: ClassVar[bool] = True
     name: str = "scripted:greedy-retry"
     max_copies: int = 3
 

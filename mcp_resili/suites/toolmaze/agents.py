@@ -15,7 +15,7 @@ Like the other scripted agents they derive their state from the conversation alo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from mcp_resili.client.model import ModelRequest, ModelResponse, ToolCall
 from mcp_resili.client.scripted import FINISH, call_results, finish_response, require_task
@@ -48,6 +48,8 @@ def _switch(
 class ToolMazeAgent:
     """Follows s*; on an error or a suspicious record applies ``on_error`` / ``on_anomaly``."""
 
+    #: It answers without awaiting anything: the episode's time limit runs out only between turns.
+    answers_at_once: ClassVar[bool] = True
     name: str
     on_error: Policy
     on_anomaly: Policy

@@ -27,9 +27,10 @@ def row(episode_id, cost):
     )
 
 
-def test_a_database_from_before_costs_is_migrated_and_keeps_its_episodes(tmp_path):
-    path = tmp_path / "old.db"
-    with sqlite3.connect(path) as db:
+def write_schema_1_database(path):
+    """A results database as the first schema wrote it: run r1 with one episode, 'old'."""
+    db = sqlite3.connect(path)
+    with db:
         db.executescript(_MIGRATIONS[0])
         db.execute("PRAGMA user_version = 1")
         db.execute("INSERT INTO runs VALUES ('r1', '2026-01-01', 'resilibench', 0, '{}')")
@@ -37,6 +38,12 @@ def test_a_database_from_before_costs_is_migrated_and_keeps_its_episodes(tmp_pat
             "INSERT INTO episodes VALUES ('r1', 'old', 'openai:x', 'none', 'baseline', 't', 0, 'completed',"
             " 'full', 1.0, NULL, '{}', 5, 1)"
         )
+    db.close()
+
+
+def test_a_database_from_before_costs_is_migrated_and_keeps_its_episodes(tmp_path):
+    path = tmp_path / "old.db"
+    write_schema_1_database(path)
     store = Store(path)
     try:
         store.add_episode(row("new", 0.25))
@@ -84,15 +91,7 @@ def test_reading_an_older_database_leaves_it_as_its_writer_left_it(tmp_path, cap
     """A report used to migrate it in place (and switch it to WAL): the mcp-resili that wrote it then
     refused it as "written by a newer mcp-resili". Now the upgrade happens in a copy in memory."""
     path = tmp_path / "old.db"
-    with sqlite3.connect(path) as db:
-        db.executescript(_MIGRATIONS[0])
-        db.execute("PRAGMA user_version = 1")
-        db.execute("INSERT INTO runs VALUES ('r1', '2026-01-01', 'resilibench', 0, '{}')")
-        db.execute(
-            "INSERT INTO episodes VALUES ('r1', 'old', 'openai:x', 'none', 'baseline', 't', 0, 'completed',"
-            " 'full', 1.0, NULL, '{}', 5, 1)"
-        )
-    db.close()
+    write_schema_1_database(path)
     before = path.read_bytes()
     assert main([command, "--db", str(path)]) == 0
     assert "old" in capsys.readouterr().out or command == "report"

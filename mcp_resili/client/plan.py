@@ -270,7 +270,11 @@ def _check_endpoints(config: RunConfig) -> None:
 
 
 #: Query parameter names that carry a credential (`_check_server_url`).
-_SECRET_PARAMETER = re.compile(r"token|key|secret|passw|auth|sig|credential|session", re.IGNORECASE)
+_SECRET_PARAMETER = re.compile(
+    r"^(?:.*[_-])?(?:token|key|apikey|secret|passw(?:or)?d|auth|authorization|sig|signature|"
+    r"credentials?|session(?:[_-]?id)?)$",
+    re.IGNORECASE,
+)
 
 
 def _check_server_url(url: str) -> None:

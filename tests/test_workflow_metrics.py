@@ -27,6 +27,7 @@ from mcp_resili.workflow import (
     perturb,
     sensitivity,
     workflow_from_task,
+    workflow_graph,
 )
 from mcp_resili.workflow.model import WorkflowFileError
 
@@ -178,6 +179,72 @@ def test_an_oracle_like_trace_scores_one_against_its_task():
     scores = episode_workflow_scores(task, trace)
     assert scores.chain_f1 == scores.graph_f1 == scores.bleu == 1.0
     assert compare(gold, load_workflow_from(trace)).regression is False
+
+
+def _executed(task_id, tools):
+    header = TraceHeader(suite="toolmaze", task=task_id, episode="e", seed=0, fault_plan={}, fault_key="k")
+    calls = [
+        ToolCallEvent(episode="e", seq=i, tool=t, arguments={}, is_error=False) for i, t in enumerate(tools)
+    ]
+    return Trace(header=header, events=tuple(calls))
+
+
+# C2_task_002: s* = news, CPSR, dividends, notify, tax, export (6 steps); its other valid path splits
+# CPSR into compute_position_size then rebalance_portfolio (7 steps).
+MAZE_TASK = "C2_task_002"
+S_STAR = (
+    "get_market_news",
+    "compute_position_size_and_rebalance_portfolio",
+    "project_dividend_income",
+    "notify_advisor",
+    "file_tax_report",
+    "export_statement",
+)
+SPLIT = (
+    "get_market_news",
+    "compute_position_size",
+    "rebalance_portfolio",
+    "project_dividend_income",
+    "notify_advisor",
+    "file_tax_report",
+    "export_statement",
+)
+
+
+@pytest.mark.parametrize(
+    ("ran", "golden_steps", "chain"),
+    [
+        # The other valid path, exactly: 1.0 against it. Against s* alone it scored l = 5 of 7 run and
+        # 6 golden: F1 = 2(5/7)(5/6)/(5/7 + 5/6) = 50/65.
+        (SPLIT, 7, 1.0),
+        # s* itself: 1.0 against s*; the other path would give 50/65.
+        (S_STAR, 6, 1.0),
+        # Stopped after the split steps: against s*, l = 1 (news), P = 1/3, R = 1/6, F1 = 2/9;
+        # against the split path, l = 3, P = 1, R = 3/7, F1 = (6/7)/(10/7) = 0.6: that path is the one taken.
+        (SPLIT[:3], 7, 0.6),
+        # Nothing ran: 0 against both, and the tie goes to the reference s*.
+        ((), 6, 0.0),
+    ],
+)
+def test_a_maze_agent_is_scored_against_the_valid_path_it_took(ran, golden_steps, chain):
+    task = get_suite("toolmaze").task(MAZE_TASK)
+    assert task.valid_paths == (S_STAR, SPLIT)
+    scores = episode_workflow_scores(task, _executed(MAZE_TASK, ran))
+    assert scores.golden_steps == golden_steps
+    assert scores.chain_f1 == pytest.approx(chain)
+    # Every metric comes from that one path, none borrowed from the other.
+    chosen = next(w for w in task.golden_workflows() if len(w.steps) == golden_steps)
+    assert scores == evaluate(load_workflow_from(_executed(MAZE_TASK, ran)), workflow_graph(chosen))
+
+
+def test_against_s_star_alone_the_other_valid_path_loses_credit():
+    """The defect this guards against: one golden path made a right switch look like a wrong workflow."""
+    task = get_suite("toolmaze").task(MAZE_TASK)
+    alone = evaluate(load_workflow_from(_executed(MAZE_TASK, SPLIT)), workflow_from_task(task))
+    assert alone.chain_f1 == pytest.approx(50 / 65)
+    assert get_suite("resilibench").tasks[0].golden_workflows() == (
+        get_suite("resilibench").tasks[0].workflow,
+    )
 
 
 def load_workflow_from(trace):

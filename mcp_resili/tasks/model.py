@@ -184,6 +184,14 @@ class Task(BaseModel):
             data["metadata"] = {**data.get("metadata", {}), "original_description": original}
         return data
 
+    def golden_workflows(self) -> tuple[Workflow, ...]:
+        """Every workflow that solves the task, the reference ``workflow`` first.
+
+        A suite whose tasks have several valid paths overrides it (ToolMaze's alternative tools), so
+        workflow metrics judge an agent against the path it took rather than against one of them.
+        """
+        return (self.workflow,)
+
     @model_validator(mode="after")
     def _required_tools_match_workflow(self) -> Task:
         workflow_tools = {s.tool for s in self.workflow.steps}

@@ -37,6 +37,7 @@ from mcp_resili.workflow.model import (
     load_workflow,
     workflow_from_task,
     workflow_from_trace,
+    workflow_graph,
 )
 from mcp_resili.workflow.perturb import LEVELS, PERTURBATIONS, PerturbationError, perturb, sensitivity
 
@@ -44,10 +45,20 @@ from mcp_resili.workflow.perturb import LEVELS, PERTURBATIONS, PerturbationError
 def episode_workflow_scores(
     task: Task, trace: Trace, *, graph: GraphDefinition = DEFAULT_GRAPH, match_arguments: bool = False
 ) -> WorkflowScores:
-    """The executed tool sequence of ``trace`` against ``task``'s golden DAG."""
-    return evaluate(
-        workflow_from_trace(trace), workflow_from_task(task), graph=graph, match_arguments=match_arguments
+    """The executed tool sequence of ``trace`` against the golden workflow of ``task`` it followed.
+
+    A task may have several valid workflows (`Task.golden_workflows`: ToolMaze's alternative tools);
+    taking any of them is right, so the scores are against the one closest to what ran: the highest
+    Chain F1, then Graph F1, then Kendall's τ, the first listed (the reference) on a tie. Each metric
+    comes from that one workflow, never the best of each over different ones.
+    """
+    executed = workflow_from_trace(trace)
+    candidates = (
+        evaluate(executed, workflow_graph(golden), graph=graph, match_arguments=match_arguments)
+        for golden in task.golden_workflows()
     )
+    # max() keeps the first of equals: the reference wins every tie.
+    return max(candidates, key=lambda s: (s.chain_f1, s.graph_f1, s.kendall_tau))
 
 
 __all__ = [
@@ -92,4 +103,5 @@ __all__ = [
     "text_similarity",
     "workflow_from_task",
     "workflow_from_trace",
+    "workflow_graph",
 ]

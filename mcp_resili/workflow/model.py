@@ -29,7 +29,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mcp_resili.errors import UserError, plain_validation_error
-from mcp_resili.tasks.model import Task
+from mcp_resili.tasks.model import Task, Workflow
 from mcp_resili.trace import Trace, TraceError, trace_lines
 
 WorkflowKind = Literal["tools", "text"]
@@ -111,14 +111,19 @@ class WorkflowGraph(BaseModel):
 
 def workflow_from_task(task: Task) -> WorkflowGraph:
     """A task's ground truth as a ``tools`` workflow (steps in a topological order)."""
-    graph = task.workflow.graph()
-    listed = [s.id for s in task.workflow.steps]
+    return workflow_graph(task.workflow)
+
+
+def workflow_graph(workflow: Workflow) -> WorkflowGraph:
+    """A task workflow (a DAG of tool steps) as a ``tools`` workflow, steps in a topological order."""
+    graph = workflow.graph()
+    listed = [s.id for s in workflow.steps]
     # The listed order is kept wherever the DAG allows it, so reports read like the task file.
     order = list(nx.lexicographical_topological_sort(graph, key=listed.index))
     return WorkflowGraph(
         kind="tools",
-        steps=tuple(Step(id=i, label=task.workflow.step(i).tool) for i in order),
-        edges=tuple(task.workflow.edges),
+        steps=tuple(Step(id=i, label=workflow.step(i).tool) for i in order),
+        edges=tuple(workflow.edges),
     )
 
 

@@ -49,15 +49,10 @@ from mcp_resili.suites.toolmaze.model import (
     PerturbationProfile,
     ToolMazeTask,
     ToolMazeTaskSet,
+    path_workflow,
 )
 from mcp_resili.tasks.model import (
-    Binding,
-    ConstantBinding,
-    InputBinding,
-    StepBinding,
     TaskConstraints,
-    Workflow,
-    WorkflowStep,
 )
 
 TASKS_PER_LEVEL = 100
@@ -470,7 +465,7 @@ def _make_task(
     paths = ToolMazeTask.model_construct(**skeleton).path_steps()  # type: ignore[arg-type]
     valid = tuple(tuple(s.tool for _, s in p) for p in paths)
     best = min(range(len(paths)), key=lambda i: len(paths[i]))
-    workflow = _workflow(paths[best])
+    workflow = path_workflow(paths[best])
     ops_in_order = [op for slot in plan for op in _slot_ops(ctx, slot)]
     return ToolMazeTask(
         id=f"{level}_task_{index:03d}",
@@ -496,29 +491,6 @@ def _make_task(
         shortest_path=valid[best],
         perturbations=profile,
     )
-
-
-def _workflow(path: Sequence[tuple[int, PathStep]]) -> Workflow:
-    """A path as a generic `Workflow` (step ids ``s1``…; bindings become input/step/constant bindings)."""
-    ids = [f"s{i + 1}" for i in range(len(path))]
-    producer: dict[int, str] = {}
-    steps: list[WorkflowStep] = []
-    edges: list[tuple[str, str]] = []
-    for i, (number, step) in enumerate(path):
-        arguments: dict[str, Binding] = {}
-        for name, b in step.arg_bindings.items():
-            if b.source == "user_input":
-                arguments[name] = InputBinding(key=str(b.field))
-            elif b.source == "constant":
-                arguments[name] = ConstantBinding(value=b.value)
-            else:
-                origin = ids[i - 1] if b.source == "prev" else producer[int(b.step_number or 0)]
-                arguments[name] = StepBinding(step=origin, path=str(b.field))
-                if (origin, ids[i]) not in edges:
-                    edges.append((origin, ids[i]))
-        steps.append(WorkflowStep(id=ids[i], tool=step.tool, arguments=arguments))
-        producer[number] = ids[i]
-    return Workflow(steps=tuple(steps), edges=tuple(edges))
 
 
 def _quota(weights: dict[str, int], total: int) -> list[str]:

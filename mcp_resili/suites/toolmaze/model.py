@@ -18,7 +18,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcp_resili.suites.toolmaze.corrupt import Corruption, get_path
-from mcp_resili.tasks.model import Task
+from mcp_resili.tasks.model import (
+    Binding,
+    ConstantBinding,
+    InputBinding,
+    StepBinding,
+    Task,
+    Workflow,
+    WorkflowStep,
+)
 
 Level = Literal["C1", "C2", "C3", "C4"]
 LEVELS: tuple[Level, ...] = ("C1", "C2", "C3", "C4")
@@ -156,6 +164,16 @@ class ToolMazeTask(Task):
                 )
         return [[pair for part in combo for pair in part] for combo in itertools.product(*options)]
 
+    def golden_workflows(self) -> tuple[Workflow, ...]:
+        """Every valid path as a workflow: s* (the task's ``workflow``) first, then the others in order.
+
+        An agent that takes another member of an alternative group (ToolMaze's switch) followed a
+        right path, and its workflow metrics are against that path (`episode_workflow_scores`).
+        """
+        best = self.shortest_path_index()
+        others = (path_workflow(p) for i, p in enumerate(self.path_steps()) if i != best)
+        return (self.workflow, *others)
+
     def shortest_path_index(self) -> int:
         """Index of s* among the valid paths."""
         return self.valid_paths.index(self.shortest_path)
@@ -163,6 +181,29 @@ class ToolMazeTask(Task):
     def element(self, step: int) -> ChainElement:
         """The chain element numbered ``step``."""
         return self.chain[step - 1]
+
+
+def path_workflow(path: Sequence[tuple[int, PathStep]]) -> Workflow:
+    """A path as a generic `Workflow` (step ids ``s1``…; bindings become input/step/constant bindings)."""
+    ids = [f"s{i + 1}" for i in range(len(path))]
+    producer: dict[int, str] = {}
+    steps: list[WorkflowStep] = []
+    edges: list[tuple[str, str]] = []
+    for i, (number, step) in enumerate(path):
+        arguments: dict[str, Binding] = {}
+        for name, b in step.arg_bindings.items():
+            if b.source == "user_input":
+                arguments[name] = InputBinding(key=str(b.field))
+            elif b.source == "constant":
+                arguments[name] = ConstantBinding(value=b.value)
+            else:
+                origin = ids[i - 1] if b.source == "prev" else producer[int(b.step_number or 0)]
+                arguments[name] = StepBinding(step=origin, path=str(b.field))
+                if (origin, ids[i]) not in edges:
+                    edges.append((origin, ids[i]))
+        steps.append(WorkflowStep(id=ids[i], tool=step.tool, arguments=arguments))
+        producer[number] = ids[i]
+    return Workflow(steps=tuple(steps), edges=tuple(edges))
 
 
 #: One data-flow edge of a path step: (argument, index of the producing path step, field it reads).

@@ -44,7 +44,6 @@ from mcp_resili.scoring.termination import (
 )
 from mcp_resili.server.app import EpisodeTraceResult
 from mcp_resili.server.backend import TOOL_CRASHED
-from mcp_resili.server.pipeline import UPSTREAM_CLOSED
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import (
     EpisodeEndEvent,
@@ -57,6 +56,7 @@ from mcp_resili.trace import (
     event_from_dict,
     event_from_meta,
 )
+from mcp_resili.trace.codes import UPSTREAM_CLOSED
 
 logger = logging.getLogger(__name__)
 FINISH_TOOL = "finish"

@@ -18,6 +18,7 @@ never parsed as HTML.
 
 from __future__ import annotations
 
+import os
 import re
 from html import escape
 from pathlib import Path
@@ -364,29 +365,74 @@ def render_html(report: Report) -> str:
     return page
 
 
+#: Suffix of a file being written: ``.NAME.partial`` beside ``NAME``, renamed over it once complete.
+PARTIAL_SUFFIX = ".partial"
+
+
+def _partial(path: Path) -> Path:
+    return path.with_name(f".{path.name}{PARTIAL_SUFFIX}")
+
+
+def _write_replacing(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a failure mid-write leaves the earlier file as it was."""
+    temp = _partial(path)
+    try:
+        temp.write_text(text, encoding="utf-8")
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
 def write_folder(report: Report, directory: Path) -> Path:
-    """``directory/index.html`` plus ``directory/episodes/`` (index and chunks); returns the page's path."""
+    """``directory/index.html`` plus ``directory/episodes/`` (index and chunks); returns the page's path.
+
+    An earlier report in ``directory`` survives a failure while this one is written: every new file is
+    first written under a partial name (``.NAME.partial``); only when all are complete are they renamed
+    over the old ones (chunks, then the index, the page last), and only then are the earlier report's
+    chunks this one no longer has removed. A failure before the renames removes the partial files and
+    leaves the earlier report whole. (The renames themselves are not one atomic step: a crash between
+    two of them can still mix the reports; a rename in one folder practically never fails.)
+    """
     episodes = directory / "episodes"
     episodes.mkdir(parents=True, exist_ok=True)
-    for old in episodes.glob("chunk-*.js"):  # a previous, bigger report's chunks must not linger
-        old.unlink()
-    index = BrowserIndex()
-    for n, chunk in enumerate(detail_chunks(report)):
-        for detail in chunk:
-            index.add(detail)
-        (episodes / f"chunk-{n:05d}.js").write_text(
-            f"mcpResiliChunk({n},{script_json(chunk)});\n", encoding="utf-8"
-        )
-    (episodes / "index.js").write_text(f"mcpResiliIndex({script_json(index.to_dict())});\n", encoding="utf-8")
+    for stale in episodes.glob(f".chunk-*.js{PARTIAL_SUFFIX}"):  # left by a write that was killed
+        stale.unlink(missing_ok=True)
     page = directory / "index.html"
-    page.write_text(_page(report, "", source="episodes/"), encoding="utf-8")
+    staged: list[Path] = []
+
+    def stage(path: Path, text: str) -> None:
+        staged.append(path)
+        _partial(path).write_text(text, encoding="utf-8")
+
+    try:
+        index = BrowserIndex()
+        for n, chunk in enumerate(detail_chunks(report)):
+            for detail in chunk:
+                index.add(detail)
+            stage(episodes / f"chunk-{n:05d}.js", f"mcpResiliChunk({n},{script_json(chunk)});\n")
+        stage(episodes / "index.js", f"mcpResiliIndex({script_json(index.to_dict())});\n")
+        stage(page, _page(report, "", source="episodes/"))
+    except BaseException:
+        for path in staged:
+            _partial(path).unlink(missing_ok=True)
+        raise
+    for path in staged:  # in staging order: the page, which loads the rest, is replaced last
+        os.replace(_partial(path), path)
+    written = {path.name for path in staged}
+    for old in episodes.glob("chunk-*.js"):  # a previous, bigger report's chunks must not linger
+        if old.name not in written:
+            old.unlink()
     return page
 
 
 def write_html(report: Report, path: Path) -> Path:
-    """One file when ``path`` ends in ``.html``/``.htm``, else a folder (see the module docstring)."""
+    """One file when ``path`` ends in ``.html``/``.htm``, else a folder (see the module docstring).
+
+    Either way a failure while writing leaves an earlier report at ``path`` as it was.
+    """
     if path.suffix.lower() in (".html", ".htm"):
-        path.write_text(render_html(report), encoding="utf-8")
+        _write_replacing(path, render_html(report))
         return path
     if path.exists() and not path.is_dir():
         raise ReportError(f"--html {path}: not a folder; name a folder, or a file ending in .html")

@@ -34,28 +34,35 @@ from mcp_resili.server.backend import SimulatedBackend, ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
+from mcp_resili.trace.codes import (
+    CALL_CANCELLED,
+    CANCELLED_MESSAGE,
+    DEPENDENCY_NOT_MET,
+    INVALID_ARGUMENTS,
+    RESPONSE_SCHEMA_MISMATCH,
+    TOOL_TIMEOUT,
+    UNKNOWN_TOOL,
+    UPSTREAM_CLOSED,
+)
 from mcp_resili.trace.model import one_line, trace_stem
 
 logger = logging.getLogger(__name__)
 
-#: Error codes the pipeline itself produces (never injected faults). Every tool declares the ones that
-#: can reach it (`ResiliServer` lists them in the tool's ``_meta["mcp-resili/errors"]``).
-UNKNOWN_TOOL = "UNKNOWN_TOOL"
-#: The arguments break the input schema, or hold a number no tool can work with (`numbers.MAX_NUMBER`).
-INVALID_ARGUMENTS = "INVALID_INPUT"
-DEPENDENCY_NOT_MET = "DEPENDENCY_NOT_MET"
-#: The tool did not finish within the server's per-call time limit.
-TOOL_TIMEOUT = "TOOL_TIMEOUT"
-#: Recorded (never sent: nobody is left to read it) for a call whose client went away while it ran.
-CALL_CANCELLED = "CALL_CANCELLED"
-CANCELLED_MESSAGE = "the client cancelled the call (or went away) before the tool finished"
-#: A response-side fault reshaped a result (schema drift, stale data...) so that it no longer satisfies
-#: the tool's declared output schema. An MCP client must reject such structured content, so the agent
-#: reads the reshaped payload as the text of this error instead (see `CallPipeline._conform`).
-RESPONSE_SCHEMA_MISMATCH = "RESPONSE_SCHEMA_MISMATCH"
-#: The proxy's upstream closed the connection (exited, crashed): no tool answered. A runner takes it
-#: for what it is, an infrastructure error, not the agent's.
-UPSTREAM_CLOSED = "UPSTREAM_CLOSED"
+#: The pipeline's own error codes live with the trace vocabulary; imported here for the server's use.
+__all__ = [
+    "CALL_CANCELLED",
+    "CANCELLED_MESSAGE",
+    "DEPENDENCY_NOT_MET",
+    "INVALID_ARGUMENTS",
+    "RESPONSE_SCHEMA_MISMATCH",
+    "TOOL_TIMEOUT",
+    "UNKNOWN_TOOL",
+    "UPSTREAM_CLOSED",
+    "CallPipeline",
+    "Episode",
+    "TraceRecorder",
+    "result_text",
+]
 
 
 @dataclass

@@ -73,6 +73,20 @@ FIXED_COLUMNS = (
 )
 
 
+def encodable(text: str) -> str:
+    r"""``text`` with each lone surrogate (``"\ud800"``) written as the six characters ``\ud800``.
+
+    A stored score can hold a lone surrogate (JSON carries it as an escape), but UTF-8 cannot: writing
+    it raw fails. It is backslash-escaped (``backslashreplace``), not replaced by U+FFFD, so nothing is
+    lost and every format shows the same text: in JSONL it lands inside a JSON string, where
+    ``\ud800`` is the JSON escape and reads back as the surrogate itself (JSON escapes every
+    backslash of the data, so the escape cannot merge with one); in a CSV cell it is plain text
+    (and in the ``reasons`` cell, JSON text, it again reads back as the surrogate); in Parquet, whose
+    strings must be UTF-8, it is the same text as in CSV. Any other text is returned unchanged.
+    """
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class ExportError(UserError):
     """An export that cannot be written (bad format, missing extra)."""
 
@@ -221,10 +235,13 @@ def _typed(records: Sequence[dict[str, Scalar]], cols: Sequence[Column]) -> dict
 
 
 def write_jsonl(records: Iterable[dict[str, Scalar]], out: TextSink) -> int:
-    """One JSON object per line, values as stored (no column filling); returns the row count."""
+    """One JSON object per line, values as stored (no column filling); returns the row count.
+
+    A lone surrogate in a value is written as its JSON escape (`encodable`).
+    """
     count = 0
     for record in records:
-        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        out.write(encodable(json.dumps(record, ensure_ascii=False)) + "\n")
         count += 1
     return count
 
@@ -233,7 +250,8 @@ def write_csv(records: Sequence[dict[str, Scalar]], out: TextSink) -> int:
     r"""A header and one line per row; empty cells are nulls, booleans ``true``/``false``.
 
     Lines end with ``\n``; a cell holding a line break (``\n``, ``\r``) or a comma or quote is
-    quoted, so every row reads back as one row.
+    quoted, so every row reads back as one row. A lone surrogate is written backslash-escaped, as
+    the text ``\ud800`` (`encodable`).
     """
     cols = columns(records)
     table = _typed(records, cols)
@@ -245,7 +263,7 @@ def write_csv(records: Sequence[dict[str, Scalar]], out: TextSink) -> int:
 
     def emit(cells: list[str]) -> None:
         writer.writerow(cells)
-        out.write(row.getvalue()[:-2] + "\n")
+        out.write(encodable(row.getvalue()[:-2]) + "\n")
         row.seek(0)
         row.truncate()
 
@@ -262,7 +280,10 @@ def _csv(value: Scalar) -> str:
 
 
 def write_parquet(records: Sequence[dict[str, Scalar]], path: Path) -> int:
-    """A Parquet file with typed columns and the export version in its metadata; needs pyarrow."""
+    """A Parquet file with typed columns and the export version in its metadata; needs pyarrow.
+
+    Strings are UTF-8: a lone surrogate is written backslash-escaped, as in CSV (`encodable`).
+    """
     try:
         # Optional extra; typed stubs are not installed with it.
         import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -278,6 +299,9 @@ def write_parquet(records: Sequence[dict[str, Scalar]], path: Path) -> int:
         [pa.field(c.name, types[c.type]) for c in cols],
         metadata={"mcp_resili.export_version": str(EXPORT_VERSION)},
     )
+    for c in cols:
+        if c.type == "string":
+            table[c.name] = [encodable(v) if isinstance(v, str) else v for v in table[c.name]]
     arrays = [pa.array(table[c.name], type=types[c.type]) for c in cols]
     pq.write_table(pa.Table.from_arrays(arrays, schema=schema), path)
     return len(records)
@@ -287,13 +311,14 @@ def write_traces(store: Store, run_ids: Sequence[str | None], out: TextSink) -> 
     """Every episode's trace, one after another; returns the number of episodes.
 
     Each trace starts with its header line and every line names its episode, so the stream is one
-    JSONL file.
+    JSONL file. A lone surrogate in a trace is written as its JSON escape (`encodable`).
     """
     count = 0
     for run_id in run_ids:
         run = store.require_run(run_id)
         for row in store.iter_episodes(run.id):
-            out.write(row.trace if row.trace.endswith("\n") else row.trace + "\n")
+            trace = encodable(row.trace)
+            out.write(trace if trace.endswith("\n") else trace + "\n")
             count += 1
     return count
 

@@ -62,7 +62,7 @@ def with_client_rejections(trace: Trace, messages: Sequence[ChatMessage]) -> Tra
 
 def _refused(episode: str, message: ChatMessageTool, arguments: dict[str, Any]) -> TraceEvent:
     """The event our server records for a call it refuses: unknown tool, or invalid arguments."""
-    from mcp_resili.server.pipeline import INVALID_ARGUMENTS, UNKNOWN_TOOL
+    from mcp_resili.trace.codes import INVALID_ARGUMENTS, UNKNOWN_TOOL
     from mcp_resili.trace.model import ToolCallEvent
 
     assert message.error is not None  # only called for refused calls

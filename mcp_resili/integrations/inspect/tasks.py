@@ -11,7 +11,7 @@ A sample is one of the suite's tasks (its id, its prompt); an epoch is a trial (
   default: each task's own);
 * ``trace_dir``: keep every episode's trace there (created if missing, refused when nothing can be
   written there; default: a temporary directory per sample; the score's metadata holds the trace
-  either way);
+  either way). A path with commas is split like ``faults`` and joined back the same way;
 * ``server``: the URL of a running ``mcp-resili serve --transport http`` to share instead of one
   stdio server per sample (its own ``--suite`` and ``--faults`` apply; ``faults`` must not be given).
 
@@ -53,6 +53,22 @@ def joined(value: str | list[Any] | None) -> str | None:
     if isinstance(value, list):
         return ",".join(str(part) for part in value)
     return value
+
+
+def _path(name: str, value: object) -> str | None:
+    """A path ``-T`` value as inspect hands it over: a string, or a list it split at the commas.
+
+    inspect reads a ``-T`` value as YAML and then splits a plain string at every comma, so
+    ``trace_dir=/tmp/a,b`` arrives as ``["/tmp/a", "b"]``: the parts are joined back with commas,
+    which restores the path exactly. A value YAML read as something else (``2024``, ``010``,
+    ``true``, a date) is refused, since its text cannot be recovered (``010`` arrives as 8): quote
+    such a path (``-T 'trace_dir="010"'``).
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(part, str) for part in value):
+        return joined(value)
+    raise ValueError(f"-T {name} must be a directory path, got {value!r} (quote it: -T '{name}=\"...\"')")
 
 
 def _number(name: str, value: object, kind: type[int] | type[float], *, minimum: float | None = 0) -> Any:
@@ -102,7 +118,7 @@ def _suite_task(
     seed: int | str = 0,
     time_scale: float | str = 1.0,
     max_turns: int | str | None = None,
-    trace_dir: str | None = None,
+    trace_dir: str | list[Any] | None = None,
     server: str | None = None,
 ) -> Task:
     from mcp_resili.faults import parse_fault_spec
@@ -130,14 +146,15 @@ def _suite_task(
         )
         for t in tasks
     ]
-    if trace_dir is not None:
-        _check_writable(trace_dir)
+    trace_path = _path("trace_dir", trace_dir)
+    if trace_path is not None:
+        _check_writable(trace_path)
     fields = {
         "suite": suite.name,
         "seed": _number("seed", seed, int, minimum=None),
         "faults": spec,
         "variant": variant,
-        "trace_dir": None if trace_dir is None else str(Path(trace_dir).resolve()),
+        "trace_dir": None if trace_path is None else str(Path(trace_path).resolve()),
         "server": server,
         "max_turns": None if max_turns is None else _number("max_turns", max_turns, int, minimum=1),
     }
@@ -173,7 +190,7 @@ def _register(suite_name: str) -> None:
         seed: int = 0,
         time_scale: float = 1.0,
         max_turns: int | None = None,
-        trace_dir: str | None = None,
+        trace_dir: str | list[Any] | None = None,
         server: str | None = None,
     ) -> Task:
         return suite_task(

@@ -26,9 +26,12 @@ Per trajectory, from the trace and the task alone:
   - implicit modes (P3, P4) additionally: the corruption was never propagated.
 
   I_recov does not depend on final success (paper).
-* **c**: tool calls after the first perturbed call; **c***: the fewest calls any agent needs from
-  there to finish (`optimal_recovery_calls`); **C_rec** = 1 − c*/max(c, c*)·I_succ (1 when perturbed
-  and failed, 0 when not perturbed), the paper's formula.
+* **c**: tool calls after the first perturbed call (a ``finish`` the server refused for invalid
+  arguments is no tool call of the task, as an accepted one is not: it counts nowhere, neither in
+  c nor as a tool called after a victim; a refused call of a task tool does count in c, as a call
+  the agent spent, though never as a retry or a switch); **c***: the fewest calls any agent needs
+  from there to finish (`optimal_recovery_calls`); **C_rec** = 1 − c*/max(c, c*)·I_succ (1 when
+  perturbed and failed, 0 when not perturbed), the paper's formula.
 * **C_rec (abort-aware)**, our addition: the paper's formula gives 1 to every trajectory of an
   unsolvable episode (C1 under a permanent fault: I_succ is always 0), a perfect abort included. There
   the goal is a graceful abort and c* = 0, so we score C_rec' = 1 − I_abort/(1 + c): 0 for an abort
@@ -54,15 +57,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp_resili.scoring.model import Score
-from mcp_resili.server.pipeline import DEPENDENCY_NOT_MET, INVALID_ARGUMENTS, UNKNOWN_TOOL
 from mcp_resili.suites.toolmaze.corrupt import CorruptFault, changed_paths, consumed_paths, get_path
 from mcp_resili.suites.toolmaze.faults import MODES, TRANSIENT_MODES
 from mcp_resili.suites.toolmaze.library import corpus_index
 from mcp_resili.suites.toolmaze.model import PathStep, ToolMazeTask, path_links
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ModelTurnEvent, ToolCallEvent, Trace
+from mcp_resili.trace.codes import DEPENDENCY_NOT_MET, INVALID_ARGUMENTS, UNKNOWN_TOOL
 
 ABORT_PHRASE = "task aborted"
+#: The server's completion tool (`mcp_resili.server.app.FINISH_TOOL`; not imported: the judge needs
+#: no server).
+FINISH_TOOL = "finish"
 #: Error codes of calls the server refused before running any tool.
 REFUSED_BEFORE_RUNNING = frozenset({INVALID_ARGUMENTS, UNKNOWN_TOOL, DEPENDENCY_NOT_MET})
 #: How far a figure passed on may be from the one received (agents may round to cents).
@@ -325,6 +331,15 @@ def _refused(call: ToolCallEvent) -> bool:
     )
 
 
+def _refused_finish(call: ToolCallEvent) -> bool:
+    """Whether ``call`` is a ``finish`` the server refused (bad arguments): no attempt at anything.
+
+    An accepted ``finish`` is a `FinishEvent`, never a tool call; a refused one is the same signal
+    sent wrong, so it is no tool call either: it counts in neither c nor the calls after a victim.
+    """
+    return call.tool == FINISH_TOOL and _refused(call)
+
+
 def _aborted(trace: Trace) -> bool:
     finish = trace.finish
     if finish is not None:
@@ -376,6 +391,12 @@ def score(task: Task, trace: Trace) -> Score:
     reasons: list[str] = []
     if after_finish:
         reasons.append(f"{after_finish} call(s) after finish did not count")
+    refused_finishes = sum(1 for c in calls if _refused_finish(c))
+    if refused_finishes:
+        # A refused finish is not a tool call of the task (see `_refused_finish`): dropped here, it
+        # cannot count in c, in "other tools called after the victim", nor in ``tool_calls``.
+        calls = [c for c in calls if not _refused_finish(c)]
+        reasons.append(f"{refused_finishes} refused finish call(s) did not count")
     consumers, origin = taint(calls, task.inputs)
     clean = {i for i, c in enumerate(calls) if not c.is_error and c.fault is None and i not in consumers}
     aborted = _aborted(trace)

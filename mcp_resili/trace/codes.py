@@ -1,0 +1,23 @@
+"""Error codes the server itself records, read by judges and runners without importing the server.
+
+They are part of the trace's vocabulary (a `ToolCallEvent`'s ``error_code``), never injected faults.
+"""
+
+#: Error codes the pipeline itself produces (never injected faults). Every tool declares the ones that
+#: can reach it (`ResiliServer` lists them in the tool's ``_meta["mcp-resili/errors"]``).
+UNKNOWN_TOOL = "UNKNOWN_TOOL"
+#: The arguments break the input schema, or hold a number no tool can work with (`numbers.MAX_NUMBER`).
+INVALID_ARGUMENTS = "INVALID_INPUT"
+DEPENDENCY_NOT_MET = "DEPENDENCY_NOT_MET"
+#: The tool did not finish within the server's per-call time limit.
+TOOL_TIMEOUT = "TOOL_TIMEOUT"
+#: Recorded (never sent: nobody is left to read it) for a call whose client went away while it ran.
+CALL_CANCELLED = "CALL_CANCELLED"
+CANCELLED_MESSAGE = "the client cancelled the call (or went away) before the tool finished"
+#: A response-side fault reshaped a result (schema drift, stale data...) so that it no longer satisfies
+#: the tool's declared output schema. An MCP client must reject such structured content, so the agent
+#: reads the reshaped payload as the text of this error instead (see `CallPipeline._conform`).
+RESPONSE_SCHEMA_MISMATCH = "RESPONSE_SCHEMA_MISMATCH"
+#: The proxy's upstream closed the connection (exited, crashed): no tool answered. A runner takes it
+#: for what it is, an infrastructure error, not the agent's.
+UPSTREAM_CLOSED = "UPSTREAM_CLOSED"

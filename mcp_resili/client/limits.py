@@ -13,11 +13,21 @@ hold for the run, not per worker.
   the given rate with one second's worth of burst. A call reserves one request and its estimated
   tokens (prompt and tool schemas at 4 characters a token, plus a typical answer) and waits until the
   bucket covers them; its real usage then corrects the bucket.
+
+  The request rate is also a hard promise: no 60 s window of the run holds more than N call starts
+  per key. The ledger grants each call a start *window* on its own clock, ``[start, start + slack]``
+  (a `Grant`), and spaces the starts so that no window a minute and a slack long holds more than N
+  of them (the bucket's burst alone would allow N plus the burst). The caller (`wait_for_grant`)
+  places that window on its own clock through the round trip of its question, so the two clocks
+  need not agree, starts inside it, and asks again when it cannot (a reply or a sleep came back too
+  late): a call never starts late, so late replies cannot crowd a window.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -40,6 +50,39 @@ from mcp_resili.client.providers import HOSTED_PROVIDERS, provider_of
 
 class BudgetExhaustedError(Exception):
     """The run's cost cap is reached: this model call (and the episode making it) does not start."""
+
+
+#: Seconds a granted call has to start in after its start time. The ledger spaces its starts a minute
+#: (see `CLOCK_DRIFT`) and this much apart, so a call starting anywhere in its window keeps every 60 s
+#: window within the rate; a call that cannot start in it (its reply came back, or its sleep ended,
+#: too late) asks again. At full rate this costs 1.7 %: N calls per 61.06 s.
+START_SLACK = 1.0
+#: How much faster one process's monotonic clock may run than another's, or than real time (NTP slews
+#: each by at most 500 ppm): the ledger's minute is this much longer, and a caller on another clock
+#: widens its placement of a grant by this much of the seconds since it last read the ledger's clock.
+CLOCK_DRIFT = 1e-3
+#: A start further ahead than this is placed again, against a fresh reading of the ledger's clock,
+#: shortly before it (so drift never adds up over a long wait).
+RESYNC_AFTER = 10.0
+
+
+@dataclass(frozen=True)
+class Grant:
+    """When one granted model call may start, on the clock of the ledger that granted it.
+
+    The call starts at ``start`` or later and at ``latest`` at the latest (infinity: whenever); one
+    that cannot asks for a new grant. ``now`` is the ledger's clock when it granted, which lets the
+    caller place the window on its own clock (`wait_for_grant`).
+    """
+
+    now: float
+    start: float
+    latest: float
+
+    @property
+    def wait(self) -> float:
+        """Seconds from the grant to its start."""
+        return self.start - self.now
 
 
 @dataclass
@@ -83,6 +126,8 @@ class LimitSpec:
     spent: float = 0.0
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
+    #: Seconds a rate-limited call has to start in once its grant's start time comes (`START_SLACK`).
+    start_slack: float = START_SLACK
 
     @property
     def active(self) -> bool:
@@ -103,6 +148,8 @@ class Ledger:
         self.calls = 0
         self._requests: dict[str, TokenBucket] = {}
         self._tokens: dict[str, TokenBucket] = {}
+        #: Per key, the start times of its last granted calls (as many as one window may hold).
+        self._starts: dict[str, deque[float]] = {}
 
     def is_open(self) -> bool:
         """Whether a new model call may start (the cost cap is not reached)."""
@@ -113,24 +160,46 @@ class Ledger:
             table[key] = TokenBucket(rate, max(1.0, rate / 60.0))
         return table[key]
 
-    def reserve(self, now: float, key: str, tokens: int) -> float:
-        """Grant one call of ~``tokens`` for provider ``key``: the seconds to wait first.
+    def _windowed(self, key: str, rate: float, start: float) -> float:
+        # At most `count` starts in any window `span` long: N a minute, or (below one a minute) one a
+        # period, that minute measured long enough on a clock running slow, plus the slack. Starts are
+        # booked in order, so the last `count` ones are the latest.
+        count = max(1, math.floor(rate))
+        span = max(60.0, 60.0 * count / rate) * (1 + CLOCK_DRIFT) + self.spec.start_slack
+        starts = self._starts.setdefault(key, deque(maxlen=count))
+        if starts:
+            start = max(start, starts[-1])
+        if len(starts) == count:
+            start = max(start, starts[0] + span)
+        starts.append(start)
+        return start
+
+    def grant(self, now: float, key: str, tokens: int) -> Grant:
+        """Grant one call of ~``tokens`` for provider ``key``: when (on ``now``'s clock) it may start.
 
         Raises `BudgetExhaustedError` when the cost cap is reached.
         """
         if not self.is_open():
             raise BudgetExhaustedError(f"--max-cost {self.spec.max_cost} reached (spent ${self.spent:.4f})")
         self.calls += 1
-        if key not in HOSTED_PROVIDERS:
-            return 0.0  # scripted agents have no key and no rate limit
-        wait = 0.0
-        if self.spec.requests_per_minute is not None:
-            bucket = self._bucket(self._requests, key, self.spec.requests_per_minute)
-            wait = bucket.reserve(now, 1)
-        if self.spec.tokens_per_minute is not None:
-            bucket = self._bucket(self._tokens, key, self.spec.tokens_per_minute)
-            wait = max(wait, bucket.reserve(now, tokens))
-        return wait
+        rpm, tpm = self.spec.requests_per_minute, self.spec.tokens_per_minute
+        if key not in HOSTED_PROVIDERS or (rpm is None and tpm is None):
+            return Grant(now, now, math.inf)  # scripted agents have no key and no rate limit
+        start = now
+        if tpm is not None:
+            start = now + self._bucket(self._tokens, key, tpm).reserve(now, tokens)
+        if rpm is not None:
+            start = max(start, now + self._bucket(self._requests, key, rpm).reserve(now, 1))
+            start = self._windowed(key, rpm, start)
+        return Grant(now, start, start + self.spec.start_slack)
+
+    def reserve(self, now: float, key: str, tokens: int) -> float:
+        """Grant one call of ~``tokens`` for provider ``key``: the seconds to wait first.
+
+        The call must then start within the spec's ``start_slack`` after that wait (`grant` says so
+        with absolute times). Raises `BudgetExhaustedError` when the cost cap is reached.
+        """
+        return self.grant(now, key, tokens).wait
 
     def settle(self, now: float, key: str, estimated: int, used: int, cost: float) -> None:
         """After a call: charge its cost and correct the token bucket by ``used - estimated``."""
@@ -159,6 +228,57 @@ Clock = Callable[[], float]
 Sleeper = Callable[[float], Awaitable[None]]
 
 
+def _ahead(seconds: float, drift: float) -> float:
+    # The most this process's clock may count while the ledger's counts ``seconds``.
+    return seconds + drift * abs(seconds)
+
+
+def _behind(seconds: float, drift: float) -> float:
+    # The least this process's clock may count while the ledger's counts ``seconds``.
+    return seconds - drift * abs(seconds)
+
+
+async def wait_for_grant(
+    ask: Callable[[], Awaitable[Grant | None]],
+    ledger_time: Callable[[], Awaitable[float]],
+    clock: Clock = time.monotonic,
+    sleeper: Sleeper = anyio.sleep,
+    drift: float = CLOCK_DRIFT,
+) -> None:
+    """Get a grant from the ledger and return inside its start window: the call may start now.
+
+    ``ask`` books a call with the ledger (None: the cost cap is reached, `BudgetExhaustedError`);
+    ``ledger_time`` reads the ledger's clock. The two clocks need not agree (another process, another
+    machine): the ledger read its clock (``grant.now``) between the moments ``sent`` and ``back`` at
+    which this process asked and heard back, so the start lies no earlier than ``back + wait`` on
+    this clock and the window's end no earlier than ``sent + (latest - now)``, give or take
+    ``drift`` (relative clock rate) of the seconds in between. A start more than `RESYNC_AFTER`
+    ahead is placed again against a fresh reading shortly before it. When this process can no longer
+    start inside the window (a reply took longer than the slack, a sleep overran it), it asks again:
+    the missed grant stays booked, so the ledger's spacing holds whatever happens here.
+    """
+    while True:
+        sent = clock()
+        grant = await ask()
+        back = clock()
+        if grant is None:
+            raise BudgetExhaustedError("the run's --max-cost is reached")
+        read = grant.now
+        while grant.start - read > RESYNC_AFTER:
+            await sleeper(max(0.0, back + grant.start - read - RESYNC_AFTER / 2 - clock()))
+            sent = clock()
+            read = await ledger_time()
+            back = clock()
+        earliest = back + _ahead(grant.start - read, drift)
+        latest = math.inf if grant.latest == math.inf else sent + _behind(grant.latest - read, drift)
+        now = clock()
+        if now < earliest:
+            await sleeper(earliest - now)
+            now = clock()
+        if now <= latest:
+            return
+
+
 class LocalAllowance:
     """The ledger in this process."""
 
@@ -174,10 +294,16 @@ class LocalAllowance:
         return self.ledger.is_open()
 
     async def admit(self, key: str, tokens: int) -> None:
-        """Reserve, then wait out the rate limit."""
-        wait = self.ledger.reserve(self._clock(), key, tokens)
-        if wait > 0:
-            await self._sleep(wait)
+        """Take a grant, then wait for its start (asking again if a late wake-up missed its window)."""
+
+        async def ask() -> Grant:
+            return self.ledger.grant(self._clock(), key, tokens)
+
+        async def ledger_time() -> float:
+            return self._clock()
+
+        # One clock: the window is exact (no drift between the ledger's clock and ours).
+        await wait_for_grant(ask, ledger_time, self._clock, self._sleep, drift=0.0)
 
     async def settle(self, key: str, estimated: int, used: int, cost: float) -> None:
         """Charge the call."""

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from mcp_resili.client.executor import RunJob, WorkItem, initially_open, open_slots, play_item
-from mcp_resili.client.limits import UNLIMITED, Allowance, BudgetExhaustedError
+from mcp_resili.client.limits import UNLIMITED, Allowance, wait_for_grant
 from mcp_resili.client.session import EpisodeResult, EpisodeSession
 from mcp_resili.integrations.ray.executor import KEEPER_LOST, RayRunError
 from mcp_resili.registry.suites import get_suite
@@ -42,12 +42,11 @@ class RemoteAllowance:
         return bool(await self._ask("is_open"))
 
     async def admit(self, key: str, tokens: int) -> None:
-        """Reserve with the keeper, then wait out the rate limit here."""
-        wait = await self._ask("reserve", key, tokens)
-        if wait is None:
-            raise BudgetExhaustedError("the run's --max-cost is reached")
-        if wait > 0:
-            await asyncio.sleep(wait)
+        """Take a start window from the keeper, start inside it (or ask again if its reply came too late)."""
+        loop = asyncio.get_running_loop()  # timed by the clock its sleeps are timed by
+        await wait_for_grant(
+            lambda: self._ask("grant", key, tokens), lambda: self._ask("now"), loop.time, asyncio.sleep
+        )
 
     async def settle(self, key: str, estimated: int, used: int, cost: float) -> None:
         """Charge the call (awaited, so the spend is known before the episode's next call)."""

@@ -6,15 +6,21 @@ answers with the upstream's own capabilities, server info and instructions. Only
 our `CallPipeline` (fault decision, trace); an untouched call returns the upstream's result as sent,
 ``_meta`` included, and the proxy adds its trace event to ``_meta`` only with ``expose_faults``.
 Notifications and server-to-client requests travel through `ClientRelay`.
+
+``finish``, the benchmark's signal that an episode is over, is never faulted: a call to it goes to the
+upstream untouched and is recorded without a fault decision (as our own server treats it), and a plan
+with a rule naming it is refused (`check_plan`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp import Client
 from mcp.server import Server, ServerRequestContext
@@ -27,7 +33,7 @@ from pydantic import ValidationError
 import mcp_resili
 from mcp_resili import META_EVENT
 from mcp_resili.errors import plain_validation_error
-from mcp_resili.faults import BasePlan, ProtocolFault, ToolOutcome, has_protocol_faults
+from mcp_resili.faults import BasePlan, FaultSpecError, ProtocolFault, ToolOutcome, has_protocol_faults
 from mcp_resili.proxy.relay import ClientRelay
 from mcp_resili.proxy.upstream import (
     FORWARDED_CALL,
@@ -48,6 +54,35 @@ PROXY_SUITE = "proxy"
 _LOCAL = frozenset({"initialize", "server/discover", "ping"})
 #: Pages of ``tools/list`` read at start to learn the upstream's tools (more are learnt as listed).
 _MAX_START_PAGES = 100
+#: The tool an agent calls to end its episode (`mcp_resili.server.app.FINISH_TOOL`): never faulted.
+FINISH_TOOL = "finish"
+#: Why the proxy gave up waiting for the upstream's answer (`ProxyServer.stop_waiting`).
+INPUT_ENDED = "the client closed its input before the upstream answered"
+SHUTTING_DOWN = "the proxy is shutting down (SIGTERM)"
+
+
+def check_plan(plan: BasePlan) -> None:
+    """Refuse (`FaultSpecError`, one line) a plan with a rule naming the tool ``finish``.
+
+    ``finish`` is the agent's signal that its episode is over, and the proxy never faults it: a
+    wildcard rule (``tool = "*"``, ``"fin*"``) skips it. A rule naming it outright asks for what will
+    not happen; it is refused rather than silently ignored, so that the fault file says what it does.
+    """
+    if _names_finish(plan.to_dict()):
+        raise FaultSpecError(
+            f"a fault rule names the tool {FINISH_TOOL!r}: the proxy never faults it (it ends the "
+            "episode; wildcard rules skip it), remove that rule"
+        )
+
+
+def _names_finish(node: object) -> bool:
+    if isinstance(node, Mapping):
+        if node.get("tool") == FINISH_TOOL and "fault" in node:
+            return True
+        return any(_names_finish(value) for value in node.values())
+    if isinstance(node, list | tuple):
+        return any(_names_finish(value) for value in node)
+    return False
 
 
 class ProxyServer:
@@ -55,7 +90,8 @@ class ProxyServer:
 
     ``client`` is connected to the upstream; give it ``relay.client_options()`` so that its
     notifications and requests reach the client behind the proxy. Arguments are not validated
-    here (the upstream's own errors pass through), and no ``finish`` tool is added.
+    here (the upstream's own errors pass through), and no ``finish`` tool is added; the upstream's
+    own ``finish`` is never faulted (`check_plan` refuses a plan naming it).
     """
 
     def __init__(
@@ -70,14 +106,19 @@ class ProxyServer:
         time_scale: float = 1.0,
         expose_faults: bool = False,
     ) -> None:
+        check_plan(plan)
         self.client = client
         self.upstream = upstream
         self.relay = relay or ClientRelay()
         self.expose_faults = expose_faults
         self._episodes = EpisodeTable(default_seed=seed)
+        #: Why the requests are no longer waited for (`stop_waiting`); the scopes of those in flight.
+        self._stopped: str | None = None
+        self._in_flight: set[anyio.CancelScope] = set()
+        self.backend = UpstreamBackend(client, target=upstream)
         self.recorder = TraceRecorder(trace_dir, self._header)
         self.pipeline = CallPipeline(
-            UpstreamBackend(client, target=upstream),
+            self.backend,
             plan,
             enforce_dependencies=False,
             recorder=self.recorder,
@@ -160,25 +201,60 @@ class ProxyServer:
         if ctx.method in _LOCAL:
             result = await call_next(ctx)
             return self._handshake(ctx.method, result) if ctx.method != "ping" else result
-        if ctx.method == "tools/call":
-            # What the upstream sends while a tool runs belongs to that call (its stream, over HTTP).
-            with self.relay.handling(ctx):
+        # What the upstream sends while it handles a request belongs to that request (its stream, over
+        # HTTP); the request is given up once the client or the proxy leaves (`stop_waiting`).
+        with self.relay.handling(ctx), self._given_up_when_stopped():
+            if ctx.method == "tools/call":
                 answer = await self._call_tool(ctx)
-                await self.relay.settle()
-        else:
-            self.relay.seen(ctx)
-            progress = self.relay.progress_relay(ctx)
-            try:
-                answer = await forward(
-                    self.client, ctx.method, upstream_params(ctx.params), on_progress=progress
-                )
-            except ValidationError as exc:  # not the client's params: the upstream's answer is bad
-                problem = f"the upstream's {ctx.method} result breaks the MCP schema"
-                raise MCPError(types.INTERNAL_ERROR, f"{problem}: {plain_validation_error(exc)}") from None
+            else:
+                answer = await self._forward(ctx)
             await self.relay.settle()
-            if ctx.method == "tools/list":
-                self.learn_tools(answer)
+        if ctx.method == "tools/list":
+            self.learn_tools(answer)
+        elif ctx.method in ("resources/subscribe", "resources/unsubscribe"):
+            uri = (ctx.params or {}).get("uri")
+            if isinstance(uri, str):
+                self.relay.subscribed(ctx, uri, subscribe=ctx.method == "resources/subscribe")
         return _for_client(ctx, answer)
+
+    async def _forward(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+        """A request other than ``tools/call``, sent upstream as it came; the upstream's raw result."""
+        progress = self.relay.progress_relay(ctx)
+        try:
+            return await forward(self.client, ctx.method, upstream_params(ctx.params), on_progress=progress)
+        except ValidationError as exc:  # not the client's params: the upstream's answer is bad
+            problem = f"the upstream's {ctx.method} result breaks the MCP schema"
+            raise MCPError(types.INTERNAL_ERROR, f"{problem}: {plain_validation_error(exc)}") from None
+
+    def stop_waiting(self, reason: str) -> None:
+        """Give up the requests waiting on the upstream, now and from now on: nobody will wait for them.
+
+        For when the client's input has ended (stdio: it closed our stdin; `INPUT_ENDED`) or the proxy
+        is stopping (`SHUTTING_DOWN`). Each is cancelled upstream and answered with a
+        ``CONNECTION_CLOSED`` error saying ``reason`` (a tool call is recorded as cancelled): a hung
+        upstream must not hold the proxy up, and a client still reading gets a proper answer.
+        """
+        self._stopped = reason
+        for scope in self._in_flight:
+            scope.cancel()
+
+    def input_ended(self) -> None:
+        """`serve_stdio`'s hook: the client closed our stdin, so nobody waits for a hung upstream."""
+        self.stop_waiting(INPUT_ENDED)
+
+    @contextmanager
+    def _given_up_when_stopped(self) -> Iterator[None]:
+        if self._stopped is not None:
+            raise MCPError(types.CONNECTION_CLOSED, f"{self._stopped}; the request was not sent")
+        scope = anyio.CancelScope()
+        self._in_flight.add(scope)
+        try:
+            with scope:
+                yield
+        finally:
+            self._in_flight.discard(scope)
+        if scope.cancelled_caught and self._stopped is not None:
+            raise MCPError(types.CONNECTION_CLOSED, f"{self._stopped}; the request was cancelled")
 
     def _handshake(self, method: str, result: HandlerResult) -> HandlerResult:
         """Our ``initialize``/``server/discover`` answer with the upstream's capabilities and identity."""
@@ -210,11 +286,31 @@ class ProxyServer:
         forwarded = upstream_params(ctx.params) or {}
         token = FORWARDED_CALL.set(ForwardedCall(forwarded, self.relay.progress_relay(ctx)))
         try:
-            event, outcome = await self.pipeline.call_with_outcome(episode, name, arguments, ctx.meta)
+            if name == FINISH_TOOL:
+                event, finished = await self._finish(episode, arguments or {}, ctx.meta)
+                outcome: ToolOutcome | None = finished
+            else:
+                event, outcome = await self.pipeline.call_with_outcome(episode, name, arguments, ctx.meta)
         finally:
             FORWARDED_CALL.reset(token)
         note_call(episode, event)
         return render(event, outcome, expose_faults=self.expose_faults)
+
+    async def _finish(
+        self, episode: Episode, arguments: dict[str, Any], meta: Mapping[str, Any] | None
+    ) -> tuple[ToolCallEvent, ToolOutcome]:
+        """``finish`` goes to the upstream untouched: no fault decision, no call ordinal, recorded."""
+        spec = self.pipeline.specs[FINISH_TOOL]
+        async with episode.lock:  # after the episode's calls in flight, as every call is
+            outcome = await self.backend.run(spec, arguments, episode.tool_state, meta)
+        if outcome.is_error:
+            result = {"code": outcome.error_code, "message": outcome.message, **outcome.details}
+        else:
+            result = dict(outcome.structured or {})
+        event = await self.pipeline.record_outside(
+            episode, FINISH_TOOL, arguments, result, error=outcome.is_error
+        )
+        return event, outcome
 
 
 #: What a 2026-07-28 result must carry that a handshake-era upstream never sends (never cached: the

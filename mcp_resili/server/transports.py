@@ -267,7 +267,8 @@ async def serve_stdio(
     """Serve one client over stdin/stdout until it disconnects. Never writes anything else to stdout.
 
     Malformed lines get JSON-RPC error replies (see the module docstring); anything printed by tool
-    code goes to stderr, not onto the wire.
+    code goes to stderr, not onto the wire. When the input ends, a ``server.input_ended()`` (if it has
+    one) is called before the requests in flight are waited for (up to `DRAIN_SECONDS`).
     """
     source = anyio.wrap_file(stdin if stdin is not None else sys.stdin.buffer)
     sink = anyio.wrap_file(stdout if stdout is not None else sys.stdout.buffer)
@@ -293,6 +294,10 @@ async def serve_stdio(
                     pending.inbound(parsed)
                     await inbound_send.send(SessionMessage(parsed))
             # End of input: answer what was asked before the server loop stops (it cancels the rest).
+            # A server that can answer sooner (a proxy giving up on a hung upstream) hears of it first.
+            input_ended = getattr(server, "input_ended", None)
+            if callable(input_ended):
+                input_ended()
             with anyio.move_on_after(DRAIN_SECONDS):
                 await pending.drained()
 

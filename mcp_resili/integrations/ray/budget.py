@@ -1,11 +1,8 @@
 """The run's `Ledger` as a Ray actor: one per run, asked by every worker before each model call.
 
 Grants are times on this actor's own monotonic clock, which no other process (let alone machine)
-shares. A worker that asks with `grant` places the start window on its own clock through the round
-trip of its question (`wait_for_grant`), so the rate holds without synchronized clocks, however late
-a reply arrives. A worker that asks with `reserve` sleeps the returned wait from the moment the reply
-arrives: its call starts that reply's return trip late, and the rate holds only while return trips
-(and the worker loop's lag) stay within the spec's ``start_slack``.
+shares. A worker places each start window on its own clock through the round trip of its question
+(`wait_for_grant`), so the rate holds without synchronized clocks, however late a reply arrives.
 """
 
 from __future__ import annotations
@@ -36,14 +33,6 @@ class BudgetKeeper:
             return self.ledger.grant(self._clock(), key, tokens)
         except BudgetExhaustedError:
             return None
-
-    async def reserve(self, key: str, tokens: int) -> float | None:
-        """Seconds the caller waits before its call, or None when the cost cap is reached.
-
-        Timed from this actor's reading, not from the reply's arrival: prefer `grant`.
-        """
-        grant = await self.grant(key, tokens)
-        return None if grant is None else grant.wait
 
     async def settle(self, key: str, estimated: int, used: int, cost: float) -> None:
         """Charge a finished call."""

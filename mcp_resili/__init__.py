@@ -18,3 +18,6 @@ AUTH_TOKEN_ENV = "MCP_RESILI_AUTH_TOKEN"
 #: Discovery tools (``search_tools``, ``tool_info``): never faulted, never scored, not counted by the
 #: termination rules.
 DISCOVERY_TOOLS = ("search_tools", "tool_info")
+#: The tool an agent calls to end its episode (completed or aborted): never faulted, recorded as a
+#: `FinishEvent` when accepted.
+FINISH_TOOL = "finish"

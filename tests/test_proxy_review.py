@@ -126,6 +126,18 @@ def log_collector(logs: list[Any], heard: anyio.Event) -> Callable[[Any], Any]:
     return on_message
 
 
+@contextlib.asynccontextmanager
+async def two_sessions(
+    url: str, logs: dict[str, list[Any]], heard: dict[str, anyio.Event]
+) -> AsyncIterator[tuple[Client, Client]]:
+    """Clients ``a`` and ``b`` of the proxy at ``url`` (separate HTTP sessions), each collecting its logs."""
+    async with (
+        Client(url, mode="legacy", message_handler=log_collector(logs["a"], heard["a"])) as a,
+        Client(url, mode="legacy", message_handler=log_collector(logs["b"], heard["b"])) as b,
+    ):
+        yield a, b
+
+
 def serve_over_http(scenario: Callable[[str], Any]) -> Callable[[ProxyServer], Any]:
     async def serve(proxy: ProxyServer) -> None:
         async with serving(http_app(proxy, "127.0.0.1")) as url:
@@ -162,11 +174,7 @@ async def test_an_http_upstreams_log_reaches_the_session_whose_call_it_belongs_t
     heard = {who: anyio.Event() for who in "ab"}
 
     async def scenario(url: str) -> None:
-        async with (
-            Client(url, mode="legacy", message_handler=log_collector(logs["a"], heard["a"])) as a,
-            Client(url, mode="legacy", message_handler=log_collector(logs["b"], heard["b"])) as b,
-            anyio.create_task_group() as group,
-        ):
+        async with two_sessions(url, logs, heard) as (a, b), anyio.create_task_group() as group:
             done = {who: anyio.Event() for who in "ab"}
 
             async def talk(client: Client, who: str) -> None:
@@ -206,11 +214,7 @@ async def test_a_stdio_upstreams_log_that_cannot_be_attributed_is_dropped(upstre
     heard = {who: anyio.Event() for who in "ab"}
 
     async def scenario(url: str) -> None:
-        async with (
-            Client(url, mode="legacy", message_handler=log_collector(logs["a"], heard["a"])) as a,
-            Client(url, mode="legacy", message_handler=log_collector(logs["b"], heard["b"])) as b,
-            anyio.create_task_group() as group,
-        ):
+        async with two_sessions(url, logs, heard) as (a, b), anyio.create_task_group() as group:
             answers: dict[str, types.CallToolResult] = {}
 
             async def call(client: Client, who: str, tool: str) -> None:

@@ -16,7 +16,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 import mcp_resili
-from mcp_resili import DISCOVERY_TOOLS, META_EPISODE, META_EVENT, TRACE_METHOD
+from mcp_resili import DISCOVERY_TOOLS, FINISH_TOOL, META_EPISODE, META_EVENT, TRACE_METHOD
 from mcp_resili.client.model import (
     CONTINUE_WITH,
     HARNESS_WAIT,
@@ -59,7 +59,6 @@ from mcp_resili.trace import (
 from mcp_resili.trace.codes import UPSTREAM_CLOSED
 
 logger = logging.getLogger(__name__)
-FINISH_TOOL = "finish"
 #: Seconds a tool call may take before the loop stops waiting (a response that never comes).
 CALL_TIMEOUT_SECONDS = 60.0
 #: Longest result text handed to the model; the rest is cut (an oversized result must not flood it).

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from mcp_resili import FINISH_TOOL
 from mcp_resili.client.model import (
     AssistantMessage,
     Model,
@@ -22,8 +23,6 @@ from mcp_resili.client.model import (
 )
 from mcp_resili.client.text_protocol import TextOracleAgent
 from mcp_resili.tasks.model import StepBinding, Task, WorkflowStep, resolve_binding
-
-FINISH = "finish"
 
 
 def call_results(request: ModelRequest) -> list[tuple[ToolCall, ToolResult]]:
@@ -96,7 +95,9 @@ def _bound_paths(task: Task) -> dict[str, list[tuple[str, ...]]]:
 
 def finish_response(turn: int, status: str, summary: str) -> ModelResponse:
     """A turn that calls ``finish`` with ``status`` and ``summary``."""
-    call = ToolCall(id=f"call_{turn}_finish", name=FINISH, arguments={"status": status, "summary": summary})
+    call = ToolCall(
+        id=f"call_{turn}_finish", name=FINISH_TOOL, arguments={"status": status, "summary": summary}
+    )
     return ModelResponse(text="", tool_calls=(call,), stop_reason="tool_use")
 
 

@@ -31,7 +31,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 import mcp_resili
-from mcp_resili import META_EVENT
+from mcp_resili import FINISH_TOOL, META_EVENT
 from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, FaultSpecError, ProtocolFault, ToolOutcome, has_protocol_faults
 from mcp_resili.proxy.relay import ClientRelay
@@ -54,8 +54,6 @@ PROXY_SUITE = "proxy"
 _LOCAL = frozenset({"initialize", "server/discover", "ping"})
 #: Pages of ``tools/list`` read at start to learn the upstream's tools (more are learnt as listed).
 _MAX_START_PAGES = 100
-#: The tool an agent calls to end its episode (`mcp_resili.server.app.FINISH_TOOL`): never faulted.
-FINISH_TOOL = "finish"
 #: Why the proxy gave up waiting for the upstream's answer (`ProxyServer.stop_waiting`).
 INPUT_ENDED = "the client closed its input before the upstream answered"
 SHUTTING_DOWN = "the proxy is shutting down (SIGTERM)"

@@ -15,7 +15,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError
 
 import mcp_resili
-from mcp_resili import DISCOVERY_TOOLS, META_EVENT, TRACE_METHOD
+from mcp_resili import DISCOVERY_TOOLS, FINISH_TOOL, META_EVENT, TRACE_METHOD
 from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, has_protocol_faults
 from mcp_resili.registry import ToolSpec
@@ -46,7 +46,6 @@ from mcp_resili.trace import TraceEvent, TraceHeader, event_to_dict, event_to_me
 
 logger = logging.getLogger(__name__)
 
-FINISH_TOOL = "finish"
 PROMPT_PAGE_SIZE = 100
 #: Seconds a tool call may run before it is answered `TOOL_TIMEOUT` (simulators take microseconds;
 #: this bounds a runaway call, it is no part of any fault).

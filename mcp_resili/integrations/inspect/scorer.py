@@ -32,7 +32,7 @@ def with_client_rejections(trace: Trace, messages: Sequence[ChatMessage]) -> Tra
     server would have recorded; any other result takes the server's next event for that tool. Discovery
     tools are skipped (the server records none). Events are renumbered 1, 2, ...
     """
-    from mcp_resili import DISCOVERY_TOOLS
+    from mcp_resili import DISCOVERY_TOOLS, FINISH_TOOL
     from mcp_resili.trace.model import FinishEvent
 
     recorded = list(trace.events)
@@ -52,7 +52,7 @@ def with_client_rejections(trace: Trace, messages: Sequence[ChatMessage]) -> Tra
             )
             continue
         if recorded:
-            tool = "finish" if isinstance(recorded[0], FinishEvent) else getattr(recorded[0], "tool", None)
+            tool = FINISH_TOOL if isinstance(recorded[0], FinishEvent) else getattr(recorded[0], "tool", None)
             if tool == message.function:
                 merged.append(recorded.pop(0))
     merged.extend(recorded)

@@ -33,6 +33,7 @@ from inspect_ai.model import (
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import MCPServer, Tool, mcp_connection, mcp_server_http, mcp_server_stdio
 
+from mcp_resili import FINISH_TOOL
 from mcp_resili.integrations.inspect.episode import (
     EPISODE_KEY,
     OUTCOME_KEY,
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 
 #: The name inspect shows for our server (its stderr goes to logger ``inspect_ai.tool._mcp.<name>``).
 SERVER_NAME = "mcp-resili"
-FINISH_TOOL = "finish"
 
 
 def serve_arguments(episode: SampleEpisode, time_scale: float) -> list[str]:

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from mcp_resili import FINISH_TOOL
 from mcp_resili.client.model import ModelRequest, ModelResponse, ToolCall
-from mcp_resili.client.scripted import FINISH, call_results, finish_response, require_task
+from mcp_resili.client.scripted import call_results, finish_response, require_task
 from mcp_resili.suites.toolmaze.model import PathStep, ToolMazeTask, resolve_path_arguments
 from mcp_resili.suites.toolmaze.sanity import anomalies
 
@@ -59,7 +60,7 @@ class ToolMazeAgent:
         task = require_task(request, self.name)
         if not isinstance(task, ToolMazeTask):
             raise ValueError(f"{self.name} plays ToolMaze tasks only, got {task.id}")
-        pairs = [(c, r) for c, r in call_results(request) if c.name != FINISH]
+        pairs = [(c, r) for c, r in call_results(request) if c.name != FINISH_TOOL]
         turn = len(pairs) + 1
         path = task.path_steps()[task.shortest_path_index()]
         done: list[tuple[int, dict[str, Any]]] = []

@@ -56,6 +56,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_resili import FINISH_TOOL
 from mcp_resili.scoring.model import Score
 from mcp_resili.suites.toolmaze.corrupt import CorruptFault, changed_paths, consumed_paths, get_path
 from mcp_resili.suites.toolmaze.faults import MODES, TRANSIENT_MODES
@@ -66,9 +67,6 @@ from mcp_resili.trace import FinishEvent, ModelTurnEvent, ToolCallEvent, Trace
 from mcp_resili.trace.codes import DEPENDENCY_NOT_MET, INVALID_ARGUMENTS, UNKNOWN_TOOL
 
 ABORT_PHRASE = "task aborted"
-#: The server's completion tool (`mcp_resili.server.app.FINISH_TOOL`; not imported: the judge needs
-#: no server).
-FINISH_TOOL = "finish"
 #: Error codes of calls the server refused before running any tool.
 REFUSED_BEFORE_RUNNING = frozenset({INVALID_ARGUMENTS, UNKNOWN_TOOL, DEPENDENCY_NOT_MET})
 #: How far a figure passed on may be from the one received (agents may round to cents).

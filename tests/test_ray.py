@@ -21,6 +21,7 @@ from servers import signal_mid_run
 from mcp_resili.cli import main
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.integrations.ray import RayExecutor
+from mcp_resili.integrations.ray.executor import reread_ray_env
 
 pytestmark = pytest.mark.anyio
 
@@ -38,6 +39,8 @@ def ray_cluster():
     saved = {key: os.environ.get(key) for key in RAY_ENV}
     os.environ.update(RAY_ENV)  # read when ray is imported and when its processes start
     import ray
+
+    reread_ray_env()  # another test file on this test worker may have imported ray already
 
     # Ray's unix sockets live under its temp dir: keep the path short (108-byte limit).
     temp = tempfile.mkdtemp(prefix="ray")
@@ -428,6 +431,27 @@ async def test_a_worker_that_dies_three_times_before_it_starts_stops_the_run_in_
     assert isinstance(RayRunError("x"), UserError)  # the CLI prints it as one line, exit 2
     # Three actors died: the first and two replacements; none ever told its pid or played anything.
     assert delivered == [] and executor.replaced == 2 and executor.pids == [None]
+
+
+def test_ray_imported_before_the_run_settles_its_env_still_starts_with_token_auth(tmp_path):
+    # Ray reads its auth mode once, at import: imported before the executor settled the token, it
+    # stayed off in this process while the instance it started required one (locked out of it).
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["RAY_TMPDIR"] = str(tmp_path)  # no `ray start` instance recorded: the run would start one
+    script = (
+        "import ray\n"
+        "from ray._raylet import AuthenticationMode, get_authentication_mode\n"
+        "from mcp_resili.integrations.ray.executor import prepare_local_env\n"
+        "before = get_authentication_mode()\n"
+        "prepare_local_env(None)\n"
+        "print(before == AuthenticationMode.TOKEN, get_authentication_mode() == AuthenticationMode.TOKEN)\n"
+    )
+    command = [sys.executable, "-c", script]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
 
 
 def test_the_ray_executor_without_ray_installed_is_one_line_naming_the_extra(monkeypatch, tmp_path, capsys):

@@ -115,6 +115,19 @@ def prepare_local_env(address: str | None) -> None:
         for key, value in LOCAL_ENV.items():
             os.environ.setdefault(key, value)
         os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+        if "ray" in sys.modules:
+            reread_ray_env()
+
+
+def reread_ray_env() -> None:
+    """Make an already imported Ray read its auth mode and token again from the environment.
+
+    Ray reads them once, when first imported; an instance started later takes them from the
+    environment, so a stale reading (token auth off) would lock this process out of its own instance.
+    """
+    raylet: Any = importlib.import_module("ray._raylet")  # how Ray itself re-reads them (untyped)
+    raylet.Config.initialize("")
+    raylet.AuthenticationTokenLoader.instance().reset_cache()
 
 
 def check_reachable(address: str | None) -> None:

@@ -234,6 +234,12 @@ async def test_prompts_are_paginated_and_bind_the_connection_episode_to_the_task
         {"id": "e", "fault_key": 7},
         {"id": "e", "seed": True},
         {"id": "e", "seed": "3"},
+        {"id": "e", "trial": -1},
+        {"id": "e", "trial": False},
+        {"id": ""},
+        "",
+        "e" * 1000,
+        {"id": "e", "task": None, "colour": "red"},
     ],
 )
 async def test_malformed_episode_meta_is_invalid_params_and_writes_nothing(tmp_path, bad):

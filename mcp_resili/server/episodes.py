@@ -95,16 +95,21 @@ _EPISODE_KEYS = frozenset({"id", "task", "trial", "seed", "fault_key"})
 def parse_episode(raw: object, where: str) -> EpisodeRequest:
     """An episode named by ``raw`` (an id, or ``{"id", "task", "trial", "seed", "fault_key"}``)."""
     if isinstance(raw, str):
-        raw = {"id": raw}
+        return EpisodeRequest(id=_checked_id(raw, where))
     if not isinstance(raw, Mapping):
         raise _invalid(f"{where} must be an episode id or an object with an 'id', got {raw!r:.100}")
-    episode_id = raw.get("id")
-    if not isinstance(episode_id, str) or not episode_id or len(episode_id) > MAX_EPISODE_ID:
-        raise _invalid(f"{where}.id must be a non-empty string of at most {MAX_EPISODE_ID} characters")
+    episode_id = _checked_id(raw.get("id"), f"{where}.id")
     if not raw.keys() <= _EPISODE_KEYS:
         unknown = sorted(set(raw) - _EPISODE_KEYS)
         raise _invalid(f"{where} has unknown keys {unknown}; known: id, task, trial, seed, fault_key")
     task, fault_key, seed, trial = raw.get("task"), raw.get("fault_key"), raw.get("seed"), raw.get("trial")
+    if (
+        (task is None or type(task) is str)
+        and (fault_key is None or type(fault_key) is str)
+        and (seed is None or type(seed) is int)
+        and (trial is None or (type(trial) is int and trial >= 0))
+    ):  # every call names its episode: the well-formed case without the loops that explain errors
+        return EpisodeRequest(id=episode_id, task=task, trial=trial, seed=seed, fault_key=fault_key)
     for name, value in (("task", task), ("fault_key", fault_key)):
         if value is not None and not isinstance(value, str):
             raise _invalid(f"{where}.{name} must be a string, got {value!r:.100}")
@@ -115,6 +120,12 @@ def parse_episode(raw: object, where: str) -> EpisodeRequest:
             what = "a non-negative integer" if minimum is not None else "an integer"
             raise _invalid(f"{where}.{name} must be {what}, got {value!r:.100}")
     return EpisodeRequest(id=episode_id, task=task, trial=trial, seed=seed, fault_key=fault_key)
+
+
+def _checked_id(episode_id: object, where: str) -> str:
+    if not isinstance(episode_id, str) or not episode_id or len(episode_id) > MAX_EPISODE_ID:
+        raise _invalid(f"{where} must be a non-empty string of at most {MAX_EPISODE_ID} characters")
+    return episode_id
 
 
 def _from_header(value: str) -> EpisodeRequest:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -269,3 +271,73 @@ def test_no_package_takes_over_a_built_in_suite_name_and_a_shared_name_is_report
     assert tasks.returncode == 0, tasks.stderr
     assert {task["suite"] for task in json.loads(tasks.stdout)} == {"resilibench"}
     _one_line_error(misbehaving_suites("run", "--suite", "twin", "--db", "x.db"), "twin-a", "twin-b")
+
+
+def test_a_scorer_that_fails_mid_run_stops_it_in_one_line_and_resume_finishes_it(tmp_path):
+    # The third episode's scoring raises (a bug in the suite): no traceback, the two scored episodes
+    # stay stored, and --resume plays only the rest once the scorer works.
+    plugins = tmp_path / "plugins"
+    _fake_distribution(
+        plugins,
+        "flaky-scorer",
+        "flakyscorer = flaky_scorer:suite",
+        "flaky_scorer",
+        """
+        import os
+        from mcp_resili.registry.suites import Suite, get_suite
+
+        base = get_suite("reliabilitybench")
+        scored = []
+
+        def score(task, trace):
+            scored.append(task.id)
+            if len(scored) == 3 and os.environ.get("SCORER_BUG") == "raise":
+                raise RuntimeError("scorer bug")
+            result = base.score(task, trace)
+            if len(scored) == 3 and os.environ.get("SCORER_BUG") == "label":
+                return result.model_copy(update={"label": "full\\ud800"})  # no store can hold it
+            return result
+
+        def suite():
+            return Suite(
+                name="flakyscorer", description="a scorer with a bug", library=base.library,
+                load_tasks=base.load_tasks, render_prompt=base.render_prompt, score=score,
+            )
+        """,
+    )
+    pythonpath = os.pathsep.join([str(plugins), child_env()["PYTHONPATH"]])
+
+    def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "mcp_resili", *args]
+        environment = child_env(PYTHONPATH=pythonpath, **env)
+        return subprocess.run(
+            command, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=120
+        )
+
+    def stored(db: Path) -> list[tuple[str, str]]:
+        with sqlite3.connect(db) as connection:
+            return sorted(connection.execute("SELECT task_id, label FROM episodes").fetchall())
+
+    plan = ["--suite", "flakyscorer", "--limit", "5", "--trials", "1", "--concurrency", "1"]
+    # What each bug's line says around the task id.
+    expected = {
+        "raise": ("suite 'flakyscorer' failed to score task '", "' (RuntimeError: scorer bug);"),
+        "label": (
+            "suite 'flakyscorer' scored task '",
+            "' with the label 'full\\ud800', which is not UTF-8 text;",
+        ),
+    }
+    clean = cli("run", *plan, "--db", str(tmp_path / "clean.db"))
+    assert clean.returncode == 0, clean.stderr
+    for bug, (before, after) in expected.items():
+        db = tmp_path / f"{bug}.db"
+        failed = cli("run", *plan, "--db", str(db), SCORER_BUG=bug)
+        assert failed.returncode == 2
+        assert failed.stderr.count("\n") == 1 and "Traceback" not in failed.stderr, failed.stderr
+        found = re.search(r"resume: mcp-resili run --resume (\S+) --db ", failed.stderr)
+        assert found is not None, failed.stderr
+        assert len(stored(db)) == 2  # the two episodes scored before the bug
+        assert re.search(re.escape(before) + r"[\w-]+" + re.escape(after), failed.stderr), failed.stderr
+        resumed = cli("run", "--resume", found.group(1), "--db", str(db))
+        assert resumed.returncode == 0, resumed.stderr
+        assert stored(db) == stored(tmp_path / "clean.db")  # every episode once, as a clean run

@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from mcp_resili import __version__
 from mcp_resili.cli import check, config, export, report, run, serve, tasks, workflow
-from mcp_resili.errors import UserError
+from mcp_resili.cli.common import one_line, user_error_in
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -54,18 +54,6 @@ class OneLineFormatter(logging.Formatter):
         return line
 
 
-def _user_error(exc: BaseException) -> BaseException | None:
-    """The user's mistake in ``exc`` (a `UserError` or `OSError`, maybe inside exception groups)."""
-    if isinstance(exc, (UserError, OSError)):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            found = _user_error(sub)
-            if found is not None:
-                return found
-    return None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status.
 
@@ -84,15 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("mcp-resili: interrupted", file=sys.stderr)  # `run` says more itself (cli/run.py)
         return 130
     except Exception as exc:
-        mistake = _user_error(exc)
+        mistake = user_error_in(exc)
         if mistake is None:
             raise
-        print(f"mcp-resili: error: {_one_line(mistake)}", file=sys.stderr)
+        print(f"mcp-resili: error: {one_line(mistake)}", file=sys.stderr)
         return 2
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        where = f": {exc.filename}" if exc.filename else ""
-        return f"{exc.strerror}{where}"
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
+from mcp_resili.errors import UserError
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -45,7 +47,25 @@ def refuse_database_as_output(output: Path | None, db: Path, option: str) -> Non
 
     Commands read the database, then write their output: writing over it would destroy every run.
     """
-    from mcp_resili.errors import UserError
-
     if output is not None and output.is_file() and db.is_file() and output.samefile(db):
         raise UserError(f"{option} {output} is the results database; writing it would destroy the runs")
+
+
+def user_error_in(exc: BaseException) -> BaseException | None:
+    """The user's mistake in ``exc`` (a `UserError` or `OSError`, maybe inside exception groups)."""
+    if isinstance(exc, (UserError, OSError)):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = user_error_in(sub)
+            if found is not None:
+                return found
+    return None
+
+
+def one_line(exc: BaseException) -> str:
+    """A user's mistake as one line (an `OSError` by its reason and file)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mcp_resili.cli.common import Commands, add_seed, stdout_console
+from mcp_resili.cli.common import Commands, add_seed, one_line, stdout_console, user_error_in
+from mcp_resili.errors import UserError
 from mcp_resili.registry.suites import DEFAULT_SUITE
 
 if TYPE_CHECKING:
@@ -306,6 +307,17 @@ def run_command(args: argparse.Namespace) -> int:
             resume = f" (resume: mcp-resili run --resume {run_ids[0]} --db {db})" if run_ids else ""
             print(f"mcp-resili: {how}; finished episodes are stored{resume}", file=sys.stderr)
             return status
+        except Exception as exc:
+            # A mistake found mid-run (a suite's scorer that fails, a full disk): one line, as any
+            # other, which also says how to finish the run once it is fixed.
+            mistake = user_error_in(exc)
+            if mistake is None or not run_ids:
+                raise
+            db = shlex.quote(str(config.db))
+            raise UserError(
+                f"{one_line(mistake)}; finished episodes are stored "
+                f"(resume: mcp-resili run --resume {run_ids[0]} --db {db})"
+            ) from None
     _print_summary(config, result, args, err)
     return _exit_status(result, err)
 

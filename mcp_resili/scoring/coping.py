@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_resili.errors import UserError
 from mcp_resili.faults.protocol import FAMILY_OF, PROTOCOL_TYPES, has_protocol_faults
 from mcp_resili.registry.suites import Suite
 from mcp_resili.scoring.model import Score
@@ -162,9 +163,33 @@ def _retried(trace: Trace, met: FaultMet) -> bool:
 def score_episode(suite: Suite, task: Task, trace: Trace) -> Score:
     """An episode's score as every reader gives it (the runner, ``score``, inspect).
 
-    The suite's scorer, plus the coping components when the plan holds protocol faults.
+    The suite's scorer, plus the coping components when the plan holds protocol faults. A scorer that
+    raises, or returns what cannot be stored, is `ScorerError`: a bug in the suite, never the agent's
+    doing, stopped in one line (a run keeps what it stored; ``--resume`` plays the rest).
     """
-    return with_coping(suite.score(task, trace), trace)
+    try:
+        score = suite.score(task, trace)
+    except Exception as exc:  # whatever a suite's scorer raises: name it, never a traceback
+        raise ScorerError(
+            f"suite {suite.name!r} failed to score task {task.id!r} ({type(exc).__name__}: {exc}); "
+            "the suite's scorer is at fault, not the agent"
+        ) from exc
+    if not isinstance(score, Score):
+        raise ScorerError(
+            f"suite {suite.name!r} scored task {task.id!r} with a {type(score).__name__}, not a Score"
+        )
+    try:
+        score.label.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no store or report could hold the label
+        raise ScorerError(
+            f"suite {suite.name!r} scored task {task.id!r} with the label {score.label!r}, "
+            "which is not UTF-8 text"
+        ) from None
+    return with_coping(score, trace)
+
+
+class ScorerError(UserError):
+    """A suite's scorer raised, or returned a score that cannot be stored."""
 
 
 def with_coping(score: Score, trace: Trace) -> Score:

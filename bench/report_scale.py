@@ -5,8 +5,9 @@ follow the golden workflows, injected faults, ~1% infrastructure errors) is writ
 store; then ``report --html DIR`` builds the folder form, ``report RUN_A RUN_B --html DIR`` the
 comparison of two such runs, and headless Chromium opens each page and waits for the episode
 browser to show its first rows. Measured: what a browser loads to show the page (index.html plus
-episodes/index.js), the largest chunk loaded when an episode is opened, the whole folder, the CPU
-seconds of the build, and whether one self-contained file is refused (it must be, past 10 MB).
+the index, episodes/GEN/index.js), the largest chunk loaded when an episode is opened, the whole
+folder, the CPU seconds of the build, and whether one self-contained file is refused (it must be,
+past 10 MB).
 
     python bench/report_scale.py                 # 2,000 and 20,000 episodes, and two 20,000-episode runs
     python bench/report_scale.py --write-docs    # also update the section of docs/benchmarks.md
@@ -85,6 +86,15 @@ def _browser_rows(page: Path, profile: Path) -> str:
     return found.group(1) if found else "no rows shown"
 
 
+def _generation(folder: Path) -> Path:
+    """The folder the report's page loads its index and chunks from (``episodes/GEN/``)."""
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    found = re.search(r'<section id="episodes" data-source="([^"]*)"', page)
+    if found is None:
+        raise SystemExit(f"{folder}/index.html names no episodes folder")
+    return folder / found.group(1)
+
+
 def measure(label: str, db: Path, runs: list[str], episodes: int, work: Path) -> Measure:
     folder = work / f"report-{label}"
     cpu, wall = _cpu(), time.perf_counter()
@@ -93,12 +103,13 @@ def measure(label: str, db: Path, runs: list[str], episodes: int, work: Path) ->
     if done.returncode != 0:
         raise SystemExit(f"report failed: {done.stderr}")
     one_file = _cli("report", *runs, "--db", str(db), "--html", str(work / f"{label}.html"))
-    chunks = list((folder / "episodes").glob("chunk-*.js"))
+    data = _generation(folder)
+    chunks = list(data.glob("chunk-*.js"))
     result = Measure(
         label=label,
         episodes=episodes,
         page_bytes=(folder / "index.html").stat().st_size,
-        index_bytes=(folder / "episodes" / "index.js").stat().st_size,
+        index_bytes=(data / "index.js").stat().st_size,
         largest_chunk=max(p.stat().st_size for p in chunks),
         folder_bytes=sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()),
         build_cpu_s=cpu,
@@ -132,15 +143,16 @@ def docs_section(results: list[Measure], load: str) -> str:
         "Synthetic ResiliBench-shaped runs (`mcp_resili/store/synthetic.py`: the 40 default tasks, traces",
         "following their golden workflows, faults, ~1% infrastructure errors) written straight into a store,",
         "then `mcp-resili report --html DIR` (the folder form). *Loaded to show the page*: index.html plus",
-        "episodes/index.js, everything a browser fetches before anyone opens an episode; opening one loads",
-        "its chunk of 100 episodes. Same-run baseline: the same pipeline at 2,000 episodes; CPU seconds of",
-        "the `report` process (start-up included), ratio to the baseline in brackets. *Browser*: what the",
-        "episode browser said after headless Chromium ran the page.",
+        "its index (episodes/GEN/index.js), everything a browser fetches before anyone opens an episode;",
+        "opening one loads its chunk of 100 episodes (episodes/GEN/chunk-NNNNN.js). Same-run baseline: the",
+        "same pipeline at 2,000 episodes; CPU seconds of the `report` process (start-up included), ratio to",
+        "the baseline in brackets. *Browser*: what the episode browser said after headless Chromium ran",
+        "the page.",
         "",
         f"- Date: {now}; machine: {machine}; load average at start: {load}",
         "- Command: `python bench/report_scale.py --write-docs`",
         "",
-        "| report | episodes | index.html | episodes/index.js | loaded to show the page | largest chunk "
+        "| report | episodes | index.html | episodes/GEN/index.js | loaded to show the page | largest chunk "
         "| whole folder | build CPU s | one file (`--html x.html`) | browser |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
         *rows,

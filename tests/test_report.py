@@ -396,9 +396,11 @@ def test_the_report_folder_page_does_not_grow_with_the_number_of_episodes(tmp_pa
         write_synthetic_run(db, episodes, **matrix)
         folder = tmp_path / f"report-{episodes}"
         page = write_folder(load_report(db), folder)
-        chunks = sorted((folder / "episodes").glob("chunk-*.js"))
+        (generation,) = (folder / "episodes").iterdir()  # the one the page loads: episodes/GEN/
+        assert f'data-source="episodes/{generation.name}/"' in page.read_text()
+        chunks = sorted(generation.glob("chunk-*.js"))
         assert len(chunks) == -(-episodes // CHUNK_SIZE)  # every episode's detail is in a chunk
-        sizes[episodes] = (page.stat().st_size, (folder / "episodes" / "index.js").stat().st_size)
+        sizes[episodes] = (page.stat().st_size, (generation / "index.js").stat().st_size)
     (small_page, small_index), (big_page, big_index) = sizes[80], sizes[480]
     assert abs(big_page - small_page) < 0.02 * small_page  # only the numbers in the tables change
     assert (big_index - small_index) / 400 < 150  # the index costs ~100 bytes per episode
@@ -547,6 +549,7 @@ def test_a_compared_report_folder_loads_episodes_on_demand_and_its_browser_sorts
     assert main(["report", "run-a", "run-b", "--db", str(two_runs_db), "--html", str(folder)]) == 0
     page = folder / "index.html"
     assert 'id="episode-index"' not in page.read_text()  # the episodes live in episodes/, loaded on demand
+    assert re.search(r'data-source="episodes/[0-9a-f]{16}/"', page.read_text())  # in their generation folder
     report = load_comparison(two_runs_db, ["run-a", "run-b"])
     target = report.rows[250]  # in the third chunk, which the page must fetch when it is opened
     calls = sum(1 for line in target.trace.splitlines() if '"event":"tool_call"' in line)

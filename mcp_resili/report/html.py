@@ -11,15 +11,23 @@ never parsed as HTML.
 * ``--html report.html``: one file with everything inline; refused (`ReportError`) when it would
   pass `PAGE_LIMIT` bytes, with the folder form suggested.
 * ``--html DIR``: ``DIR/index.html`` (sections and the browser, the same size whatever the number of
-  episodes), ``DIR/episodes/index.js`` (the index) and ``DIR/episodes/chunk-NNNNN.js`` (details of
-  `CHUNK_SIZE` episodes each, loaded when one of them is opened). Scripts, not JSON, so that the
-  folder also works opened from disk (``file://``), where browsers refuse to fetch files.
+  episodes) and its generation folder ``DIR/episodes/GEN/``: ``index.js`` (the index) and
+  ``chunk-NNNNN.js`` (details of `CHUNK_SIZE` episodes each, loaded when one of them is opened).
+  ``GEN`` is the start of a SHA-256 of those files, so the same report gets the same names. Scripts,
+  not JSON, so that the folder also works opened from disk (``file://``), where browsers refuse to
+  fetch files. A new report goes into a generation folder of its own, and replacing ``index.html``
+  (which names it) is the one step that switches to it: readers, and a crash at any moment, see the
+  earlier report whole or the new one whole (`write_folder`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import re
+import secrets
+import shutil
 from html import escape
 from pathlib import Path
 
@@ -365,7 +373,8 @@ def render_html(report: Report) -> str:
     return page
 
 
-#: Suffix of a file being written: ``.NAME.partial`` beside ``NAME``, renamed over it once complete.
+#: Suffix of what is being written: a file ``.NAME.partial`` beside ``NAME``, renamed over it once
+#: complete, or a folder ``episodes/.gen-RANDOM.partial`` staging a generation.
 PARTIAL_SUFFIX = ".partial"
 
 
@@ -384,45 +393,122 @@ def _write_replacing(path: Path, text: str) -> None:
         raise
 
 
-def write_folder(report: Report, directory: Path) -> Path:
-    """``directory/index.html`` plus ``directory/episodes/`` (index and chunks); returns the page's path.
+#: Hex digits in a generation folder's name: the start of the SHA-256 of the files in it.
+GENERATION_DIGITS = 16
 
-    An earlier report in ``directory`` survives a failure while this one is written: every new file is
-    first written under a partial name (``.NAME.partial``); only when all are complete are they renamed
-    over the old ones (chunks, then the index, the page last), and only then are the earlier report's
-    chunks this one no longer has removed. A failure before the renames removes the partial files and
-    leaves the earlier report whole. (The renames themselves are not one atomic step: a crash between
-    two of them can still mix the reports; a rename in one folder practically never fails.)
+_GENERATION = re.compile(f"[0-9a-f]{{{GENERATION_DIGITS}}}")
+
+#: Data files of the flat layout, straight in ``episodes/``, that versions before generations wrote.
+_FLAT = re.compile(r"index\.js|chunk-[0-9]+\.js")
+
+
+def _write_generation(report: Report, folder: Path) -> str:
+    """The index and the chunks, written into ``folder``; returns the generation's name, their hash."""
+    digest = hashlib.sha256()
+
+    def put(name: str, text: str) -> None:
+        data = text.encode("utf-8")
+        digest.update(f"{name}\0{len(data)}\0".encode())  # names and lengths: no two splits hash alike
+        digest.update(data)
+        (folder / name).write_bytes(data)
+
+    index = BrowserIndex()
+    for n, chunk in enumerate(detail_chunks(report)):
+        for detail in chunk:
+            index.add(detail)
+        put(f"chunk-{n:05d}.js", f"mcpResiliChunk({n},{script_json(chunk)});\n")
+    put("index.js", f"mcpResiliIndex({script_json(index.to_dict())});\n")
+    return digest.hexdigest()[:GENERATION_DIGITS]
+
+
+def _retire(generation: Path) -> None:
+    """Delete a generation folder, renamed out of the way first.
+
+    So a folder under a generation's name is always complete: a later write of the same content
+    reuses it as it finds it.
+    """
+    trash = generation.with_name(f".{generation.name}-{secrets.token_hex(4)}{PARTIAL_SUFFIX}")
+    os.rename(generation, trash)
+    shutil.rmtree(trash)
+
+
+def _remove_unused(directory: Path, generation: str) -> None:
+    """Delete what the page, which loads ``episodes/GENERATION/``, does not use.
+
+    Best effort: the new report is already whole and in place, what is left is never loaded, and
+    the next write tries again.
+    """
+    with contextlib.suppress(OSError):
+        _partial(directory / "index.html").unlink(missing_ok=True)  # left by a killed write
+    episodes = directory / "episodes"
+    try:
+        with os.scandir(episodes) as found:
+            entries = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in found]
+    except OSError:
+        return
+    for name, is_dir in entries:
+        path = episodes / name
+        staged = name.startswith(".") and name.endswith(PARTIAL_SUFFIX)  # by a killed write
+        with contextlib.suppress(OSError):
+            if is_dir and name != generation and _GENERATION.fullmatch(name):
+                _retire(path)  # an earlier report's data
+            elif staged and is_dir:
+                shutil.rmtree(path)
+            elif staged or (not is_dir and _FLAT.fullmatch(name)):  # or an earlier version's flat layout
+                path.unlink()
+
+
+def _loads(page: Path, generation: str) -> bool:
+    """Whether ``page`` loads ``episodes/GENERATION/``, i.e. the switch was made.
+
+    An interrupt (Ctrl-C) can land just after it; the generation the page loads must then stay.
+    """
+    try:
+        return f'data-source="episodes/{generation}/"' in page.read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
+def write_folder(report: Report, directory: Path) -> Path:
+    """``directory/index.html`` plus its data in ``directory/episodes/GEN/``; returns the page's path.
+
+    Readers, and a crash at any moment, see the earlier report in ``directory`` whole or this one
+    whole, never a mix. The index and chunks are written into a folder of their own, staged as
+    ``episodes/.gen-RANDOM.partial/`` and renamed to ``episodes/GEN`` in one step once complete
+    (``GEN`` hashes their content: if that folder is already there, it holds the same files and is
+    reused). Nothing the earlier page loads is touched until ``index.html``, which names ``GEN``, is
+    replaced by one `os.replace`: that is the switch. A failure before it removes what this write
+    added and leaves the earlier report byte for byte. After it, what the new page does not load is
+    removed (best effort): other generations, the partial files and folders of killed writes, and an
+    earlier version's flat ``episodes/index.js`` and ``episodes/chunk-*.js``. (A page opened before
+    the switch then finds its chunks gone, never another report's: it says so, and a reload helps.)
+
+    Guarded against the process failing or being killed, not against a power cut (nothing is
+    fsynced); two writes into one folder at the same time are not supported.
     """
     episodes = directory / "episodes"
     episodes.mkdir(parents=True, exist_ok=True)
-    for stale in episodes.glob(f".chunk-*.js{PARTIAL_SUFFIX}"):  # left by a write that was killed
-        stale.unlink(missing_ok=True)
+    # A name of its own, not GEN's: the hash is known only once everything is written.
+    staging = episodes / f".gen-{secrets.token_hex(8)}{PARTIAL_SUFFIX}"
     page = directory / "index.html"
-    staged: list[Path] = []
-
-    def stage(path: Path, text: str) -> None:
-        staged.append(path)
-        _partial(path).write_text(text, encoding="utf-8")
-
+    created: Path | None = None
     try:
-        index = BrowserIndex()
-        for n, chunk in enumerate(detail_chunks(report)):
-            for detail in chunk:
-                index.add(detail)
-            stage(episodes / f"chunk-{n:05d}.js", f"mcpResiliChunk({n},{script_json(chunk)});\n")
-        stage(episodes / "index.js", f"mcpResiliIndex({script_json(index.to_dict())});\n")
-        stage(page, _page(report, "", source="episodes/"))
+        staging.mkdir()
+        generation = episodes / _write_generation(report, staging)
+        if generation.is_dir():  # an earlier write of the same data left it, complete
+            shutil.rmtree(staging)
+        else:
+            created = generation  # set first: an interrupt can land just after the rename
+            os.rename(staging, generation)
+        _write_replacing(page, _page(report, "", source=f"episodes/{generation.name}/"))  # the switch
     except BaseException:
-        for path in staged:
-            _partial(path).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # keep the original error; leftovers go with the next write
+            if staging.exists():  # never renamed
+                shutil.rmtree(staging)
+            elif created is not None and not _loads(page, created.name):
+                _retire(created)
         raise
-    for path in staged:  # in staging order: the page, which loads the rest, is replaced last
-        os.replace(_partial(path), path)
-    written = {path.name for path in staged}
-    for old in episodes.glob("chunk-*.js"):  # a previous, bigger report's chunks must not linger
-        if old.name not in written:
-            old.unlink()
+    _remove_unused(directory, generation.name)
     return page
 
 

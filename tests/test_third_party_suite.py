@@ -341,3 +341,57 @@ def test_a_scorer_that_fails_mid_run_stops_it_in_one_line_and_resume_finishes_it
         resumed = cli("run", "--resume", found.group(1), "--db", str(db))
         assert resumed.returncode == 0, resumed.stderr
         assert stored(db) == stored(tmp_path / "clean.db")  # every episode once, as a clean run
+
+
+def test_a_suite_whose_prompt_fails_for_one_task_is_one_line_naming_it_and_stores_nothing_wrong(tmp_path):
+    plugins = tmp_path / "plugins"
+    _fake_distribution(
+        plugins,
+        "bad-prompt",
+        "badprompt = bad_prompt:suite",
+        "bad_prompt",
+        """
+        from mcp_resili.registry.suites import Suite, get_suite
+
+        base = get_suite("reliabilitybench")
+        broken = base.tasks[1].id
+
+        def render(task, variant):
+            if task.id == broken:
+                raise KeyError("no template for this task")
+            return base.render_prompt(task, variant)
+
+        def suite():
+            return Suite(
+                name="badprompt", description="a prompt with a bug", library=base.library,
+                load_tasks=base.load_tasks, render_prompt=render, score=base.score,
+            )
+        """,
+    )
+    env = child_env(PYTHONPATH=os.pathsep.join([str(plugins), child_env()["PYTHONPATH"]]))
+    db = tmp_path / "r.db"
+    command = [sys.executable, "-m", "mcp_resili", "run", "--suite", "badprompt", "--trials", "1"]
+    tasks = [
+        "--task",
+        "rb_scheduling_l1_00",
+        "--task",
+        "rb_scheduling_l1_01",
+        "--task",
+        "rb_scheduling_l1_02",
+    ]
+    proc = subprocess.run(
+        [*command, *tasks, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "suite 'badprompt' failed to write the prompt of task 'rb_scheduling_l1_01'" in proc.stderr
+    assert "(KeyError: 'no template for this task'); the suite is at fault" in proc.stderr
+    if db.exists():  # whatever was stored before the bug was met is a complete, correct episode
+        with sqlite3.connect(db) as connection:
+            labels = connection.execute("SELECT task_id, label FROM episodes").fetchall()
+        assert all(task != "rb_scheduling_l1_01" and label is not None for task, label in labels)

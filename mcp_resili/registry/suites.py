@@ -51,6 +51,10 @@ class UnknownSuiteError(UserError, KeyError):
         return str(self.args[0])
 
 
+class SuitePromptError(UserError):
+    """A task's prompt could not be written: a variant it does not take, or a bug in the suite."""
+
+
 class SuiteLoadError(UserError):
     """A registered suite that cannot be loaded (import error, bad factory, invalid task data)."""
 
@@ -242,7 +246,17 @@ class Suite:
             raise ValueError(
                 f"unknown variant {variant!r} for suite {self.name!r}; choose from {list(self.variants)}"
             )
-        return self.render_prompt(task, variant)
+        try:
+            return self.render_prompt(task, variant)
+        except UserError:
+            raise
+        except ValueError as exc:  # the variant's parameters, which render_prompt validates
+            raise SuitePromptError(str(exc)) from None
+        except Exception as exc:  # a bug in the suite: one line naming it, never a traceback
+            raise SuitePromptError(
+                f"suite {self.name!r} failed to write the prompt of task {task.id!r} in variant "
+                f"{variant!r} ({type(exc).__name__}: {exc}); the suite is at fault"
+            ) from exc
 
 
 #: The suite used when none is named.

@@ -575,3 +575,33 @@ async def test_a_fault_that_reshapes_a_strict_result_becomes_response_schema_mis
     assert text.startswith("Error RESPONSE_SCHEMA_MISMATCH") and '"apiVersion": "v2"' in text
     event = result.meta[META_EVENT]
     assert event["fault"]["type"] == "schema_drift" and event["result"]["response"]["apiVersion"] == "v2"
+
+
+async def test_a_suite_whose_initial_state_raises_fails_every_call_as_tool_crashed_never_plays_without_it():
+    # Before, the first call was a protocol error and the rest ran on an empty state: no world to
+    # check the calls against, so a naive agent's ResiliBench episode could score "full".
+    from dataclasses import replace
+
+    def broken(task):
+        raise RuntimeError("no world for this task")
+
+    base = get_suite("resilibench")
+    server = ResiliServer(replace(base, initial_state=broken), NoFaults())
+    task = base.default_tasks[0].id
+    async with Client(server.mcp) as client:
+        answers = [
+            await client.call_tool(
+                "file_operations_reader", {"source": "data/a.csv"}, meta=meta("e", task=task)
+            )
+            for _ in range(2)
+        ]
+    for answer in answers:
+        assert answer.is_error
+        assert answer.content[0].text.startswith(
+            "Error TOOL_CRASHED: the suite could not set up this episode"
+        )
+        assert "no world" not in answer.content[0].text  # no raw exception text for the model
+    events = server.take_events("e")
+    assert [(e.tool, e.error_code, e.decision) for e in events] == [
+        ("file_operations_reader", "TOOL_CRASHED", None)
+    ] * 2

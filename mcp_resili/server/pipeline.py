@@ -30,7 +30,7 @@ from mcp_resili.faults import (
 )
 from mcp_resili.registry import ToolSpec
 from mcp_resili.registry.validator import argument_problems, compiled, shorten
-from mcp_resili.server.backend import SimulatedBackend, ToolBackend
+from mcp_resili.server.backend import TOOL_CRASHED, SimulatedBackend, ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
@@ -338,9 +338,20 @@ class CallPipeline:
             ), None
 
         if not episode.state_ready:
-            episode.state_ready = True
             if self.initial_state is not None:
-                episode.tool_state.update(self.initial_state(episode.task))
+                try:
+                    initial = self.initial_state(episode.task)
+                except Exception as exc:  # a bug in the suite: this call fails, the server does not
+                    # Never played on an empty state instead (a world-less episode scores wrongly);
+                    # every call fails alike, which the runner counts as an infrastructure error.
+                    logger.exception("the initial tool state of episode %r could not be built", episode.id)
+                    return rejected(
+                        TOOL_CRASHED,
+                        f"the suite could not set up this episode's tool state ({type(exc).__name__}); "
+                        "the suite is at fault, not the call",
+                    )
+                episode.tool_state.update(initial)
+            episode.state_ready = True
         # 1. validate
         spec = self.specs.get(tool)
         if spec is None:

@@ -13,6 +13,16 @@ def anyio_backend():
     return "asyncio"
 
 
+async def waiter(
+    lock: EpisodeLock, name: str, entered: list[str], scopes: dict[str, anyio.CancelScope]
+) -> None:
+    """Enter ``lock`` and note ``name``, inside a cancel scope the test may cancel (kept in ``scopes``)."""
+    with anyio.CancelScope() as scope:
+        scopes[name] = scope
+        async with lock:
+            entered.append(name)
+
+
 async def test_waiting_calls_enter_one_at_a_time_in_arrival_order():
     lock, order, inside = EpisodeLock(), [], []
 
@@ -40,21 +50,15 @@ async def test_a_waiter_cancelled_before_its_turn_leaves_the_queue_and_the_next_
         async with lock:
             await release.wait()
 
-    async def waiter(name: str, scope_out: list[anyio.CancelScope]) -> None:
-        with anyio.CancelScope() as scope:
-            scope_out.append(scope)
-            async with lock:
-                entered.append(name)
-
+    scopes: dict[str, anyio.CancelScope] = {}
     async with anyio.create_task_group() as group:
         group.start_soon(holder)
         await anyio.sleep(0)
-        scopes: list[anyio.CancelScope] = []
-        group.start_soon(waiter, "cancelled", scopes)
+        group.start_soon(waiter, lock, "cancelled", entered, scopes)
         await anyio.sleep(0)
-        group.start_soon(waiter, "next", [])
+        group.start_soon(waiter, lock, "next", entered, scopes)
         await anyio.sleep(0)
-        scopes[0].cancel()
+        scopes["cancelled"].cancel()
         await anyio.sleep(0)
         release.set()
     assert entered == ["next"]
@@ -63,7 +67,7 @@ async def test_a_waiter_cancelled_before_its_turn_leaves_the_queue_and_the_next_
 
 async def test_a_waiter_cancelled_just_as_it_is_handed_the_lock_never_leaves_it_held():
     lock, entered = EpisodeLock(), []
-    scopes: list[anyio.CancelScope] = []
+    scopes: dict[str, anyio.CancelScope] = {}
     handed_over = anyio.Event()
 
     async def holder() -> None:
@@ -71,21 +75,14 @@ async def test_a_waiter_cancelled_just_as_it_is_handed_the_lock_never_leaves_it_
             await anyio.sleep(0)
             await anyio.sleep(0)
         # Released (handed to "cancelled"), and cancelled before that waiter ran again.
-        scopes[0].cancel()
+        scopes["cancelled"].cancel()
         handed_over.set()
-
-    async def waiter(name: str) -> None:
-        with anyio.CancelScope() as scope:
-            if name == "cancelled":
-                scopes.append(scope)
-            async with lock:
-                entered.append(name)
 
     async with anyio.create_task_group() as group:
         group.start_soon(holder)
         await anyio.sleep(0)
-        group.start_soon(waiter, "cancelled")
-        group.start_soon(waiter, "next")
+        group.start_soon(waiter, lock, "cancelled", entered, scopes)
+        group.start_soon(waiter, lock, "next", entered, scopes)
     # Whether the cancellation reached it before or after it entered, the next call got the lock.
     assert handed_over.is_set()
     assert entered[-1] == "next" and entered.count("next") == 1

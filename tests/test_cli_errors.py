@@ -64,6 +64,8 @@ BAD_INPUTS = {
     "config: an empty server name": ["config", "vscode", "--name", ""],
     "config: a server name with a newline": ["config", "vscode", "--name", "a\nb"],
     "run: zero trials": ["run", "--trials", "0"],
+    "run: a seed beyond 64 bits": ["run", "--seed", str(2**63)],
+    "run: a seed below 64 bits": ["run", "--seed", str(-(2**63) - 1)],
     "run: not a number": ["run", "--trials", "x"],
     "run: negative ramp-up": ["run", "--ramp-up", "-1"],
     "run: ramp-up not a number": ["run", "--ramp-up", "nan"],

@@ -247,6 +247,8 @@ def _check_limits(config: RunConfig) -> None:
         raise RunConfigError(f"--ramp-up must be between 0 and {MAX_RAMP_UP:g} seconds, got {config.ramp_up}")
     if config.limit is not None and config.limit < 1:
         raise RunConfigError(f"--limit must be at least 1, got {config.limit}")
+    if not -(2**63) <= config.seed < 2**63:  # the store keeps the seed as a 64-bit integer
+        raise RunConfigError(f"--seed must fit in 64 bits (-2**63 to 2**63 - 1), got {config.seed}")
 
 
 def _check_endpoints(config: RunConfig) -> None:

@@ -102,8 +102,14 @@ BAD_INPUTS = {
 
 @pytest.mark.parametrize("argv", BAD_INPUTS.values(), ids=BAD_INPUTS.keys())
 def test_bad_input_is_one_line_and_exit_status_2(
-    argv: list[str], files: Path, busy_port: str, capfd: pytest.CaptureFixture[str]
+    argv: list[str],
+    files: Path,
+    busy_port: str,
+    capfd: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # a run that gets as far as its default database writes it here
     argv = [arg.format(files=files, port=busy_port) for arg in argv]
     try:
         status = main(argv)

@@ -334,7 +334,9 @@ def test_a_scorer_that_fails_mid_run_stops_it_in_one_line_and_resume_finishes_it
         failed = cli("run", *plan, "--db", str(db), SCORER_BUG=bug)
         assert failed.returncode == 2
         assert failed.stderr.count("\n") == 1 and "Traceback" not in failed.stderr, failed.stderr
-        found = re.search(r"resume: mcp-resili run --resume (\S+) --db ", failed.stderr)
+        found = re.search(
+            r"; 2 finished episodes are stored \(resume: mcp-resili run --resume (\S+) --db ", failed.stderr
+        )
         assert found is not None, failed.stderr
         assert len(stored(db)) == 2  # the two episodes scored before the bug
         assert re.search(re.escape(before) + r"[\w-]+" + re.escape(after), failed.stderr), failed.stderr

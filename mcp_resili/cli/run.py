@@ -7,6 +7,7 @@ import contextlib
 import json
 import shlex
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -308,18 +309,35 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"mcp-resili: {how}; finished episodes are stored{resume}", file=sys.stderr)
             return status
         except Exception as exc:
-            # A mistake found mid-run (a suite's scorer that fails, a full disk): one line, as any
-            # other, which also says how to finish the run once it is fixed.
+            # A mistake met after episodes were stored (a suite's scorer that fails, a full disk): one
+            # line, as any other, which also says how to finish the run once it is fixed.
             mistake = user_error_in(exc)
-            if mistake is None or not run_ids:
+            stored = _stored_episodes(config.db, run_ids[0]) if mistake is not None and run_ids else 0
+            if mistake is None or not stored:
                 raise
             db = shlex.quote(str(config.db))
             raise UserError(
-                f"{one_line(mistake)}; finished episodes are stored "
+                f"{one_line(mistake)}; {stored} finished episodes are stored "
                 f"(resume: mcp-resili run --resume {run_ids[0]} --db {db})"
             ) from None
     _print_summary(config, result, args, err)
     return _exit_status(result, err)
+
+
+def _stored_episodes(db: Path, run_id: str) -> int:
+    """How many episodes of ``run_id`` are stored in ``db`` (0 when it cannot be read)."""
+    from mcp_resili.store.sqlite import Store
+
+    try:
+        store = Store(db, read_only=True)
+    except (OSError, UserError, sqlite3.Error):
+        return 0
+    try:
+        return store.episode_count(run_id)
+    except sqlite3.Error:
+        return 0
+    finally:
+        store.close()
 
 
 @contextlib.contextmanager

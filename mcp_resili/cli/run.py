@@ -316,9 +316,9 @@ def run_command(args: argparse.Namespace) -> int:
             if mistake is None or not stored:
                 raise
             db = shlex.quote(str(config.db))
+            kept = f"{stored} finished {'episode is' if stored == 1 else 'episodes are'} stored"
             raise UserError(
-                f"{one_line(mistake)}; {stored} finished episodes are stored "
-                f"(resume: mcp-resili run --resume {run_ids[0]} --db {db})"
+                f"{one_line(mistake)}; {kept} (resume: mcp-resili run --resume {run_ids[0]} --db {db})"
             ) from None
     _print_summary(config, result, args, err)
     return _exit_status(result, err)

@@ -283,8 +283,6 @@ def test_the_ledger_books_no_more_than_n_starts_in_any_window_a_minute_and_the_s
     assert most_in_a_window(starts, 60.0 + START_SLACK) == 150
     # Still paced as a bucket: the first two at once (the burst), then one every 0.4 s.
     assert starts[:2] == [0.0, 0.1] and starts[3] - starts[2] == pytest.approx(0.4)
-    # The relative wait `reserve` gives (workers sleeping it from the reply) is the same booking.
-    assert Ledger(LimitSpec(requests_per_minute=150)).reserve(3.0, KEY, 10) == 0.0
 
 
 def test_a_rate_below_one_a_minute_spaces_single_calls_by_its_period():

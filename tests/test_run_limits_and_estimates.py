@@ -143,25 +143,25 @@ def test_the_ledger_shares_one_rate_limit_between_callers_and_keeps_scripted_age
 
     ledger = Ledger(LimitSpec(requests_per_minute=6, tokens_per_minute=600))
     # Two workers asking at the same instant queue behind each other (burst: 1 request, 10 tokens).
-    waits = [ledger.reserve(0.0, "openai", 5) for _ in range(3)]
+    waits = [ledger.grant(0.0, "openai", 5).wait for _ in range(3)]
     assert waits[0] == 0.0 and waits[1] == pytest.approx(10.0) and waits[2] == pytest.approx(20.0)
-    assert ledger.reserve(0.0, "scripted", 10**6) == 0.0
+    assert ledger.grant(0.0, "scripted", 10**6).wait == 0.0
     # A call that used more tokens than estimated pushes the next caller back.
     ledger.settle(0.0, "anthropic", estimated=5, used=5, cost=0.0)
-    assert ledger.reserve(0.0, "anthropic", 10) == 0.0
+    assert ledger.grant(0.0, "anthropic", 10).wait == 0.0
     ledger.settle(0.0, "anthropic", estimated=10, used=610, cost=0.0)
-    assert ledger.reserve(0.0, "anthropic", 10) >= 60.0
+    assert ledger.grant(0.0, "anthropic", 10).wait >= 60.0
 
 
 def test_once_the_cap_is_reached_the_ledger_grants_no_call():
     from mcp_resili.client.limits import BudgetExhaustedError, Ledger, LimitSpec
 
     ledger = Ledger(LimitSpec(max_cost=1.0, spent=0.4))
-    ledger.reserve(0.0, "openai", 10)
+    ledger.grant(0.0, "openai", 10)
     ledger.settle(0.0, "openai", 10, 10, cost=0.7)
     assert not ledger.is_open() and ledger.spent == pytest.approx(1.1)
     with pytest.raises(BudgetExhaustedError, match="max-cost"):
-        ledger.reserve(0.0, "openai", 10)
+        ledger.grant(0.0, "openai", 10)
 
 
 async def test_past_the_cost_cap_no_model_call_starts_so_the_spend_overshoots_by_a_call_per_episode_in_flight(

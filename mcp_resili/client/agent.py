@@ -43,7 +43,6 @@ from mcp_resili.scoring.termination import (
     resolve_stop_rules,
 )
 from mcp_resili.server.app import EpisodeTraceResult
-from mcp_resili.server.backend import TOOL_CRASHED
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import (
     EpisodeEndEvent,
@@ -56,7 +55,7 @@ from mcp_resili.trace import (
     event_from_dict,
     event_from_meta,
 )
-from mcp_resili.trace.codes import UPSTREAM_CLOSED
+from mcp_resili.trace.codes import TOOL_CRASHED, UPSTREAM_CLOSED
 
 logger = logging.getLogger(__name__)
 #: Seconds a tool call may take before the loop stops waiting (a response that never comes).

@@ -193,14 +193,6 @@ class Ledger:
             start = self._windowed(key, rpm, start)
         return Grant(now, start, start + self.spec.start_slack)
 
-    def reserve(self, now: float, key: str, tokens: int) -> float:
-        """Grant one call of ~``tokens`` for provider ``key``: the seconds to wait first.
-
-        The call must then start within the spec's ``start_slack`` after that wait (`grant` says so
-        with absolute times). Raises `BudgetExhaustedError` when the cost cap is reached.
-        """
-        return self.grant(now, key, tokens).wait
-
     def settle(self, now: float, key: str, estimated: int, used: int, cost: float) -> None:
         """After a call: charge its cost and correct the token bucket by ``used - estimated``."""
         self.spent += cost

@@ -21,7 +21,7 @@ from mcp_resili.faults import BasePlan, has_protocol_faults
 from mcp_resili.registry import ToolSpec
 from mcp_resili.registry.suites import Suite, UnknownTaskError
 from mcp_resili.registry.validator import argument_problems, compiled
-from mcp_resili.server.backend import TOOL_CRASHED, SimulatedBackend
+from mcp_resili.server.backend import SimulatedBackend
 from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery, DiscoveryError
 from mcp_resili.server.episodes import (
     EpisodeRequest,
@@ -29,20 +29,18 @@ from mcp_resili.server.episodes import (
     NoEpisodeError,
     episode_request,
 )
-from mcp_resili.server.pipeline import (
-    DEPENDENCY_NOT_MET,
-    INVALID_ARGUMENTS,
-    RESPONSE_SCHEMA_MISMATCH,
-    TOOL_TIMEOUT,
-    CallPipeline,
-    Episode,
-    TraceRecorder,
-    result_text,
-)
+from mcp_resili.server.pipeline import CallPipeline, Episode, TraceRecorder, result_text
 from mcp_resili.server.protocol import ProtocolLayer, note_call
 from mcp_resili.server.wire import modern_tool_result, tool_result
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import TraceEvent, TraceHeader, event_to_dict, event_to_meta
+from mcp_resili.trace.codes import (
+    DEPENDENCY_NOT_MET,
+    INVALID_ARGUMENTS,
+    RESPONSE_SCHEMA_MISMATCH,
+    TOOL_CRASHED,
+    TOOL_TIMEOUT,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ import pydantic_core
 from mcp_resili.faults import ToolOutcome
 from mcp_resili.registry import ToolFailure, ToolLibrary, ToolSpec, ToolState
 from mcp_resili.server.numbers import non_finite_number
+from mcp_resili.trace.codes import TOOL_CRASHED
 
 logger = logging.getLogger(__name__)
 
@@ -20,10 +21,6 @@ logger = logging.getLogger(__name__)
 #: many JSON values, and this many characters in all their strings. Anything larger takes the thread.
 INLINE_MAX_VALUES = 2_000
 INLINE_MAX_CHARS = 100_000
-
-#: The tool raised something it does not declare: a bug in the tool (or the suite), never the agent's
-#: doing. The trace records it like any call, so scoring can tell it apart.
-TOOL_CRASHED = "TOOL_CRASHED"
 
 
 class ToolBackend(Protocol):

@@ -30,7 +30,7 @@ from mcp_resili.faults import (
 )
 from mcp_resili.registry import ToolSpec
 from mcp_resili.registry.validator import argument_problems, compiled, shorten
-from mcp_resili.server.backend import TOOL_CRASHED, SimulatedBackend, ToolBackend
+from mcp_resili.server.backend import SimulatedBackend, ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
@@ -40,6 +40,7 @@ from mcp_resili.trace.codes import (
     DEPENDENCY_NOT_MET,
     INVALID_ARGUMENTS,
     RESPONSE_SCHEMA_MISMATCH,
+    TOOL_CRASHED,
     TOOL_TIMEOUT,
     UNKNOWN_TOOL,
     UPSTREAM_CLOSED,
@@ -125,7 +126,7 @@ class Episode:
     history: list[CallOutcome] = field(default_factory=list)
     seq: int = 0
     #: Calls of one episode are serialised so ordinals and history never depend on scheduling.
-    lock: EpisodeLock = field(default_factory=lambda: EpisodeLock())
+    lock: EpisodeLock = field(default_factory=EpisodeLock)
     #: Private scratch space of the fault plan (armed groups, cascades...), per episode.
     fault_state: dict[str, Any] = field(default_factory=dict)
     #: The trace file this episode created (`TraceRecorder`): None until its first event is written.

@@ -21,3 +21,7 @@ RESPONSE_SCHEMA_MISMATCH = "RESPONSE_SCHEMA_MISMATCH"
 #: The proxy's upstream closed the connection (exited, crashed): no tool answered. A runner takes it
 #: for what it is, an infrastructure error, not the agent's.
 UPSTREAM_CLOSED = "UPSTREAM_CLOSED"
+#: The tool (or the suite's setup of an episode) raised something it does not declare: a bug there,
+#: never the agent's doing. The trace records it like any call, so scoring can tell it apart, and a
+#: runner counts it as an infrastructure error.
+TOOL_CRASHED = "TOOL_CRASHED"

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.from_thread
 
 from mcp_resili.faults import BasePlan
 from mcp_resili.proxy.relay import ClientRelay

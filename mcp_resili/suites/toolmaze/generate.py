@@ -51,9 +51,7 @@ from mcp_resili.suites.toolmaze.model import (
     ToolMazeTaskSet,
     path_workflow,
 )
-from mcp_resili.tasks.model import (
-    TaskConstraints,
-)
+from mcp_resili.tasks.model import TaskConstraints
 
 TASKS_PER_LEVEL = 100
 MAX_STEPS = 25

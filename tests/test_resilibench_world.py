@@ -252,6 +252,14 @@ def test_same_json_tells_booleans_from_numbers_and_lets_2_equal_2_0_at_any_depth
     assert not same_json([0], [False]) and not same_json("1", 1) and not same_json({"a": 1}, {"a": 1, "b": 1})
 
 
+def test_same_json_finds_no_nan_equal_even_where_python_does_and_ignores_key_order():
+    nan = float("nan")
+    assert [nan] == [nan]  # one object: Python's list equality takes it as equal to itself
+    assert not same_json([nan], [nan]) and not same_json({"x": nan}, {"x": nan})
+    assert same_json({"a": [1, 2], "b": None}, {"b": None, "a": [1, 2.0]})
+    assert not same_json([1, True], [1, 1]) and not same_json({"k": [False]}, {"k": [0]})
+
+
 def test_a_sources_content_is_rendered_once_for_short_paths_and_is_the_same_text_either_way():
     from mcp_resili.suites.resilibench import simulators
 

@@ -8,6 +8,7 @@ in the stateless modern era a request must name its episode. The rest runs in me
 from __future__ import annotations
 
 import json
+import math
 import ssl
 import uuid
 from collections.abc import AsyncIterator
@@ -18,6 +19,8 @@ import anyio
 import httpx2
 import mcp_types as types
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
@@ -284,3 +287,35 @@ def test_idle_episodes_expire_and_the_table_stays_bounded() -> None:
     assert len(table) == 3  # "b", least recently used, made way
     with pytest.raises(MCPError, match="more than 3"):
         table.get(EpisodeRequest("b"))
+
+
+def _idle_seen(table: EpisodeTable, now: list[float], steps: list[tuple[int, str]]) -> list[str]:
+    """What each step saw: ``ok``, ``idle`` (refused as idle) or ``gone`` (closed otherwise)."""
+    seen = []
+    for advance, name in steps:
+        now[0] += advance
+        try:
+            table.get(EpisodeRequest(name))
+            seen.append("ok")
+        except MCPError as exc:
+            seen.append("idle" if "idle" in str(exc) else "gone")
+    return seen
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 40), st.sampled_from("abcde")), max_size=40))
+def test_idle_expiry_that_skips_its_walk_closes_exactly_the_episodes_a_walk_on_every_call_closes(
+    steps: list[tuple[int, str]],
+) -> None:
+    """The table remembers when the first episode can expire; its answers are those of walking each time."""
+
+    class WalkEveryCall(EpisodeTable):
+        def _expire(self, now: float) -> None:
+            self._first_expiry = -math.inf
+            super()._expire(now)
+
+    now_fast, now_walk = [0.0], [0.0]
+    fast = EpisodeTable(default_seed=0, max_episodes=4, idle_seconds=60, clock=lambda: now_fast[0])
+    walk = WalkEveryCall(default_seed=0, max_episodes=4, idle_seconds=60, clock=lambda: now_walk[0])
+    assert _idle_seen(fast, now_fast, steps) == _idle_seen(walk, now_walk, steps)
+    assert len(fast) == len(walk)

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from mcp.server.context import CallNext
-from mcp.shared.direct_dispatcher import DirectDispatcher
 
+from mcp_resili.client.inprocess import InProcessDispatcher
 from mcp_resili.client.plan import RunConfig
 from mcp_resili.client.runner import execute
 from mcp_resili.server.app import ResiliServer
@@ -38,9 +38,11 @@ async def answers(
 ) -> list[str]:
     """Every ``tools/call`` answer of the run as JSON text (key order kept), sorted (episodes interleave)."""
     seen: list[str] = []
-    original = DirectDispatcher.send_raw_request
+    original = InProcessDispatcher.send_raw_request
 
-    async def recording(self: DirectDispatcher, method: str, params: Any, opts: Any = None) -> dict[str, Any]:
+    async def recording(
+        self: InProcessDispatcher, method: str, params: Any, opts: Any = None
+    ) -> dict[str, Any]:
         raw = await original(self, method, params, opts)
         if method == "tools/call":
             # An elicitation's or sampling request's state token is random by design.
@@ -51,7 +53,7 @@ async def answers(
         return await call_next(ctx)
 
     with monkeypatch.context() as patch:
-        patch.setattr(DirectDispatcher, "send_raw_request", recording)
+        patch.setattr(InProcessDispatcher, "send_raw_request", recording)
         if not wire_form:
             patch.setattr(ResiliServer, "_tools_call_in_wire_form", sdk_path)
         result = await execute(config)

@@ -34,6 +34,7 @@ from mcp_resili.client.agent import (
     play_episode,
     reflect,
 )
+from mcp_resili.client.inprocess import InProcessClient
 from mcp_resili.client.limits import UNLIMITED, Allowance, BudgetExhaustedError, LimitedModel
 from mcp_resili.client.model import Model, Reflection
 from mcp_resili.client.plan import (
@@ -85,7 +86,7 @@ async def connect_recorded(
             server.close_episode(episode_id)  # frees its state; its events were taken call by call
 
         notices = ProtocolNotices()
-        async with Client(server.mcp, **notices.client_options()) as client:
+        async with InProcessClient(server.mcp, **notices.client_options()) as client:
             yield client, RecordedEvents(after_call=server.take_events, at_end=close, notices=notices)
         return
     notices = ProtocolNotices()

@@ -18,6 +18,7 @@ that task on this server. Every trace header records seed, task and trial.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections import Counter, OrderedDict
@@ -199,6 +200,8 @@ class EpisodeTable:
         self.trial = trial
         self._clock = clock
         self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently used first
+        #: No live episode expires before this time (`_expire` skips its walk until then).
+        self._first_expiry = -math.inf
         self._closed: OrderedDict[str, str] = OrderedDict()  # id -> why
         self._started: Counter[str | None] = Counter()  # episodes started per task
 
@@ -264,12 +267,18 @@ class EpisodeTable:
         return trial, request.fault_key or fault_key_of(task_id, trial)
 
     def _expire(self, now: float) -> None:
+        # Nothing can have expired before the least recently used episode could: its time is kept, and
+        # stays a safe lower bound (episodes are only used again, added at ``now``, or removed).
+        if now < self._first_expiry:
+            return
         while self._live:
             episode_id, oldest = next(iter(self._live.items()))
             if now - oldest.episode.last_used < self.idle_seconds:
+                self._first_expiry = oldest.episode.last_used + self.idle_seconds
                 return
             del self._live[episode_id]
             self._remember(episode_id, f"closed: idle for more than {self.idle_seconds:g} s")
+        self._first_expiry = -math.inf  # none live: the next new episode sets it on the next call
 
     def _remember(self, episode_id: str, why: str) -> None:
         self._closed[episode_id] = why

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic_core
+
 from mcp_resili.registry.library import Simulator, ToolFailure, ToolState
 from mcp_resili.suites.resilibench.simulators import SIMULATORS
 from mcp_resili.tasks.model import ConstantBinding, InputBinding, Task, Workflow
@@ -100,22 +102,36 @@ def _show(value: object) -> str:
 
 def same_json(a: object, b: object) -> bool:
     """JSON equality: 2 equals 2.0, but a boolean is never a number (unlike Python's ``==``)."""
-    # Exact JSON types first (every call's data is compared with the task's, so this runs a lot);
-    # anything else, subclasses included, by the general rule below.
+    # Every call's data is compared with the task's, and almost always it is equal: then equal by
+    # ``==`` and written alike, which says that no boolean stands for a number (its text differs)
+    # without walking the values in Python. NaN is left to the walk too: ``==`` takes one NaN object
+    # for equal to itself inside a list. Any test failing leaves it to the walk.
+    if a == b:
+        try:
+            text = pydantic_core.to_json(a)
+            if text == pydantic_core.to_json(b) and b"NaN" not in text:
+                return True
+        except (pydantic_core.PydanticSerializationError, ValueError):
+            pass
+    return _same_json_walk(a, b)
+
+
+def _same_json_walk(a: object, b: object) -> bool:
+    # Exact JSON types first; anything else, subclasses included, by the general rule below.
     if type(a) is str:
         return type(b) is str and a == b
     if type(a) is dict and type(b) is dict:
-        return a.keys() == b.keys() and all(same_json(value, b[key]) for key, value in a.items())
+        return a.keys() == b.keys() and all(_same_json_walk(value, b[key]) for key, value in a.items())
     if type(a) is list and type(b) is list:
-        return len(a) == len(b) and all(map(same_json, a, b))
+        return len(a) == len(b) and all(map(_same_json_walk, a, b))
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
         return a == b
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(_same_json_walk(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(_same_json_walk(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 

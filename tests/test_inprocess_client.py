@@ -1,0 +1,250 @@
+"""`InProcessClient`: the runner's in-process connection answers exactly as the SDK's own does.
+
+Every check runs the same requests through ``mcp.Client(server)`` (the SDK's direct dispatcher) and
+through `InProcessClient(server)`, and compares what came back: results, errors (code and message),
+timeouts, notifications, progress reports and cancellation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, MCPError
+from mcp.server import Server, ServerRequestContext
+from pydantic import BaseModel
+
+import mcp_resili.client.session as runner_session
+from mcp_resili import META_EPISODE
+from mcp_resili.client.inprocess import InProcessClient, InProcessDispatcher
+from mcp_resili.client.plan import RunConfig
+from mcp_resili.client.runner import execute
+from mcp_resili.faults import parse_fault_spec
+from mcp_resili.registry.suites import get_suite
+from mcp_resili.server.app import ResiliServer
+
+pytestmark = pytest.mark.anyio
+
+CLIENTS = [Client, InProcessClient]
+
+
+class _Strict(BaseModel):
+    count: int
+
+
+def probe_server(cancelled: list[str]) -> Server[Any]:
+    """A server whose tools answer, fail in each way a handler can, talk back, or never answer."""
+    tools = [
+        types.Tool(name=name, input_schema={"type": "object"})
+        for name in ("echo", "crash", "refuse", "invalid", "chatty", "forever")
+    ]
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        arguments = params.arguments or {}
+        if params.name == "crash":
+            raise RuntimeError("a secret the wire must not show")
+        if params.name == "refuse":
+            raise MCPError(code=-32001, message="refused on purpose", data={"why": "test"})
+        if params.name == "invalid":
+            _Strict.model_validate({"count": "many"})
+        if params.name == "chatty":
+            await ctx.session.report_progress(1, 2, "half way")
+            await ctx.session.send_notification(
+                types.ToolListChangedNotification(params=types.NotificationParams(_meta={"who": "chatty"})),
+                related_request_id=ctx.request_id,
+            )
+        if params.name == "forever":
+            try:
+                await anyio.Event().wait()
+            finally:
+                cancelled.append("forever")
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=f"{params.name}: {arguments}")],
+            structured_content={"name": params.name, "arguments": arguments},
+        )
+
+    return Server("probe", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def outcome(client: Client, tool: str, **options: Any) -> Any:
+    """What a call came back with: the result's dump, or the error's code, message and data."""
+    try:
+        result = await client.call_tool(tool, {"n": 1}, **options)
+    except MCPError as exc:
+        return ("error", exc.error.code, exc.error.message, exc.error.data)
+    return result.model_dump(mode="json", by_alias=True)
+
+
+@pytest.mark.parametrize("raise_exceptions", [False, True])
+async def test_results_and_every_kind_of_handler_failure_come_back_as_over_the_sdks_path(
+    raise_exceptions: bool,
+) -> None:
+    seen: dict[type[Client], list[Any]] = {}
+    for kind in CLIENTS:
+        async with kind(probe_server([]), raise_exceptions=raise_exceptions) as client:
+            listed = (await client.list_tools()).model_dump(mode="json", by_alias=True)
+            seen[kind] = [listed] + [
+                await outcome(client, tool) for tool in ("echo", "crash", "refuse", "invalid", "nope")
+            ]
+    assert seen[InProcessClient] == seen[Client]
+    crash = seen[InProcessClient][2]
+    assert crash[:2] == ("error", types.INTERNAL_ERROR)
+    # The handler's own words reach the caller only when it asked for them.
+    assert ("secret" in crash[2]) is raise_exceptions
+    assert seen[InProcessClient][3] == ("error", -32001, "refused on purpose", {"why": "test"})
+    assert seen[InProcessClient][4][:3] == ("error", types.INVALID_PARAMS, "Invalid request parameters")
+
+
+async def test_a_call_that_outlasts_its_timeout_fails_as_a_timeout_and_its_handler_is_cancelled() -> None:
+    seen: dict[type[Client], Any] = {}
+    for kind in CLIENTS:
+        cancelled: list[str] = []
+        async with kind(probe_server(cancelled)) as client:
+            with anyio.move_on_after(30) as guard:  # a timeout that never fires fails here, not hangs
+                seen[kind] = await outcome(client, "forever", read_timeout_seconds=0.05)
+            assert not guard.cancelled_caught, f"{kind.__name__}: the call's own timeout never fired"
+            assert await outcome(client, "echo") == (await outcome(client, "echo"))  # still serving
+        assert cancelled == ["forever"]
+    assert seen[InProcessClient] == seen[Client]
+    assert seen[InProcessClient][:2] == ("error", types.REQUEST_TIMEOUT)
+
+
+async def test_cancelling_the_caller_cancels_the_handler_and_the_client_keeps_serving() -> None:
+    for kind in CLIENTS:
+        cancelled: list[str] = []
+        async with kind(probe_server(cancelled)) as client:
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(client.call_tool, "forever", {})
+                    await anyio.wait_all_tasks_blocked()
+                    scope.cancel()
+            assert cancelled == ["forever"], kind
+            assert (await outcome(client, "echo"))["structuredContent"]["name"] == "echo"
+
+
+async def chatty_call(kind: type[Client]) -> tuple[list[Any], list[Any], Any]:
+    """What the callbacks got during the ``chatty`` call (progress, messages), and its answer."""
+    progress: list[Any] = []
+    messages: list[Any] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async def on_message(message: Any) -> None:
+        messages.append(
+            message.model_dump(mode="json", by_alias=True) if isinstance(message, BaseModel) else message
+        )
+
+    async with kind(probe_server([]), message_handler=on_message) as client:
+        answer = await outcome(client, "chatty", progress_callback=on_progress)
+    return progress, messages, answer
+
+
+async def test_progress_and_notifications_a_handler_sends_reach_the_clients_callbacks() -> None:
+    assert await chatty_call(InProcessClient) == await chatty_call(Client)
+    progress, messages, _ = await chatty_call(InProcessClient)
+    assert progress == [(1, 2, "half way")]
+    assert [m["method"] for m in messages] == ["notifications/tools/list_changed"]
+
+
+async def test_the_runners_server_answers_a_faulted_episode_the_same_over_both_clients() -> None:
+    """ResiliServer under the ResiliBench failure model: same results, errors and recorded events."""
+    suite = get_suite("resilibench")
+    task = suite.default_tasks[0]
+    seen: dict[type[Client], list[Any]] = {}
+    for kind in CLIENTS:
+        server = ResiliServer(suite, parse_fault_spec("resilibench"), seed=7)
+        meta = {META_EPISODE: {"id": "ep-1", "task": task.id, "seed": 7}}
+        fetch = ("network_fetcher", {"source": task.inputs["url"]})
+        scan = ("file_operations_scanner", {"source": task.inputs["directory"]})
+        calls = [fetch, scan] * 6 + [("network_fetcher", {}), ("no_such_tool", {})]
+        async with kind(server.mcp) as client:
+            answers = [await client.call_tool(name, arguments, meta=meta) for name, arguments in calls]
+            bad = await outcome(client, "finish")  # the finish tool without its arguments
+        events = [e.model_dump(mode="json", by_alias=True) for e in server.take_events("ep-1")]
+        seen[kind] = [[a.model_dump(mode="json", by_alias=True) for a in answers], bad, events]
+    assert seen[InProcessClient] == seen[Client]
+    answers, _, events = seen[InProcessClient]
+    texts = [a["content"][0]["text"] for a in answers]
+    assert sum(not a["isError"] for a in answers) >= 6  # real results
+    assert any(t.startswith("Error ") and "INVALID_INPUT" not in t for t in texts[:12])  # injected faults
+    assert "INVALID_INPUT" in texts[12] and "unknown tool" in texts[13]
+    assert len(events) == len(answers)
+
+
+async def test_the_runner_uses_the_lean_dispatcher_and_legacy_mode_keeps_the_sdks_streams() -> None:
+    async with InProcessClient(probe_server([])) as client:
+        assert isinstance(client.session._dispatcher, InProcessDispatcher)
+        assert (await outcome(client, "echo"))["structuredContent"]["name"] == "echo"
+    async with InProcessClient(probe_server([]), mode="legacy") as client:
+        assert not isinstance(client.session._dispatcher, InProcessDispatcher)
+        assert (await outcome(client, "echo"))["structuredContent"]["name"] == "echo"
+
+
+async def test_a_dispatcher_refuses_requests_before_it_runs_and_once_it_is_closed() -> None:
+    async def answer(ctx: Any, method: str, params: Any) -> dict[str, Any]:
+        return {"method": method}
+
+    async def ignore(ctx: Any, method: str, params: Any) -> None:
+        return None
+
+    dispatcher = InProcessDispatcher(answer)
+    with pytest.raises(RuntimeError, match="before run"):
+        await dispatcher.send_raw_request("ping", None)
+    async with anyio.create_task_group() as tg:
+        await tg.start(dispatcher.run, answer, ignore)
+        assert await dispatcher.send_raw_request("ping", None) == {"method": "ping"}
+        dispatcher.close()
+    with pytest.raises(MCPError) as closed:
+        await dispatcher.send_raw_request("ping", None)
+    assert closed.value.error.code == types.CONNECTION_CLOSED
+    with pytest.raises(RuntimeError, match="closed"):
+        await dispatcher.run(answer, ignore)
+
+
+def stored(result: Any) -> list[tuple[str, ...]]:
+    """Every stored field of every episode, with the run id (which differs between runs) masked."""
+    fields = ("episode_id", "termination", "label", "value", "score", "trace", "stop_rule")
+    return sorted(
+        tuple(str(getattr(row, f)).replace(result.run_id, "RUN") for f in fields) for row in result.rows
+    )
+
+
+@pytest.mark.parametrize(
+    ("suite", "faults"),
+    [
+        ("resilibench", "protocol:heavy+resilibench"),
+        ("toolmaze", "toolmaze:P3"),
+        ("reliabilitybench", "lambda=0.3"),
+    ],
+)
+async def test_a_run_stores_the_same_episodes_over_the_lean_hop_as_over_the_sdks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, suite: str, faults: str
+) -> None:
+    def config(name: str) -> RunConfig:
+        return RunConfig(
+            suite=suite,
+            models=("scripted:oracle", "scripted:naive"),
+            faults=(faults,),
+            trials=2,
+            limit=4,
+            time_scale=0.0,
+            db=tmp_path / f"{name}.db",
+        )
+
+    lean = await execute(config("lean"))
+    with monkeypatch.context() as patch:
+        patch.setattr(runner_session, "InProcessClient", Client)
+        sdk = await execute(config("sdk"))
+    assert len(lean.rows) == 16
+    assert stored(lean) == stored(sdk)
+    assert {row.label for row in lean.rows} - {None}  # episodes were scored

@@ -1,5 +1,7 @@
 import networkx as nx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from resilibench_gold import call_event, finish, gold_run, trace_from, turn
 
 from mcp_resili.registry.suites import get_suite
@@ -144,6 +146,32 @@ def test_termination_rules(outcomes, expected):
         for i, (t, ok) in enumerate(outcomes)
     ]
     assert termination_index(calls) == expected
+
+
+def _termination_by_definition(calls):
+    """The rules read literally, window by window (the reference the one-pass count must match)."""
+    successes = []
+    for i in range(len(calls)):
+        window = calls[max(0, i - 4) : i + 1]
+        if len(window) == 5 and all(c.is_error for c in window):
+            return i + 1, "too_many_errors"
+        if not calls[i].is_error:
+            successes.append(calls[i].tool)
+            if len(successes) > 15:
+                return i + 1, "too_many_calls"
+            if len(successes) >= 5 and len(set(successes[-5:])) == 1:
+                return i + 1, "loop"
+    return len(calls), None
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.booleans()), max_size=30))
+def test_termination_rules_agree_with_their_window_by_window_definition(outcomes):
+    calls = [
+        ToolCallEvent(episode="e", seq=i, tool=t, arguments={}, is_error=not ok)
+        for i, (t, ok) in enumerate(outcomes)
+    ]
+    assert termination_index(calls) == _termination_by_definition(calls)
 
 
 def test_scoring_is_pure():

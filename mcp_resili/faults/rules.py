@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import random
 from typing import ClassVar, Literal
 
@@ -19,7 +20,13 @@ class NoFaults(BasePlan):
 
     def decide(self, call: CallContext, rng: random.Random) -> FaultDecision:
         """Nothing fires."""
-        return FaultDecision(plan=self.kind, ordinal=call.ordinal)
+        return _nothing_fires(call.ordinal)
+
+
+@functools.lru_cache(maxsize=1024)
+def _nothing_fires(ordinal: int) -> FaultDecision:
+    # The same immutable entry for every call with this ordinal: no model to build on every call.
+    return FaultDecision(plan="none", ordinal=ordinal)
 
 
 class FaultRule(BaseModel):

@@ -77,19 +77,29 @@ _RESILIBENCH_TERMINATION: dict[str, Literal["too_many_errors", "loop"]] = {
 
 
 def termination_index(calls: Sequence[ToolCallEvent]) -> tuple[int, str | None]:
-    """How many calls count, and which ResiliBench rule (if any) cut the episode there."""
-    successes: list[str] = []
-    for i in range(len(calls)):
-        window = calls[max(0, i - CONSECUTIVE_FAILURES + 1) : i + 1]
-        if len(window) == CONSECUTIVE_FAILURES and all(c.is_error for c in window):
-            return i + 1, "too_many_errors"
-        if not calls[i].is_error:
-            successes.append(calls[i].tool)
-            if len(successes) > MAX_SUCCESSFUL_CALLS:
-                return i + 1, "too_many_calls"
-            last = successes[-LOOP_REPEATS:]
-            if len(last) == LOOP_REPEATS and len(set(last)) == 1:
-                return i + 1, "loop"
+    """How many calls count, and which ResiliBench rule (if any) cut the episode there.
+
+    The rules, in the order they are checked at each call: `CONSECUTIVE_FAILURES` failed calls in a
+    row; more than `MAX_SUCCESSFUL_CALLS` successful calls; the same tool in `LOOP_REPEATS` successful
+    calls in a row (failed calls between them do not break the row). One pass with running counts: the
+    agent loop asks this after every turn.
+    """
+    failed_in_row = successes = same_in_row = 0
+    last_success: str | None = None
+    for i, call in enumerate(calls):
+        if call.is_error:
+            failed_in_row += 1
+            if failed_in_row == CONSECUTIVE_FAILURES:
+                return i + 1, "too_many_errors"
+            continue
+        failed_in_row = 0
+        successes += 1
+        if successes > MAX_SUCCESSFUL_CALLS:
+            return i + 1, "too_many_calls"
+        same_in_row = same_in_row + 1 if call.tool == last_success else 1
+        last_success = call.tool
+        if same_in_row == LOOP_REPEATS:
+            return i + 1, "loop"
     return len(calls), None
 
 

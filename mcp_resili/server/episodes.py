@@ -91,6 +91,8 @@ def _invalid(message: str) -> MCPError:
 
 
 _EPISODE_KEYS = frozenset({"id", "task", "trial", "seed", "fault_key"})
+#: Where an episode named in a request's ``_meta`` is, in errors about it.
+_META_WHERE = f"_meta[{META_EPISODE!r}]"
 
 
 def parse_episode(raw: object, where: str) -> EpisodeRequest:
@@ -149,7 +151,7 @@ def episode_request(ctx: ServerRequestContext[Any], connection_episode: str | No
     """
     raw = (ctx.meta or {}).get(META_EPISODE)
     if raw is not None:
-        return parse_episode(raw, f"_meta[{META_EPISODE!r}]")
+        return parse_episode(raw, _META_WHERE)
     headers = getattr(ctx.request, "headers", None)
     if headers is not None:
         named = headers.get(EPISODE_HEADER)

@@ -484,10 +484,14 @@ class CallPipeline:
         )
 
 
+#: ``json.dumps(value, sort_keys=True)``, without building an encoder on every call.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
+
 def result_text(event: ToolCallEvent) -> str:
     """The text an agent reads for a call: the JSON result, or the error line."""
     if event.is_error and event.result is not None:
         details = {k: v for k, v in event.result.items() if k not in ("code", "message")}
-        suffix = f" {json.dumps(details, sort_keys=True)}" if details else ""
+        suffix = f" {_SORTED_JSON.encode(details)}" if details else ""
         return f"Error {event.error_code}: {event.result['message']}{suffix}"
-    return json.dumps(event.result, sort_keys=True)
+    return _SORTED_JSON.encode(event.result)

@@ -3,7 +3,7 @@
 Usage::
 
     python bench/server_overhead.py [--calls N] [--rounds R] [--warmup W] [--chunk C]
-                                    [--write-docs] [--profile]
+                                    [--processes P] [--write-docs] [--profile]
 
 Both servers are measured in the same run, in interleaved rounds, so machine drift hits them
 alike. Two transports:
@@ -22,6 +22,8 @@ Each round times ``--calls`` calls per server, the servers taking turns every ``
 that load from other processes hits them alike; the reported µs/call is the median over rounds of
 the round's mean; the ratio is median(ours) / median(bare). CPU time (this process plus the server
 subprocess) is reported next to wall clock: it is much less disturbed by a busy machine.
+``--processes P`` measures in memory again in P fresh processes (a process's ratio moves by a few
+percent from one process to the next); the target is judged on the median over all of them.
 ``--write-docs`` rewrites the section between the server-overhead markers in docs/benchmarks.md;
 ``--profile`` runs a differential cProfile (ResiliServer vs the bare server, in memory) and prints
 where the extra time goes.
@@ -271,23 +273,49 @@ async def measure(
         return ModeResult(mode, variants)
 
 
+async def in_memory(calls: int, rounds: int, warmup: int, chunk: int) -> ModeResult:
+    """The in-memory measurement: bare, ours, and ours with the ResiliBench fault plan."""
+    targets = {
+        "bare": build_bare_server(),
+        "ours": ours_server("none").mcp,
+        "ours+faults": ours_server("resilibench").mcp,
+    }
+    return await measure("in-memory", targets, calls=calls, rounds=rounds, warmup=warmup, chunk=chunk)
+
+
+def fresh_process_ratios(args: argparse.Namespace) -> list[tuple[float, float]]:
+    """(wall, CPU) ratio of ours over bare in memory, measured again in each of ``--processes`` processes.
+
+    One process's ratio moves by a few percent from one process to the next (memory layout, hash
+    seeds), more than between its own interleaved rounds; the median over fresh processes does not.
+    """
+    ratios = []
+    for n in range(args.processes):
+        child = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--in-memory-ratio",
+                *("--calls", str(args.calls), "--rounds", str(args.rounds)),
+                *("--warmup", str(args.warmup), "--chunk", str(args.chunk)),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        wall, cpu = (float(x) for x in child.stdout.split())
+        print(
+            f"in-memory, process {n + 1}/{args.processes}: wall {wall:.3f}x, CPU {cpu:.3f}x",
+            file=sys.stderr,
+        )
+        ratios.append((wall, cpu))
+    return ratios
+
+
 async def run_all(calls: int, rounds: int, warmup: int, chunk: int) -> list[ModeResult]:
     results = []
     t0 = time.perf_counter()
-    results.append(
-        await measure(
-            "in-memory",
-            {
-                "bare": build_bare_server(),
-                "ours": ours_server("none").mcp,
-                "ours+faults": ours_server("resilibench").mcp,
-            },
-            calls=calls,
-            rounds=rounds,
-            warmup=warmup,
-            chunk=chunk,
-        )
-    )
+    results.append(await in_memory(calls, rounds, warmup, chunk))
     print(f"in-memory done in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     t0 = time.perf_counter()
     results.append(
@@ -401,8 +429,11 @@ def docs_section(results: list[ModeResult], args: argparse.Namespace) -> str:
         f"mcp {importlib.metadata.version('mcp')}"
     )
     revision = _git_revision()
-    in_memory = next(r for r in results if r.mode == "in-memory")
-    wall, cpu_r = in_memory.ratio("ours"), in_memory.cpu_ratio("ours")
+    memory = next(r for r in results if r.mode == "in-memory")
+    # The verdict reads the median over every in-memory measurement: this run's and the fresh processes'.
+    measured = [(memory.ratio("ours"), memory.cpu_ratio("ours")), *args.process_ratios]
+    wall = statistics.median(w for w, _ in measured)
+    cpu_r = statistics.median(c for _, c in measured)
 
     def judged(kind: str, r: float) -> str:
         return f"{kind} {r:.2f}× {'≤' if r <= TARGET_RATIO else '>'} {TARGET_RATIO}×"
@@ -431,7 +462,7 @@ def docs_section(results: list[ModeResult], args: argparse.Namespace) -> str:
         f"- Machine: {machine}; load average (1/5/15 min) at start: {load}",
         *([f"- Revision: {revision}"] if revision else []),
         f"- Command: `python bench/server_overhead.py --calls {args.calls} --rounds {args.rounds} "
-        f"--warmup {args.warmup} --chunk {args.chunk} --write-docs`",
+        f"--warmup {args.warmup} --chunk {args.chunk} --processes {args.processes} --write-docs`",
         f"- Workload: `{READER}` then `{PARSER}` on its data, repeated, after {args.warmup} warm-up",
         f"  calls per server. {args.rounds} rounds of {args.calls} calls per server; within a round the",
         f"  servers take turns every {args.chunk} calls.",
@@ -449,23 +480,32 @@ def docs_section(results: list[ModeResult], args: argparse.Namespace) -> str:
         )
     lines += [
         "",
-        f"Target (issue): ours/bare ≤ {TARGET_RATIO}× in memory with faults off: {verdict}.",
+        f"In memory, faults off, measured in {len(measured)} processes (this run and"
+        f" {len(measured) - 1} fresh ones, `--processes`): wall ratios"
+        f" {' '.join(f'{w:.3f}' for w, _ in measured)},"
+        f" CPU ratios {' '.join(f'{c:.3f}' for _, c in measured)}.",
+        "",
+        f"Target (issue): ours/bare ≤ {TARGET_RATIO}× in memory with faults off, judged on the medians over"
+        f" those processes: {verdict}.",
         "Since issue 12 a tool runs in a worker thread (so a slow call never delays another session),",
         "except tools their library marks inline (bounded work per argument: both tools here) called",
         "with small arguments, which run on the event loop like the bare server's; every result is",
         "snapshotted for the trace. Since issue 15 ours answers a 2026-era `tools/call` in its wire",
         "form from its innermost middleware (the bare server's SDK handler path validates each result",
         "against the protocol surface and dumps it again; the answers are the same, byte for byte:",
-        "`tests/test_wire_form.py`). What remains is the pipeline's own work per call, about 25 µs of CPU",
-        "measured alone on 2026-11-24: the result's JSON snapshot (about 6 µs: what keeps a recorded result",
-        "as it was when a later call changes the tool state), the recorded event (about 3 µs), argument",
-        "validation and number checks, the fault decision, the episode lookup. The episode's lock costs two",
-        "attribute tests when no other call of the episode waits (anyio's lock cost about 3 µs).",
+        "`tests/test_wire_form.py`). What remains is the pipeline's own work per call, about 22 µs of CPU",
+        "measured alone on 2026-11-24 (25 µs earlier that day): the result's JSON snapshot (about 4 µs on",
+        "this workload: what keeps a recorded result as it was when a later call changes the tool state),",
+        "the recorded event and its history entry (about 2.5 µs), argument validation and number checks",
+        "(about 2 µs), the episode lookup (about 2 µs), the fault decision's context, and the pipeline's",
+        "coroutine layers. The episode's lock costs two attribute tests when no other call of the episode",
+        "waits; the no-faults plan hands out one immutable decision per ordinal; idle expiry walks the",
+        "episode table only once an episode can have expired.",
         "",
         "With faults on, calls that get an injected error skip the simulator and return no structured",
         "content, so that row is not a like-for-like overhead figure; it is shown for information.",
-        "The bare server lists 30 tools, ours 31 (plus `finish`). Timings come from one run; on a",
-        "shared machine expect several percent of run-to-run noise in the wall-clock ratios.",
+        "The bare server lists 30 tools, ours 31 (plus `finish`). The table comes from one run; on a",
+        "shared machine expect several percent of noise from one process to the next, hence the medians.",
     ]
     lines.append(END_MARKER)
     return "\n".join(lines)
@@ -545,18 +585,30 @@ def main(argv: list[str] | None = None) -> int:
         default=20,
         help="calls per turn when servers alternate within a round (default 20)",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="also measure in memory in this many fresh processes; the target is judged on the median",
+    )
+    parser.add_argument("--in-memory-ratio", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--write-docs", action="store_true", help=f"rewrite the section in {BENCHMARKS_PAGE}")
     parser.add_argument(
         "--profile", action="store_true", help="also a differential cProfile, ours vs bare, in memory"
     )
     args = parser.parse_args(argv)
-    if args.calls < 2 or args.rounds < 1 or args.warmup < 0 or args.chunk < 1:
-        parser.error("need --calls >= 2, --rounds >= 1, --warmup >= 0, --chunk >= 1")
+    if args.calls < 2 or args.rounds < 1 or args.warmup < 0 or args.chunk < 1 or args.processes < 0:
+        parser.error("need --calls >= 2, --rounds >= 1, --warmup >= 0, --chunk >= 1, --processes >= 0")
+    if args.in_memory_ratio:  # a fresh process of --processes: its two ratios on stdout
+        memory = anyio.run(in_memory, args.calls, args.rounds, args.warmup, args.chunk)
+        print(memory.ratio("ours"), memory.cpu_ratio("ours"))
+        return 0
 
     # Load when the run started: other processes skew wall-clock timings.
     args.load = os.getloadavg() if hasattr(os, "getloadavg") else ()
     started = time.perf_counter()
     results = anyio.run(run_all, args.calls, args.rounds, args.warmup, args.chunk)
+    args.process_ratios = fresh_process_ratios(args)
     print_report(results)
     ratio = next(r for r in results if r.mode == "in-memory").ratio("ours")
     cpu_ratio = next(r for r in results if r.mode == "in-memory").cpu_ratio("ours")
@@ -565,6 +617,13 @@ def main(argv: list[str] | None = None) -> int:
         f"\nin-memory ours/bare: wall {ratio:.2f}x, CPU {cpu_ratio:.2f}x, "
         f"CPU of the 10% least-disturbed chunks {low:.2f}x (target <= {TARGET_RATIO}x)"
     )
+    if args.process_ratios:
+        walls = [ratio, *(w for w, _ in args.process_ratios)]
+        cpus = [cpu_ratio, *(c for _, c in args.process_ratios)]
+        print(
+            f"in-memory over {len(walls)} processes: median wall {statistics.median(walls):.3f}x, "
+            f"median CPU {statistics.median(cpus):.3f}x"
+        )
     print(f"total {time.perf_counter() - started:.1f}s", file=sys.stderr)
     if args.write_docs:
         write_section(docs_section(results, args), START_MARKER, END_MARKER)

@@ -436,7 +436,7 @@ def docs_section(results: list[ModeResult], args: argparse.Namespace) -> str:
     cpu_r = statistics.median(c for _, c in measured)
 
     def judged(kind: str, r: float) -> str:
-        return f"{kind} {r:.2f}× {'≤' if r <= TARGET_RATIO else '>'} {TARGET_RATIO}×"
+        return f"{kind} {r:.3f}× {'≤' if r <= TARGET_RATIO else '>'} {TARGET_RATIO}×"
 
     if wall <= TARGET_RATIO and cpu_r <= TARGET_RATIO:
         verdict = f"**met** ({judged('wall clock', wall)}; {judged('CPU', cpu_r)})"

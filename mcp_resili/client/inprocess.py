@@ -6,7 +6,7 @@ handlers, the protocol's request checks), and the client's `ClientSession` check
 the hop between the two is ours. The SDK's `DirectDispatcher` is general: either side may start first,
 so every request waits for its peer to be ready; it opens a timer scope even without a timeout; and it
 yields to the event loop after every request (a workaround for coverage tracing on Python 3.11). Here
-the server is always ready, so a request just awaits the server's handler: about 15% less CPU per
+the server is always ready, so a request just awaits the server's handler: about 10% less CPU per
 episode (`bench/episode_cpu.py`). The answers are the same, error for error
 (`tests/test_inprocess_client.py`).
 """

@@ -186,10 +186,8 @@ class InProcessDispatcher:
             return
         if run_notify_intercept(self._on_notify_intercept, method, params):
             return
-        await on_notify(_RequestContext(None, self._refuse_notify, None), method, params)
-
-    async def _refuse_notify(self, method: str, params: Mapping[str, Any] | None) -> None:
-        logger.debug("dropped client notification %r: the in-process server takes none", method)
+        # Its context's notifications would go back to the server, which takes none (`notify`).
+        await on_notify(_RequestContext(None, self.notify, None), method, params)
 
 
 def in_process_connector(

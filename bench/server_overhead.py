@@ -14,9 +14,13 @@ alike. Two transports:
 The workload is a fixed, realistic pair repeated: ``file_operations_reader`` on ``data/sales_1.csv``,
 then ``data_processing_parser`` on the reader's data (neither tool has dependencies). Every call
 carries ``_meta["mcp-resili/episode"]``; a fresh episode id every 50 calls keeps per-episode history
-bounded. ``ours+faults`` is ResiliServer with the ``resilibench`` fault plan: some calls then return
-injected errors (cheaper than a real result: no simulation, no structured content), so its ratio is
-reported for information; the issue target (ours/bare ≤ 1.05× in memory, issue 15) is about faults off.
+bounded. In memory, ours closes each episode as it moves on (timed), as the in-process runner does;
+``ours, episodes left open`` keeps them open, as an outside agent that never fetches its trace does
+(the server then holds every recorded event until the episode expires), for information. Over stdio
+episodes are left open. ``ours+faults`` is ResiliServer with the ``resilibench`` fault plan: some
+calls then return injected errors (cheaper than a real result: no simulation, no structured
+content), so its ratio is reported for information; the issue target (ours/bare ≤ 1.05× in memory,
+issue 15) is about faults off.
 
 Each round times ``--calls`` calls per server, the servers taking turns every ``--chunk`` calls so
 that load from other processes hits them alike; the reported µs/call is the median over rounds of
@@ -44,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +71,8 @@ START_MARKER = "<!-- server-overhead:start -->"
 END_MARKER = "<!-- server-overhead:end -->"
 TARGET_RATIO = 1.05  # issue 15 (it was 1.15 before)
 EPISODE_EVERY = 50
+#: The in-memory variant that never closes its episodes (an outside agent's use), for information.
+OPEN = "ours, episodes left open"
 
 sys.path.insert(0, str(BENCH_DIR))
 from bare_server import build_bare_server  # noqa: E402
@@ -86,6 +93,8 @@ class Variant:
     client: Client
     #: The server's subprocess (stdio), whose CPU time counts too; None in memory.
     server_pid: int | None = None
+    #: Closes an episode the variant has moved on from (timed), as the in-process runner does.
+    close_episode: Callable[[str], object] | None = None
     round_us: list[float] = field(default_factory=list)
     round_cpu_us: list[float] = field(default_factory=list)
     latencies_us: list[float] = field(default_factory=list)
@@ -105,8 +114,10 @@ class Variant:
         start = time.perf_counter()
         for i in range(self.calls, self.calls + n):
             if i % EPISODE_EVERY == 0:
+                if self.close_episode is not None and self.episode > 0:
+                    self.close_episode(self.episode_id)
                 self.episode += 1
-            meta = {META_EPISODE: f"bench-{self.name}-{self.episode}"}
+            meta = {META_EPISODE: self.episode_id}
             t0 = time.perf_counter()
             if i % 2 == 0:
                 result = await client.call_tool(READER, READER_ARGS, meta=meta)
@@ -118,6 +129,10 @@ class Variant:
         cpu = self.cpu_seconds() - cpu_start
         self.calls += n
         return elapsed, cpu, latencies, errors
+
+    @property
+    def episode_id(self) -> str:
+        return f"bench-{self.name}-{self.episode}"
 
     def cpu_seconds(self) -> float:
         """CPU time of this process (client, and the server in memory) plus the server subprocess."""
@@ -220,7 +235,14 @@ def bare_stdio() -> StdioServerParameters:
 
 
 async def measure(
-    mode: str, targets: dict[str, Any], *, calls: int, rounds: int, warmup: int, chunk: int
+    mode: str,
+    targets: dict[str, Any],
+    *,
+    calls: int,
+    rounds: int,
+    warmup: int,
+    chunk: int,
+    closers: dict[str, Callable[[str], object]] | None = None,
 ) -> ModeResult:
     async with AsyncExitStack() as stack:
         variants: dict[str, Variant] = {}
@@ -239,7 +261,7 @@ async def measure(
                 raise RuntimeError(
                     f"{mode}/{name}: expected the 30 ResiliBench tools, got {len(listed.tools)}"
                 )
-            variants[name] = Variant(name, client, server_pid)
+            variants[name] = Variant(name, client, server_pid, (closers or {}).get(name))
         for variant in variants.values():
             await variant.run(warmup)
         # Move everything alive now out of the collector's sight: the gc.collect() before each chunk
@@ -274,13 +296,13 @@ async def measure(
 
 
 async def in_memory(calls: int, rounds: int, warmup: int, chunk: int) -> ModeResult:
-    """The in-memory measurement: bare, ours, and ours with the ResiliBench fault plan."""
-    targets = {
-        "bare": build_bare_server(),
-        "ours": ours_server("none").mcp,
-        "ours+faults": ours_server("resilibench").mcp,
-    }
-    return await measure("in-memory", targets, calls=calls, rounds=rounds, warmup=warmup, chunk=chunk)
+    """The in-memory measurement: bare, ours, ours with the ResiliBench fault plan, ours never closing."""
+    ours, faulted, left_open = ours_server("none"), ours_server("resilibench"), ours_server("none")
+    targets = {"bare": build_bare_server(), "ours": ours.mcp, "ours+faults": faulted.mcp, OPEN: left_open.mcp}
+    closers = {"ours": ours.close_episode, "ours+faults": faulted.close_episode}
+    return await measure(
+        "in-memory", targets, calls=calls, rounds=rounds, warmup=warmup, chunk=chunk, closers=closers
+    )
 
 
 def fresh_process_ratios(args: argparse.Namespace) -> list[tuple[float, float]]:
@@ -353,7 +375,11 @@ def rows(results: list[ModeResult]) -> list[Row]:
     out = []
     for res in results:
         bare = res.variants["bare"]
-        for name, label in (("ours", res.mode), ("ours+faults", f"{res.mode}, faults=resilibench")):
+        for name, label in (
+            ("ours", res.mode),
+            ("ours+faults", f"{res.mode}, faults=resilibench"),
+            (OPEN, f"{res.mode}, episodes left open"),
+        ):
             if name not in res.variants:
                 continue
             v = res.variants[name]

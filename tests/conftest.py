@@ -10,6 +10,10 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Every result of a library that declares fresh results is checked, in this process and in every
+# server it starts (`mcp_resili.server.backend.verify_fresh_results`).
+os.environ["MCP_RESILI_CHECK_FRESH_RESULTS"] = "1"
+
 
 @pytest.fixture
 def anyio_backend():

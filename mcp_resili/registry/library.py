@@ -40,6 +40,11 @@ class ToolLibrary:
     #: bounded by a small multiple of their arguments' (and the episode state's) size, with no loop
     #: over a count the caller picks and no waiting. Every other tool runs in a worker thread.
     inline: frozenset[str] = frozenset()
+    #: Whether every simulator builds its result from new lists and dicts: none is held by the tool
+    #: state, the arguments, an earlier result or anything else (strings and numbers may be shared,
+    #: nothing can change them), and every value is plain JSON. The server then records a result as
+    #: it is instead of a copy; the test suite checks every such result (`server.backend`).
+    fresh_results: bool = False
 
     def __post_init__(self) -> None:
         names = [spec.name for spec in self.specs]

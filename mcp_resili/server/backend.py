@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -148,20 +150,13 @@ class SimulatedBackend:
     def _simulate(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome:
         try:
             result = self.library.simulate(spec.name, arguments, state)
-            # A result may share objects with the episode's state (a record the tool keeps): the
-            # recorded event must show it as it was at this call, not as later calls change it. A JSON
-            # round trip is the snapshot (what the wire does anyway), four times cheaper than deepcopy.
-            try:
-                encoded = pydantic_core.to_json(result)
-            except Exception:
-                _refuse_non_finite(result)
-                raise
-            # JSON has no NaN or infinity; the encoder writes them as bare NaN / Infinity, so a result
-            # without those bytes has none (with them, maybe only in a text: the exact walk decides).
-            if b"NaN" in encoded or b"Infinity" in encoded:
-                _refuse_non_finite(result)
-            snapshot: dict[str, Any] = pydantic_core.from_json(encoded)
-            return ToolOutcome(structured=snapshot)
+            encoded = _finite_json(result)
+            if not self.library.fresh_results:
+                # A result may share objects with the episode's state (a record the tool keeps): the
+                # recorded event must show it as it was at this call, not as later calls change it. A
+                # JSON round trip is the copy (what the wire does anyway), four times cheaper than
+                # deepcopy.
+                return ToolOutcome(structured=pydantic_core.from_json(encoded))
         except ToolFailure as failure:
             return ToolOutcome(structured=None, error_code=failure.code, message=failure.message)
         except Exception as exc:  # a bug in the tool: the call fails, the server does not
@@ -172,6 +167,72 @@ class SimulatedBackend:
                 message=f"{spec.name} failed unexpectedly ({type(exc).__name__}); the tool is at fault, "
                 "not the arguments",
             )
+        if verify_fresh_results:
+            copy = pydantic_core.from_json(encoded)
+            _check_fresh(spec.name, result, copy)
+        return ToolOutcome(structured=result)
+
+
+def _finite_json(result: Any) -> bytes:
+    """``result`` as JSON; ValueError when it holds NaN or an infinity (JSON has neither)."""
+    try:
+        encoded = pydantic_core.to_json(result)
+    except Exception:
+        _refuse_non_finite(result)
+        raise
+    # The encoder writes NaN and infinities as bare NaN / Infinity, so a result without those bytes
+    # has none (with them, maybe only in a text: the exact walk decides).
+    if b"NaN" in encoded or b"Infinity" in encoded:
+        _refuse_non_finite(result)
+    return encoded
+
+
+#: When set (``MCP_RESILI_CHECK_FRESH_RESULTS=1``; the test suite sets it), every result of a library
+#: that declares `ToolLibrary.fresh_results` is checked: a list or dict that anything else holds, or a
+#: value JSON would change, raises `NotFreshError` out of the call, wherever the library's tools run.
+verify_fresh_results = os.environ.get("MCP_RESILI_CHECK_FRESH_RESULTS") == "1"
+
+
+class NotFreshError(AssertionError):
+    """A library that declares fresh results returned a shared container or a non-JSON value."""
+
+
+def _check_fresh(tool: str, result: Any, copy: Any) -> None:
+    """Raise `NotFreshError` unless ``result`` is plain JSON whose lists and dicts nothing else holds.
+
+    ``copy`` is ``result``'s JSON round trip, bound as ``result`` is (one name in the caller): a twin
+    is held only by its parent and this walk, so a container held anywhere else (the tool state, the
+    arguments, a cache) has a higher reference count than its twin (CPython's counts).
+    """
+    where = None
+    if type(result) is not dict or sys.getrefcount(result) != sys.getrefcount(copy):
+        where = "(result)"
+    else:
+        where = _first_not_fresh(result, copy, "")
+    if where is not None:
+        raise NotFreshError(
+            f"{tool} returned a result whose {where} is held elsewhere too or is not plain JSON, "
+            "but its library declares fresh results"
+        )
+
+
+def _first_not_fresh(value: Any, twin: Any, path: str) -> str | None:
+    if value.keys() != twin.keys() if type(value) is dict else len(value) != len(twin):
+        return path or "(result)"
+    # Indexing (not .items() or zip, whose tuples hold a reference) binds an item and its twin alike.
+    for key in list(value) if type(value) is dict else range(len(value)):
+        item = value[key]
+        twin_item = twin[key]
+        where = f"{path}/{key}"
+        if type(item) is not type(twin_item):
+            return where
+        if type(item) is dict or type(item) is list:
+            if sys.getrefcount(item) != sys.getrefcount(twin_item):
+                return where
+            found = _first_not_fresh(item, twin_item, where)
+            if found is not None:
+                return found
+    return None
 
 
 def _refuse_non_finite(result: Any) -> None:

@@ -20,7 +20,11 @@ def resilibench_library() -> ToolLibrary:
     # whose loop runs ``options.iterations`` times: that one keeps its worker thread.
     inline = frozenset(SIMULATORS) - {"computation_simulator"}
     return ToolLibrary(
-        "resilibench", load_specs(__package__ or __name__, "tools.json"), simulators, inline=inline
+        "resilibench",
+        load_specs(__package__ or __name__, "tools.json"),
+        simulators,
+        inline=inline,
+        fresh_results=True,
     )
 
 

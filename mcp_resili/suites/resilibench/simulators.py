@@ -19,6 +19,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pydantic_core
+
 from mcp_resili.registry.library import Simulator, ToolFailure, ToolState
 
 CATEGORIES = ("alpha", "beta", "gamma")
@@ -36,6 +38,23 @@ def _ident(prefix: str, *parts: object) -> str:
 
 def _ok(data: dict[str, Any], **metadata: Any) -> dict[str, Any]:
     return {"success": True, "data": data, "metadata": metadata}
+
+
+# Results are fresh (the library declares it, and the tests check every result): a value taken from
+# the arguments into a result is copied, never shared with the caller's objects.
+
+
+def _copied(value: Any) -> Any:
+    """A copy of JSON ``value`` that shares no list or dict with it."""
+    return pydantic_core.from_json(pydantic_core.to_json(value))
+
+
+def _copied_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``record``: a new dict, and new nested values if it has any (records are flat)."""
+    copy = dict(record)
+    if any(type(value) is dict or type(value) is list for value in copy.values()):
+        return dict(_copied(copy))
+    return copy
 
 
 def _records_for(source: str) -> list[dict[str, Any]]:
@@ -156,7 +175,7 @@ def _records(args: Mapping[str, Any]) -> list[dict[str, Any]]:
     records = args["data"].get("records")
     if not isinstance(records, list) or not all(isinstance(r, Mapping) for r in records):
         raise ToolFailure("INVALID_INPUT", "data.records must be a list of record objects")
-    return [dict(r) for r in records]
+    return [_copied_record(r) for r in records]
 
 
 def _options(args: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -331,7 +350,7 @@ def _net_router(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
         {
             "route": [f"gw-{i + 1}" for i in range(hops)] + [destination],
             "destination": destination,
-            "payload": args["data"],
+            "payload": _copied(args["data"]),
         }
     )
 
@@ -339,7 +358,7 @@ def _net_router(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
 def _net_validator(args: Mapping[str, Any], state: ToolState) -> dict[str, Any]:
     data = args["data"]
     checks = {"has_records": "records" in data, "non_empty": bool(data.get("records") or data.get("content"))}
-    return _ok({**data, "valid": all(checks.values()), "checks": checks})
+    return _ok({**_copied(data), "valid": all(checks.values()), "checks": checks})
 
 
 # --- computation -----------------------------------------------------------------------------------

@@ -238,6 +238,9 @@ class CallChecker:
             json.dumps(structured, allow_nan=False)
         except ValueError:
             self.problems.append(f"{where}: structured content holds NaN or an infinity")
+        text = "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+        if text != json.dumps(structured, sort_keys=True):  # the agent reads what is in the result
+            self.problems.append(f"{where}: the text is not the structured content's JSON: {text[:200]!r}")
         error = jsonschema.exceptions.best_match(
             jsonschema.Draft202012Validator(dict(tool.output_schema or {})).iter_errors(structured)
         )

@@ -8,6 +8,7 @@ tests/conftest.py): these tests show the check catching each way a result can br
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -17,12 +18,15 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_resili import META_EPISODE
 from mcp_resili.faults import NoFaults
+from mcp_resili.faults.chaos import HighLatency
 from mcp_resili.registry import ToolLibrary, ToolSpec
 from mcp_resili.registry.suites import Suite
 from mcp_resili.server import backend
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.backend import NotFreshError, SimulatedBackend
+from mcp_resili.server.pipeline import result_text
 from mcp_resili.suites.resilibench.library import resilibench_library
+from mcp_resili.trace import ToolCallEvent
 
 pytestmark = pytest.mark.anyio
 
@@ -138,3 +142,26 @@ def test_resilibench_tools_that_pass_data_through_return_copies(tool: str, argum
     assert lib.fresh_results
     outcome = simulate(lib, tool, arguments, {})  # the check runs: a shared container raises
     assert outcome.error_code is None, outcome.message
+
+
+def test_a_fresh_result_that_utf8_cannot_carry_is_a_tool_crash_as_with_a_copy() -> None:
+    lone_surrogate = {"name": "x\ud800"}
+    sims = {
+        "odd": lambda arguments, state: dict(lone_surrogate),
+        "emoji": lambda a, s: {"name": "\U0001f600"},
+    }
+    specs = tuple(ToolSpec(name=n, description=n, input_schema=ANY_OBJECT) for n in sims)
+    for fresh in (True, False):
+        lib = ToolLibrary("hand-made", specs, sims, fresh_results=fresh)
+        assert simulate(lib, "odd", {}, {}).error_code == "TOOL_CRASHED"
+        assert simulate(lib, "emoji", {}, {}).structured == {"name": "\U0001f600"}
+
+
+def test_the_backends_text_is_the_agents_only_while_no_fault_touched_the_call() -> None:
+    outcome = simulate(library(fresh=True), "fresh", {}, {})
+    assert outcome.text == json.dumps(outcome.structured, sort_keys=True)
+    untouched = ToolCallEvent(episode="e", seq=1, tool="fresh", arguments={}, is_error=False, result={"n": 1})
+    assert result_text(untouched, outcome) == outcome.text
+    # A fault may have changed the result in place and handed the same outcome on: the text is made anew.
+    touched = untouched.model_copy(update={"fault": HighLatency(delay_seconds=1.0)})
+    assert result_text(touched, outcome) == '{"n": 1}'

@@ -69,6 +69,9 @@ class ToolOutcome:
     details: dict[str, Any] = field(default_factory=dict)
     #: The upstream's own result (a proxied ``CallToolResult``), forwarded as is while no fault touched it.
     upstream: Any = None
+    #: The result's text as the agent reads it (`server.pipeline.result_text`), when the backend made it
+    #: already; used only while no fault touched the call.
+    text: str | None = None
 
     @property
     def is_error(self) -> bool:

@@ -134,6 +134,8 @@ def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 def argument_problems(schema: CompiledSchema, arguments: Any, most: int = 5) -> str | None:
     """Where and how ``arguments`` break ``schema`` (the first ``most`` problems by path), or None."""
+    if schema.is_valid(arguments):  # nearly every call: no error objects to build and sort
+        return None
     errors = sorted(schema.iter_errors(arguments), key=lambda e: list(e.absolute_path))
     if not errors:
         return None

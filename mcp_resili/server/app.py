@@ -287,10 +287,13 @@ class ResiliServer:
             return await self._finish(episode, arguments or {})
         if self.discovery is not None and name in DISCOVERY_TOOLS:
             return await self._discover(episode, name, dict(arguments or {}))
-        event = await self.pipeline.call(episode, name, arguments)
+        event, outcome = await self.pipeline.call_with_outcome(episode, name, arguments)
         note_call(episode, event)
         return tool_result(
-            result_text(event), event.is_error, None if event.is_error else event.result, self._meta(event)
+            result_text(event, outcome),
+            event.is_error,
+            None if event.is_error else event.result,
+            self._meta(event),
         )
 
     async def _discover(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import pydantic_core
 from mcp_resili.faults import ToolOutcome
 from mcp_resili.registry import ToolFailure, ToolLibrary, ToolSpec, ToolState
 from mcp_resili.server.numbers import non_finite_number
+from mcp_resili.server.wire import result_json_text
 from mcp_resili.trace.codes import TOOL_CRASHED
 
 logger = logging.getLogger(__name__)
@@ -150,13 +151,14 @@ class SimulatedBackend:
     def _simulate(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome:
         try:
             result = self.library.simulate(spec.name, arguments, state)
-            encoded = _finite_json(result)
             if not self.library.fresh_results:
                 # A result may share objects with the episode's state (a record the tool keeps): the
                 # recorded event must show it as it was at this call, not as later calls change it. A
                 # JSON round trip is the copy (what the wire does anyway), four times cheaper than
                 # deepcopy.
-                return ToolOutcome(structured=pydantic_core.from_json(encoded))
+                return ToolOutcome(structured=pydantic_core.from_json(_finite_json(result)))
+            # A fresh result is recorded as it is; its text, made now, checks it is finite JSON.
+            text = _finite_text(result)
         except ToolFailure as failure:
             return ToolOutcome(structured=None, error_code=failure.code, message=failure.message)
         except Exception as exc:  # a bug in the tool: the call fails, the server does not
@@ -168,9 +170,22 @@ class SimulatedBackend:
                 "not the arguments",
             )
         if verify_fresh_results:
-            copy = pydantic_core.from_json(encoded)
+            copy = pydantic_core.from_json(text)
             _check_fresh(spec.name, result, copy)
-        return ToolOutcome(structured=result)
+        return ToolOutcome(structured=result, text=text)
+
+
+def _finite_text(result: Any) -> str:
+    """The text of ``result`` (`result_json_text`); raises unless every number and string fits JSON."""
+    text = result_json_text(result)
+    # Written as bare NaN / Infinity: a text without those has none (with them, maybe only in a string:
+    # the exact walk decides).
+    if "NaN" in text or "Infinity" in text:
+        _refuse_non_finite(result)
+    # The text escapes every surrogate as \udXXX; a lone one, which UTF-8 cannot carry, fails here.
+    if "\\ud" in text:
+        pydantic_core.to_json(result)
+    return text
 
 
 def _finite_json(result: Any) -> bytes:

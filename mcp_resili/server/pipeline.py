@@ -7,7 +7,6 @@ MCP layer renders as a ``CallToolResult`` and the recorder writes to the trace.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import math
 import time
@@ -32,6 +31,7 @@ from mcp_resili.registry import ToolSpec
 from mcp_resili.registry.validator import argument_problems, compiled, shorten
 from mcp_resili.server.backend import SimulatedBackend, ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
+from mcp_resili.server.wire import result_json_text
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
 from mcp_resili.trace.codes import (
@@ -484,14 +484,16 @@ class CallPipeline:
         )
 
 
-#: ``json.dumps(value, sort_keys=True)``, without building an encoder on every call.
-_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+def result_text(event: ToolCallEvent, outcome: ToolOutcome | None = None) -> str:
+    """The text an agent reads for a call: the JSON result, or the error line.
 
-
-def result_text(event: ToolCallEvent) -> str:
-    """The text an agent reads for a call: the JSON result, or the error line."""
+    ``outcome`` is the call's (`CallPipeline.call_with_outcome`): a text the backend already made for
+    its result is taken when no fault touched the call.
+    """
     if event.is_error and event.result is not None:
         details = {k: v for k, v in event.result.items() if k not in ("code", "message")}
-        suffix = f" {_SORTED_JSON.encode(details)}" if details else ""
+        suffix = f" {result_json_text(details)}" if details else ""
         return f"Error {event.error_code}: {event.result['message']}{suffix}"
-    return _SORTED_JSON.encode(event.result)
+    if outcome is not None and outcome.text is not None and event.fault is None:
+        return outcome.text
+    return result_json_text(event.result)

@@ -8,10 +8,19 @@ afterwards), so these helpers give such answers what the handler path gives ever
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+#: ``json.dumps(value, sort_keys=True)``, without building an encoder on every call.
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+
+
+def result_json_text(value: Any) -> str:
+    """The text block of a result: its JSON with sorted keys (NaN and infinities as bare words)."""
+    return _SORTED_JSON.encode(value)
 
 
 def tool_result(

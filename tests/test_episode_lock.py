@@ -8,6 +8,11 @@ from mcp_resili.server.pipeline import EpisodeLock
 pytestmark = pytest.mark.anyio
 
 
+#: Seconds before a test that waits on the lock gives up: a guard, not a timing assertion. A lock that
+#: never hands itself over makes that test fail here instead of hanging the suite.
+HANG_GUARD = 30
+
+
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
@@ -34,10 +39,11 @@ async def test_waiting_calls_enter_one_at_a_time_in_arrival_order():
             order.append(name)
             inside.remove(name)
 
-    async with anyio.create_task_group() as group:
-        for name in "abcde":
-            group.start_soon(call, name)
-            await anyio.sleep(0)  # arrive in this order
+    with anyio.fail_after(HANG_GUARD):
+        async with anyio.create_task_group() as group:
+            for name in "abcde":
+                group.start_soon(call, name)
+                await anyio.sleep(0)  # arrive in this order
     assert order == list("abcde")
     assert not lock.locked()
 
@@ -51,16 +57,17 @@ async def test_a_waiter_cancelled_before_its_turn_leaves_the_queue_and_the_next_
             await release.wait()
 
     scopes: dict[str, anyio.CancelScope] = {}
-    async with anyio.create_task_group() as group:
-        group.start_soon(holder)
-        await anyio.sleep(0)
-        group.start_soon(waiter, lock, "cancelled", entered, scopes)
-        await anyio.sleep(0)
-        group.start_soon(waiter, lock, "next", entered, scopes)
-        await anyio.sleep(0)
-        scopes["cancelled"].cancel()
-        await anyio.sleep(0)
-        release.set()
+    with anyio.fail_after(HANG_GUARD):
+        async with anyio.create_task_group() as group:
+            group.start_soon(holder)
+            await anyio.sleep(0)
+            group.start_soon(waiter, lock, "cancelled", entered, scopes)
+            await anyio.sleep(0)
+            group.start_soon(waiter, lock, "next", entered, scopes)
+            await anyio.sleep(0)
+            scopes["cancelled"].cancel()
+            await anyio.sleep(0)
+            release.set()
     assert entered == ["next"]
     assert not lock.locked()
 
@@ -78,11 +85,12 @@ async def test_a_waiter_cancelled_just_as_it_is_handed_the_lock_never_leaves_it_
         scopes["cancelled"].cancel()
         handed_over.set()
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(holder)
-        await anyio.sleep(0)
-        group.start_soon(waiter, lock, "cancelled", entered, scopes)
-        group.start_soon(waiter, lock, "next", entered, scopes)
+    with anyio.fail_after(HANG_GUARD):
+        async with anyio.create_task_group() as group:
+            group.start_soon(holder)
+            await anyio.sleep(0)
+            group.start_soon(waiter, lock, "cancelled", entered, scopes)
+            group.start_soon(waiter, lock, "next", entered, scopes)
     # Whether the cancellation reached it before or after it entered, the next call got the lock.
     assert handed_over.is_set()
     assert entered[-1] == "next" and entered.count("next") == 1
@@ -96,8 +104,9 @@ async def test_an_uncontended_call_enters_without_yielding_to_the_event_loop():
     async def other() -> None:
         ran.append("other")
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(other)
-        async with lock:
-            assert ran == []  # the other task has not had a turn: entering did not yield
-        assert not lock.locked()
+    with anyio.fail_after(HANG_GUARD):
+        async with anyio.create_task_group() as group:
+            group.start_soon(other)
+            async with lock:
+                assert ran == []  # the other task has not had a turn: entering did not yield
+            assert not lock.locked()

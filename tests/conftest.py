@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from mcp_resili.server import backend as _backend
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Every result of a library that declares fresh results is checked, in this process and in every
-# server it starts (`mcp_resili.server.backend.verify_fresh_results`).
+# server it starts (`mcp_resili.server.backend.verify_fresh_results`), even if a plugin imported the
+# package before this file set the variable.
 os.environ["MCP_RESILI_CHECK_FRESH_RESULTS"] = "1"
+_backend.verify_fresh_results = True
 
 
 @pytest.fixture

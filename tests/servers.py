@@ -44,8 +44,9 @@ def child_env(**extra: str) -> dict[str, str]:
     """The environment a child process needs: PATH, and PYTHONPATH pointing at this checkout."""
     pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
-    if "HOME" in os.environ:
-        env["HOME"] = os.environ["HOME"]
+    for name in ("HOME", "MCP_RESILI_CHECK_FRESH_RESULTS"):  # the latter: tests/conftest.py
+        if name in os.environ:
+            env[name] = os.environ[name]
     env.update(extra)
     return env
 

@@ -219,9 +219,8 @@ def _check_fresh(tool: str, result: Any, copy: Any) -> None:
     is held only by its parent and this walk, so a container held anywhere else (the tool state, the
     arguments, a cache) has a higher reference count than its twin (CPython's counts).
     """
-    where = None
     if type(result) is not dict or sys.getrefcount(result) != sys.getrefcount(copy):
-        where = "(result)"
+        where: str | None = "(result)"
     else:
         where = _first_not_fresh(result, copy, "")
     if where is not None:

@@ -52,7 +52,7 @@ def _copied(value: Any) -> Any:
 def _copied_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``record``: a new dict, and new nested values if it has any (records are flat)."""
     copy = dict(record)
-    if any(type(value) is dict or type(value) is list for value in copy.values()):
+    if any(isinstance(value, dict | list | tuple) for value in copy.values()):
         return dict(_copied(copy))
     return copy
 

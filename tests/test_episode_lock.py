@@ -29,21 +29,31 @@ async def waiter(
 
 
 async def test_waiting_calls_enter_one_at_a_time_in_arrival_order():
-    lock, order, inside = EpisodeLock(), [], []
+    lock, order, inside, queued = EpisodeLock(), [], [], []
+    release = anyio.Event()
+
+    async def holder() -> None:
+        async with lock:
+            await release.wait()
 
     async def call(name: str) -> None:
+        queued.append(name)
         async with lock:
             inside.append(name)
             assert len(inside) == 1  # nobody else holds it
-            await anyio.sleep(0)  # let the others queue up behind
+            await anyio.sleep(0)  # let the others run while it is held
             order.append(name)
             inside.remove(name)
 
     with anyio.fail_after(HANG_GUARD):
         async with anyio.create_task_group() as group:
+            group.start_soon(holder)
+            await anyio.sleep(0)
             for name in "abcde":
                 group.start_soon(call, name)
                 await anyio.sleep(0)  # arrive in this order
+            assert queued == list("abcde") and order == []  # all five wait behind the holder
+            release.set()
     assert order == list("abcde")
     assert not lock.locked()
 

@@ -85,7 +85,7 @@ def test_the_check_names_where_a_result_is_shared_or_not_plain_json(tool: str, w
         simulate(library(fresh=True), tool, {"data": {"x": [1]}}, {})
 
 
-def test_a_fresh_result_passes_the_check_and_is_recorded_as_the_tool_returned_it() -> None:
+def test_a_fresh_result_passes_the_check_with_its_values_intact() -> None:
     outcome = simulate(library(fresh=True), "fresh", {}, {})
     assert outcome.structured == {"rows": [{"id": 1, "tags": ["a"]}], "n": 2.5, "ok": True}
 

@@ -20,13 +20,13 @@ class NoFaults(BasePlan):
 
     def decide(self, call: CallContext, rng: random.Random) -> FaultDecision:
         """Nothing fires."""
-        return _nothing_fires(call.ordinal)
+        return _nothing_fires(self.kind, call.ordinal)
 
 
 @functools.lru_cache(maxsize=1024)
-def _nothing_fires(ordinal: int) -> FaultDecision:
+def _nothing_fires(plan: str, ordinal: int) -> FaultDecision:
     # The same immutable entry for every call with this ordinal: no model to build on every call.
-    return FaultDecision(plan="none", ordinal=ordinal)
+    return FaultDecision(plan=plan, ordinal=ordinal)
 
 
 class FaultRule(BaseModel):

@@ -8,7 +8,7 @@ import time
 
 import jsonschema
 
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.reliabilitybench.library import reliabilitybench_library
 
 CALLS = 2000

@@ -38,7 +38,7 @@ import json, sys, tempfile, time
 from pathlib import Path
 import anyio
 from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 
 async def main(episodes):
     tmp = Path(tempfile.mkdtemp())

@@ -46,11 +46,10 @@ from hypothesis import strategies as st
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-import mcp_resili
-from mcp_resili import DISCOVERY_TOOLS, META_EPISODE, META_EVENT
 from mcp_resili.client.agent import fetch_episode_trace
+from mcp_resili.constants import DISCOVERY_TOOLS, META_EPISODE, META_EVENT, VERSION
 from mcp_resili.faults import CallOutcome, parse_fault_spec
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.episodes import EpisodeRequest
 from mcp_resili.trace import Trace
@@ -318,7 +317,7 @@ def docs_section(fuzz: list[FuzzCounts], iso: IsolationCounts, args: argparse.Na
         "",
         f"- Date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {os.cpu_count()} CPUs ({platform.machine()}), Python {platform.python_version()}, "
-        f"mcp-resili {mcp_resili.__version__}; load average (1/5/15 min) at the end: {load}",
+        f"mcp-resili {VERSION}; load average (1/5/15 min) at the end: {load}",
         f"- Revision: {_revision()}",
         f"- Command: `{command} --write-docs`",
         "",

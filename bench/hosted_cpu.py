@@ -29,7 +29,7 @@ import json, subprocess, sys, tempfile, time
 from pathlib import Path
 import anyio
 from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 
 async def main(episodes, concurrency, fake):
     proc = subprocess.Popen([sys.executable, fake, "--latency", "0"], stdout=subprocess.PIPE, text=True)

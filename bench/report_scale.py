@@ -1,6 +1,6 @@
 """Report size and build time at 20,000 episodes, against the same pipeline at 2,000 (same-run baseline).
 
-A synthetic ResiliBench-shaped run (``mcp_resili/store/synthetic.py``: real task ids, traces that
+A synthetic ResiliBench-shaped run (``mcp_resili/suites/resilibench/synthetic.py``: real task ids, traces that
 follow the golden workflows, injected faults, ~1% infrastructure errors) is written straight into a
 store; then ``report --html DIR`` builds the folder form, ``report RUN_A RUN_B --html DIR`` the
 comparison of two such runs, and headless Chromium opens each page and waits for the episode
@@ -140,7 +140,7 @@ def docs_section(results: list[Measure], load: str) -> str:
         START_MARKER,
         "## Report size at 20,000 episodes (`bench/report_scale.py`)",
         "",
-        "Synthetic ResiliBench-shaped runs (`mcp_resili/store/synthetic.py`: the 40 default tasks, traces",
+        "Synthetic ResiliBench-shaped runs (`mcp_resili/suites/resilibench/synthetic.py`: the 40 default tasks, traces",
         "following their golden workflows, faults, ~1% infrastructure errors) written straight into a store,",
         "then `mcp-resili report --html DIR` (the folder form). *Loaded to show the page*: index.html plus",
         "its index (episodes/GEN/index.js), everything a browser fetches before anyone opens an episode;",
@@ -173,7 +173,7 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO_ROOT))
-    from mcp_resili.store.synthetic import write_synthetic_run
+    from mcp_resili.suites.resilibench.synthetic import write_synthetic_run
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,11 +30,11 @@ from pathlib import Path
 import anyio
 from mcp import Client
 
+from mcp_resili.agents.scripted import OracleAgent
 from mcp_resili.client.agent import EpisodeSpec, play_episode
 from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.client.scripted import OracleAgent
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.report import wilson_interval
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.resilibench.agents import GreedyRetryAgent

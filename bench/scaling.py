@@ -180,7 +180,7 @@ def section(settings: list[Setting], args: argparse.Namespace, load: float) -> s
 
 async def main_async(args: argparse.Namespace) -> None:
     from mcp_resili.integrations.ray.executor import import_ray, prepare_local_env
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
 
     load = os.getloadavg()[0]
     prepare_local_env(None)

@@ -59,9 +59,9 @@ from benchdocs import BENCHMARKS_PAGE, write_section
 from mcp import Client, StdioServerParameters
 
 import mcp_resili
-from mcp_resili import META_EPISODE
+from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.resilibench.library import resilibench_library
 

@@ -120,7 +120,7 @@ async def measure(
     ramp_up: float | None = None,
 ) -> Measurement:
     from mcp_resili.client.runner import RunConfig, execute
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
 
     # Exactly waves × concurrency episodes, so the last wave is full and no tail skews the rate.
     # The fake answers the same whatever the task: "full" draws the tasks from the suite's full list

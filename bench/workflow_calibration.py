@@ -22,7 +22,7 @@ from pathlib import Path
 
 from benchdocs import write_section
 
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.workflow import (
     PAPER_RULES,
     TOOL_RULES,

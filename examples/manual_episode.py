@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 from mcp import Client, StdioServerParameters
 
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.tasks import resolve_arguments
 
 

@@ -26,7 +26,7 @@ import jsonschema
 import mcp_types as types
 from hypothesis import strategies as st
 
-from mcp_resili import DISCOVERY_TOOLS
+from mcp_resili.constants import DISCOVERY_TOOLS
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent
 
 #: Error codes that mean a bug on our side, whatever the input.

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import anyio
 from mcp import Client, StdioServerParameters
 
-from mcp_resili import META_EPISODE, META_EVENT
+from mcp_resili.constants import META_EPISODE, META_EVENT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"

@@ -6,7 +6,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from mcp_resili.faults import NoFaults
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import PROMPT_PAGE_SIZE, ResiliServer
 
 pytestmark = pytest.mark.anyio

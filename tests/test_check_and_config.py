@@ -10,7 +10,7 @@ from mcp import Client
 from mcp_resili.check import CheckError, check_server, check_target, sample_arguments, strict_mode_problems
 from mcp_resili.cli.config import ClientConfigError, render_config, server_entry, write_config
 from mcp_resili.faults import NoFaults
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 
 BROKEN = Path(__file__).parent / "fakes" / "broken_server.py"

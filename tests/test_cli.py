@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from mcp_resili.cli import main
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 
 
 def cli(*args, cwd=None):

@@ -9,7 +9,7 @@ from mcp_resili.cli import main
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.store import Store
 from mcp_resili.store.export import FIXED_COLUMNS, trace_file_name
-from mcp_resili.store.synthetic import write_synthetic_run
+from mcp_resili.suites.resilibench.synthetic import write_synthetic_run
 from mcp_resili.trace import Trace
 
 

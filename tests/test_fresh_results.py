@@ -16,10 +16,10 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from mcp_resili import META_EPISODE
+from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import NoFaults
 from mcp_resili.faults.chaos import HighLatency
-from mcp_resili.registry import ToolLibrary, ToolSpec
+from mcp_resili.tools import ToolLibrary, ToolSpec
 from mcp_resili.registry.suites import Suite
 from mcp_resili.server import backend
 from mcp_resili.server.app import ResiliServer

@@ -17,12 +17,12 @@ from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel
 
 import mcp_resili.client.session as runner_session
-from mcp_resili import META_EPISODE
 from mcp_resili.client.inprocess import InProcessClient, InProcessDispatcher
 from mcp_resili.client.plan import RunConfig
 from mcp_resili.client.runner import execute
+from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 
 pytestmark = pytest.mark.anyio

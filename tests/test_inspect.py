@@ -37,7 +37,7 @@ from inspect_ai.tool import ToolCall, ToolCallError
 from mcp import Client
 from servers import http_server
 
-from mcp_resili.client.model import AssistantMessage, ToolResultsMessage, UserMessage
+from mcp_resili.agents.model import AssistantMessage, ToolResultsMessage, UserMessage
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.faults import NoFaults, parse_fault_spec
 from mcp_resili.integrations.inspect import solver
@@ -47,7 +47,7 @@ from mcp_resili.integrations.inspect.metrics import numbers, pass_hat_k, suite_m
 from mcp_resili.integrations.inspect.models import ScriptedAgentAPI, to_messages
 from mcp_resili.integrations.inspect.scorer import episode_trace
 from mcp_resili.integrations.inspect.tasks import SUITE_ENTRY_POINTS, SUITE_TASKS, suite_task
-from mcp_resili.registry.suites import ENTRY_POINT_GROUP, get_suite, suite_names
+from mcp_resili.registry.loader import ENTRY_POINT_GROUP, get_suite, suite_names
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.tasks.model import resolve_arguments
 from mcp_resili.trace import EpisodeEndEvent, FinishEvent, ToolCallEvent

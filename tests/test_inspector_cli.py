@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from servers import child_env, http_server, run_inspector, serve_command
 
-from mcp_resili import DISCOVERY_TOOLS, META_EVENT
+from mcp_resili.constants import DISCOVERY_TOOLS, META_EVENT
 from mcp_resili.suites.resilibench.library import resilibench_library
 
 

@@ -198,6 +198,6 @@ def test_without_a_suite_the_listing_names_it_broken_in_one_line_and_the_others_
 
 
 def _first_default_task(suite: str) -> str:
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
 
     return get_suite(suite).default_tasks[0].id

@@ -17,8 +17,9 @@ from pydantic import model_validator
 
 from mcp_resili.cli import main
 from mcp_resili.client.plan import RunConfig, run_task_ids, select_tasks
-from mcp_resili.registry import suites as registry
-from mcp_resili.registry.suites import SuiteEntry, SuiteLoadError, UnknownTaskError, get_suite
+from mcp_resili.tools import suites as registry
+from mcp_resili.registry.suites import SuiteLoadError, UnknownTaskError
+from mcp_resili.registry.loader import SuiteEntry, get_suite
 from mcp_resili.tasks.lazy import RECENT_TASKS, InvalidTaskError, LazyTaskList
 from mcp_resili.tasks.model import Task, TaskSet
 
@@ -179,7 +180,7 @@ def test_the_cli_refuses_a_run_over_a_broken_lazy_task_in_one_line(tmp_path, mon
         textwrap.dedent(
             f"""
             import dataclasses
-            from mcp_resili.registry.suites import get_suite
+            from mcp_resili.registry.loader import get_suite
             from mcp_resili.tasks.lazy import LazyTaskList
 
             def suite():

@@ -12,8 +12,8 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from mcp_resili import META_EPISODE
 from mcp_resili.client.runner import RunConfig, execute
+from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import (
     PROTOCOL_TYPES,
     CallContext,
@@ -28,7 +28,7 @@ from mcp_resili.faults import (
     parse_plan,
 )
 from mcp_resili.faults.protocol import PROFILES
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.report.coping import coping_data
 from mcp_resili.scoring.coping import coping
 from mcp_resili.server.app import ResiliServer
@@ -398,8 +398,8 @@ def test_the_runner_copes_with_every_protocol_fault_type_and_reports_recovery(tm
 
 @pytest.mark.anyio
 async def test_the_loop_retries_a_lost_response_only_for_a_read_only_tool() -> None:
+    from mcp_resili.agents.model import ToolCall
     from mcp_resili.client.agent import EpisodeSpec, RecordedEvents, call_tool
-    from mcp_resili.client.model import ToolCall
 
     for tool, arguments, read_only in (
         (READER, ARGS, frozenset({READER})),

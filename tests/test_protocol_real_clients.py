@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from servers import CLI_TIMEOUT, child_env, http_server
 
-from mcp_resili import EPISODE_HEADER
+from mcp_resili.constants import EPISODE_HEADER
 from mcp_resili.faults import PROTOCOL_TYPES
 from mcp_resili.trace import ToolCallEvent, Trace
 

@@ -9,7 +9,7 @@ import anyio
 import pytest
 from fakes.model_server import Failure, FakeModelServer, Reply, oracle_policy, serve
 
-from mcp_resili.client.model import ModelRequest, ToolDefinition, UserMessage
+from mcp_resili.agents.model import ModelRequest, ToolDefinition, UserMessage
 from mcp_resili.client.providers import RetryPolicy, create_model
 from mcp_resili.client.runner import RunConfig, RunConfigError, estimate_run, execute
 from mcp_resili.report import summarize

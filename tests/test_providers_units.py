@@ -4,7 +4,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from mcp_resili.client.model import ContextWindowExceededError, InfrastructureError
+from mcp_resili.agents.model import ContextWindowExceededError, InfrastructureError
 from mcp_resili.client.pricing import (
     Price,
     PriceTable,

@@ -11,11 +11,11 @@ from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 from servers import child_env, cli_command
 
-from mcp_resili import META_EVENT
 from mcp_resili.client.runner import RunConfig, execute
+from mcp_resili.constants import META_EVENT
 from mcp_resili.faults import ErrorFault, NoFaults, RuleFaults
 from mcp_resili.proxy import ClientRelay, ProxyServer, UpstreamError, connect_upstream, run_proxy
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.report import summarize
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.pipeline import UPSTREAM_CLOSED

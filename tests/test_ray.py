@@ -418,7 +418,7 @@ async def test_a_worker_that_dies_three_times_before_it_starts_stops_the_run_in_
     from mcp_resili.client.plan import plan_episodes
     from mcp_resili.errors import UserError
     from mcp_resili.integrations.ray import RayRunError
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
 
     config = RunConfig(db=tmp_path / "r.db", **CONFIG)
     items = [WorkItem((planned,)) for planned in plan_episodes(config, get_suite(config.suite))]

@@ -4,7 +4,7 @@ import math
 import pytest
 from mcp import Client
 
-from mcp_resili import META_EPISODE
+from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import CallContext, FaultRule, FaultSpecError, RuleFaults, derive_rng, parse_fault_spec
 from mcp_resili.faults.chaos import (
     FAULT_TYPES,
@@ -20,7 +20,7 @@ from mcp_resili.faults.chaos import (
     StaleData,
     TransientTimeout,
 )
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.trace import Trace
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, replace
 import pytest
 from fakes.model_server import FakeModelServer, Reply, finish_call, serve
 
-from mcp_resili.client.model import MEMORY_SIZE, REFLECTION_CHARS, ModelRequest, ModelResponse
+from mcp_resili.agents.model import MEMORY_SIZE, REFLECTION_CHARS, ModelRequest, ModelResponse
+from mcp_resili.agents.scripted import NaiveAgent
 from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.client.scripted import NaiveAgent
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.reliabilitybench.agents import RETRY_LESSON
 from mcp_resili.trace import EpisodeEndEvent, ReflectionEvent, Trace
 

@@ -7,16 +7,16 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from mcp_resili.client.model import (
+from mcp_resili.agents.model import (
     AssistantMessage,
     InfrastructureError,
     ModelRequest,
     ModelResponse,
     ToolCall,
 )
+from mcp_resili.agents.scripted import OracleAgent
 from mcp_resili.client.runner import RunConfig, RunConfigError, execute, stop_rules_for
-from mcp_resili.client.scripted import OracleAgent
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.reliabilitybench.report import summarize
 from mcp_resili.trace import Trace
 

@@ -6,11 +6,11 @@ import random
 import pytest
 from mcp import Client
 
-from mcp_resili import META_EPISODE
 from mcp_resili.cli import main
+from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import ErrorFault, FaultRule, NoFaults, RuleFaults
 from mcp_resili.faults.chaos import HardRateLimit, HighLatency, SchemaDrift, TransientTimeout
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.scoring.passk import TaskTrials, gradients, pass_hat_k, pass_k, pass_k_curve, wilson
 from mcp_resili.server.app import EpisodeRequest, ResiliServer
 from mcp_resili.store import EpisodeRow

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mcp_resili.cli import main
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.reliabilitybench.generate import generate_task, solve
 from mcp_resili.suites.reliabilitybench.library import DOMAINS, reliabilitybench_library
 from mcp_resili.suites.reliabilitybench.model import details, expected

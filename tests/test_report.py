@@ -17,7 +17,7 @@ from mcp_resili.report.html import render_html
 from mcp_resili.report.section import ChartBlock
 from mcp_resili.report.stats import mcnemar_exact, mean_interval
 from mcp_resili.store import Store
-from mcp_resili.store.synthetic import write_synthetic_run
+from mcp_resili.suites.resilibench.synthetic import write_synthetic_run
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import pytest
 from resilibench_gold import gold_run
 
-from mcp_resili.client.model import (
+from mcp_resili.agents.model import (
     AssistantMessage,
     ModelRequest,
     ToolResult,
@@ -11,7 +11,7 @@ from mcp_resili.client.model import (
     UserMessage,
 )
 from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.resilibench.agents import PlanFollowerAgent, argument_value, read_plan
 from mcp_resili.suites.resilibench.flaws import FLAW_TYPES, optimal_plan
 from mcp_resili.suites.resilibench.library import resilibench_library

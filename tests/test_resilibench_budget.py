@@ -7,13 +7,13 @@ import pytest
 from mcp import Client
 from resilibench_gold import gold_run
 
+from mcp_resili.agents.scripted import OracleAgent
 from mcp_resili.cli import main
 from mcp_resili.client.agent import EpisodeSpec, play_episode
 from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.client.scripted import OracleAgent
 from mcp_resili.faults import CallContext, CallOutcome, parse_fault_spec
 from mcp_resili.faults.rng import derive_rng
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.scoring.termination import counts_against_budget
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.resilibench.agents import GreedyRetryAgent

@@ -5,8 +5,8 @@ import itertools
 import pytest
 
 from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.registry.search import ToolIndex
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.tools.search import ToolIndex
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.resilibench.flaws import (
     FLAW_METHODS,
     SEVERITIES,

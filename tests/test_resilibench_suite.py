@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.resilibench.generate import TABLE7_COUNTS, rebuild_task
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.tasks import default_tasks, full_tasks

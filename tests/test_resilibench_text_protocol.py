@@ -2,10 +2,10 @@
 
 import pytest
 
-from mcp_resili.client.model import ModelRequest, ModelResponse, ToolDefinition, UserMessage
+from mcp_resili.agents.model import ModelRequest, ModelResponse, ToolDefinition, UserMessage
+from mcp_resili.agents.scripted import SCRIPTED_AGENTS
+from mcp_resili.agents.text_protocol import TextProtocolModel, parse_call
 from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.client.scripted import SCRIPTED_AGENTS
-from mcp_resili.client.text_protocol import TextProtocolModel, parse_call
 from mcp_resili.suites.resilibench.tasks import default_tasks
 from mcp_resili.trace import Trace
 
@@ -93,7 +93,7 @@ class Ponderer:
     name = "scripted:ponderer"
 
     async def generate(self, request):
-        from mcp_resili.client.text_protocol import TextOracleAgent
+        from mcp_resili.agents.text_protocol import TextOracleAgent
 
         users = [m.text for m in request.messages if isinstance(m, UserMessage)]
         if len(users) == 1:

@@ -5,10 +5,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from mcp_resili import META_EPISODE
+from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import NoFaults
-from mcp_resili.registry import ToolFailure
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.tools import ToolFailure
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.tasks import full_tasks

@@ -23,14 +23,14 @@ from test_export_safety import three_episode_db
 
 from mcp_resili.cli import main
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.report.build import load_report
 from mcp_resili.report.episodes import CHUNK_SIZE
 from mcp_resili.report.html import write_folder
 from mcp_resili.scoring.model import Score
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.pipeline import INVALID_ARGUMENTS, UNKNOWN_TOOL
-from mcp_resili.store.synthetic import write_synthetic_run
+from mcp_resili.suites.resilibench.synthetic import write_synthetic_run
 from mcp_resili.suites.toolmaze.model import ToolMazeTask, resolve_path_arguments
 from mcp_resili.suites.toolmaze.scoring import metrics_of, score
 from mcp_resili.suites.toolmaze.tasks import toolmaze_tasks

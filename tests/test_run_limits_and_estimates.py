@@ -4,8 +4,8 @@ from dataclasses import dataclass
 import anyio
 import pytest
 
+from mcp_resili.agents.model import HARNESS_WAIT, ModelRequest, ModelResponse, ToolCall, harness_waiting
 from mcp_resili.cli import main
-from mcp_resili.client.model import HARNESS_WAIT, ModelRequest, ModelResponse, ToolCall, harness_waiting
 from mcp_resili.client.runner import RunConfig, RunConfigError, execute
 from mcp_resili.trace.model import ModelTurnEvent, Trace, trace_lines
 
@@ -202,7 +202,7 @@ def test_a_limit_sample_covers_every_level_in_proportion_and_depends_only_on_the
     from collections import Counter
 
     from mcp_resili.client.plan import select_tasks, stratum
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
 
     tasks = get_suite("toolmaze").tasks  # 4 levels of 100; the list's first 8 are all level C1
     sample = select_tasks(tasks, 8, seed=1)
@@ -227,7 +227,7 @@ def test_the_cli_limit_samples_first_takes_the_first_n_and_the_default_run_is_un
     from mcp_resili.cli import build_parser
     from mcp_resili.cli.run import run_config
     from mcp_resili.client.plan import run_tasks
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
 
     suite = get_suite("toolmaze")
 
@@ -280,7 +280,7 @@ def test_plain_progress_shows_rate_eta_cost_and_infrastructure_errors():
 def test_a_run_whose_every_episode_is_an_infrastructure_error_exits_2_naming_the_cause(
     tmp_path, monkeypatch, capsys
 ):
-    from mcp_resili.client.model import InfrastructureError
+    from mcp_resili.agents.model import InfrastructureError
 
     @dataclass(frozen=True)
     class Unauthorised:

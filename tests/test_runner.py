@@ -4,7 +4,7 @@ from dataclasses import dataclass
 import pytest
 from servers import start_http_server
 
-from mcp_resili.client.model import InfrastructureError, ModelRequest, ModelResponse
+from mcp_resili.agents.model import InfrastructureError, ModelRequest, ModelResponse
 from mcp_resili.client.runner import RunConfig, RunConfigError, execute
 from mcp_resili.report import summarize
 from mcp_resili.store import Store

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from resilibench_gold import call_event, finish, gold_run, trace_from, turn
 
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.scoring.termination import termination_index, within_budget
 from mcp_resili.suites.resilibench.scoring import score
 from mcp_resili.tasks import StepBinding

@@ -110,7 +110,7 @@ async def test_a_ray_worker_opens_its_share_of_the_slots_over_the_ramp_too(monke
     from mcp_resili.client.limits import LimitSpec
     from mcp_resili.client.plan import plan_episodes
     from mcp_resili.integrations.ray import worker as ray_worker
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
 
     episodes = InFlight.counting(ray_worker, monkeypatch)
     config = RunConfig(trials=1, limit=3, models=("scripted:oracle",), ramp_up=3600)

@@ -122,7 +122,8 @@ def test_broken_third_party_suites_get_one_line_each_and_break_nothing_else(tmp_
         "badtasks = bad_tasks:suite",
         "bad_tasks",
         """
-        from mcp_resili.registry.suites import Suite, get_suite
+        from mcp_resili.registry.suites import Suite
+        from mcp_resili.registry.loader import get_suite
         from mcp_resili.tasks.model import TaskSet
 
         def suite():
@@ -168,7 +169,7 @@ def test_broken_third_party_suites_get_one_line_each_and_break_nothing_else(tmp_
 
 _BASE = """
 from dataclasses import replace
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 
 def base(name, **fields):
     return replace(get_suite("reliabilitybench"), name=name, **fields)
@@ -284,7 +285,8 @@ def test_a_scorer_that_fails_mid_run_stops_it_in_one_line_and_resume_finishes_it
         "flaky_scorer",
         """
         import os
-        from mcp_resili.registry.suites import Suite, get_suite
+        from mcp_resili.registry.suites import Suite
+        from mcp_resili.registry.loader import get_suite
 
         base = get_suite("reliabilitybench")
         scored = []
@@ -353,7 +355,8 @@ def test_a_suite_whose_prompt_fails_for_one_task_is_one_line_naming_it_and_store
         "badprompt = bad_prompt:suite",
         "bad_prompt",
         """
-        from mcp_resili.registry.suites import Suite, get_suite
+        from mcp_resili.registry.suites import Suite
+        from mcp_resili.registry.loader import get_suite
 
         base = get_suite("reliabilitybench")
         broken = base.tasks[1].id

@@ -10,7 +10,7 @@ import networkx as nx
 import pytest
 
 from mcp_resili.cli import main
-from mcp_resili.registry.library import ToolFailure
+from mcp_resili.tools.library import ToolFailure
 from mcp_resili.suites.toolmaze.corpus import (
     PAPER_DOMAINS,
     PAPER_GROUPS,

@@ -5,7 +5,7 @@ import pytest
 
 from mcp_resili.faults import CallContext, FaultSpecError, ToolOutcome, parse_fault_spec
 from mcp_resili.faults.error import ErrorFault
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.toolmaze.corrupt import (
     CHANGED_FACETS,
     CORRUPTIONS,

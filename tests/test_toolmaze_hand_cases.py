@@ -16,7 +16,7 @@ from mcp import Client
 from mcp_resili.faults import parse_fault_spec
 from mcp_resili.faults.base import BasePlan
 from mcp_resili.faults.protocol import ProtocolFaults
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.scoring.model import Score
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.toolmaze.model import PathStep, ToolMazeTask, resolve_path_arguments

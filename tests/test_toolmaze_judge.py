@@ -9,7 +9,7 @@ from mcp import Client
 from mcp_resili.client.agent import EpisodeSpec, RecordedEvents, play_episode
 from mcp_resili.client.providers import create_model
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.scoring.model import Score
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.toolmaze.library import corpus_index

@@ -34,11 +34,11 @@ from servers import (
     stdio_parameters,
 )
 
-from mcp_resili import AUTH_TOKEN_ENV
 from mcp_resili.check.contract import sample_arguments
 from mcp_resili.cli import main
+from mcp_resili.constants import AUTH_TOKEN_ENV
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.transports import (
     MAX_LINE_BYTES,

@@ -3,8 +3,8 @@
 import jsonschema
 import pytest
 
-from mcp_resili.registry.suites import load_all_suites
-from mcp_resili.registry.validator import CompiledSchema, compiled, schema_error
+from mcp_resili.registry.loader import load_all_suites
+from mcp_resili.tools.validator import CompiledSchema, compiled, schema_error
 
 #: Values where JSON Schema dialects and Python's types tend to disagree.
 TRICKY = [

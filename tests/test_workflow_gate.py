@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mcp_resili.cli import main
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.trace import ToolCallEvent, Trace, TraceHeader
 from mcp_resili.workflow import (
     TOOL_RULES,

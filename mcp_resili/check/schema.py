@@ -10,7 +10,7 @@ import jsonschema
 import mcp_types as types
 
 from mcp_resili.check.report import Finding, Severity
-from mcp_resili.registry.spec import TOOL_NAME_PATTERN
+from mcp_resili.tools.spec import TOOL_NAME_PATTERN
 
 #: OpenAI function names: letters, digits, underscore and dash, at most 64 characters.
 OPENAI_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

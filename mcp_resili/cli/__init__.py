@@ -13,9 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from mcp_resili import __version__
 from mcp_resili.cli import check, config, export, report, run, serve, tasks, workflow
 from mcp_resili.cli.common import one_line, user_error_in
+from mcp_resili.constants import VERSION
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mcp-resili",
         description="Chaos engineering and robustness benchmarking for tool-using LLM agents over MCP.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
     for module in (serve, run, tasks, report, export, workflow, check, config):
         module.register(commands)

@@ -228,7 +228,8 @@ def config_command(args: argparse.Namespace) -> int:
 
 def _check_faults(spec: str, *, proxied: bool) -> None:
     """Refuse now a fault SPEC the configured server would refuse at every start (exit 2)."""
+    from mcp_resili.constants import DEFAULT_SUITE
     from mcp_resili.faults import parse_fault_spec
-    from mcp_resili.registry.suites import DEFAULT_SUITE, get_suite
+    from mcp_resili.registry.loader import get_suite, proxy_scope
 
-    parse_fault_spec(spec, None if proxied else get_suite(DEFAULT_SUITE))
+    parse_fault_spec(spec, proxy_scope() if proxied else get_suite(DEFAULT_SUITE).spec_scope)

@@ -48,6 +48,7 @@ def register(commands: Commands) -> None:
 def report_command(args: argparse.Namespace) -> int:
     """Print (or write) the report of one stored run, or the comparison of several."""
     from mcp_resili.cli.common import refuse_database_as_output, stdout_console
+    from mcp_resili.registry.loader import find_suite
     from mcp_resili.report.build import ReportError, load_report
     from mcp_resili.report.compare import load_comparison
     from mcp_resili.report.html import write_figures, write_html
@@ -60,9 +61,9 @@ def report_command(args: argparse.Namespace) -> int:
     if len(runs) > 1 and args.by:
         raise ReportError("--by breaks down one run's outcome table; drop it to compare runs")
     report = (
-        load_comparison(args.db, runs)
+        load_comparison(args.db, runs, find_suite)
         if len(runs) > 1
-        else load_report(args.db, runs[0] if runs else None, by=args.by)
+        else load_report(args.db, runs[0] if runs else None, by=args.by, find_suite=find_suite)
     )
     if args.html is not None:
         print(f"wrote {write_html(report, args.html)}", file=sys.stderr)

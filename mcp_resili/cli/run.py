@@ -18,14 +18,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mcp_resili.cli.common import Commands, add_seed, one_line, stdout_console, user_error_in
+from mcp_resili.constants import DEFAULT_SUITE
 from mcp_resili.errors import UserError
-from mcp_resili.registry.suites import DEFAULT_SUITE
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from mcp_resili.client.executor import Executor
     from mcp_resili.client.runner import RunConfig, RunResult
+    from mcp_resili.registry.suites import Suite
 
 #: Hosted runs of at least this many episodes print their cost estimate before starting.
 ESTIMATE_THRESHOLD = 20
@@ -64,7 +65,7 @@ def register(commands: Commands) -> None:
 
 def _add_matrix_options(run: argparse.ArgumentParser) -> None:
     """What plays: suite, models, fault specs, prompt variants, architecture."""
-    from mcp_resili.client.model import ARCHITECTURES
+    from mcp_resili.agents.model import ARCHITECTURES
 
     run.add_argument("--suite", help=f"the benchmark suite to play (default: {DEFAULT_SUITE})")
     run.add_argument(
@@ -286,10 +287,12 @@ def run_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from mcp_resili.client.runner import estimate_run
+    from mcp_resili.registry.loader import get_suite
 
     config = run_config(args)
+    suite = get_suite(config.suite)  # the top: the suite is resolved once, here, and handed down
     if args.estimate:
-        estimate = anyio.run(estimate_run, config, args.resume)
+        estimate = anyio.run(estimate_run, config, args.resume, suite)
         print(json.dumps(asdict(estimate), indent=2) if args.json else estimate.describe())
         return 0
     executor = make_executor(args)
@@ -297,7 +300,7 @@ def run_command(args: argparse.Namespace) -> int:
     run_ids: list[str] = []
     with sigterm_stops_like_ctrl_c() as terminated:
         try:
-            result = _execute_with_progress(config, args, err, executor, run_ids.append)
+            result = _execute_with_progress(config, suite, args, err, executor, run_ids.append)
         except KeyboardInterrupt:
             how, status = (
                 ("stopped by SIGTERM", EXIT_TERMINATED)
@@ -320,7 +323,7 @@ def run_command(args: argparse.Namespace) -> int:
             raise UserError(
                 f"{one_line(mistake)}; {kept} (resume: mcp-resili run --resume {run_ids[0]} --db {db})"
             ) from None
-    _print_summary(config, result, args, err)
+    _print_summary(config, suite, result, args, err)
     return _exit_status(result, err)
 
 
@@ -371,6 +374,7 @@ def sigterm_stops_like_ctrl_c() -> Iterator[threading.Event]:
 
 def _execute_with_progress(
     config: RunConfig,
+    suite: Suite,
     args: argparse.Namespace,
     err: Console,
     executor: Executor,
@@ -393,6 +397,7 @@ def _execute_with_progress(
         return anyio.run(
             lambda: execute(
                 config,
+                suite=suite,
                 resume=args.resume,
                 on_planned=progress.on_planned,
                 on_episode=with_trace_file(args.trace_dir, progress.on_episode),
@@ -454,15 +459,15 @@ def _summary_payload(config: RunConfig, result: RunResult, summaries: list[Any])
     }
 
 
-def _print_summary(config: RunConfig, result: RunResult, args: argparse.Namespace, err: Console) -> None:
-    from mcp_resili.registry.suites import get_suite
+def _print_summary(
+    config: RunConfig, suite: Suite, result: RunResult, args: argparse.Namespace, err: Console
+) -> None:
     from mcp_resili.report import summarize, summary_table
     from mcp_resili.report.build import damaged_scores
     from mcp_resili.report.coping import coping_section
     from mcp_resili.report.terminal import section_tables
 
-    suite = get_suite(config.suite)
-    summaries = summarize(result.rows, args.by, suite.task_info if args.by else None)
+    summaries = summarize(result.rows, args.by, suite.task_info if args.by else None, suite.summary_columns)
     try:
         suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
     except Exception as exc:  # a suite's hook (possibly a third party's) met scores it cannot read
@@ -477,7 +482,7 @@ def _print_summary(config: RunConfig, result: RunResult, args: argparse.Namespac
         print(json.dumps(payload, indent=2))
         return
     out = stdout_console()
-    out.print(summary_table(result.run_id, summaries))
+    out.print(summary_table(result.run_id, summaries, suite.summary_columns))
     if suite_summary is not None and suite.summary_table is not None:
         out.print(suite.summary_table(suite_summary))
     if coping is not None:

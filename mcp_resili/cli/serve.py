@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from mcp_resili import AUTH_TOKEN_ENV
 from mcp_resili.cli.common import Commands, add_seed, announce
+from mcp_resili.constants import AUTH_TOKEN_ENV, DEFAULT_SUITE
 from mcp_resili.errors import UserError
-from mcp_resili.registry.suites import DEFAULT_SUITE, suite_names
+from mcp_resili.registry.loader import suite_names
 
 if TYPE_CHECKING:
     from mcp_resili.server.transports import HttpAccess
@@ -150,7 +150,7 @@ def register(commands: Commands) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     """Serve a suite until interrupted."""
     from mcp_resili.faults import parse_fault_spec
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
     from mcp_resili.server.app import ResiliServer
     from mcp_resili.server.transports import serve_http, serve_stdio
 
@@ -162,7 +162,7 @@ def serve_command(args: argparse.Namespace) -> int:
     suite = get_suite(args.suite)
     # Loaded now: a suite whose tasks do not load is one line (exit 2), not a failing prompts/list.
     _ = suite.tasks
-    plan = parse_fault_spec(args.faults or suite.default_faults, suite)
+    plan = parse_fault_spec(args.faults or suite.default_faults, suite.spec_scope)
     server = ResiliServer(
         suite,
         plan,
@@ -197,10 +197,11 @@ def proxy_command(args: argparse.Namespace) -> int:
     """Proxy an upstream server until its client leaves or the upstream goes away."""
     from mcp_resili.faults import parse_fault_spec
     from mcp_resili.proxy import ProxyServer, run_proxy
+    from mcp_resili.registry.loader import proxy_scope
     from mcp_resili.server.transports import serve_http, serve_stdio
 
     access = _http_access(args)
-    plan = parse_fault_spec(args.faults)
+    plan = parse_fault_spec(args.faults, proxy_scope())
     # Bound before the upstream starts: a busy port is one line, and no upstream is left running.
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET  # as `serve_http` binds
     sock = socket.create_server((args.host, args.port), family=family) if args.transport == "http" else None

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from mcp_resili.cli.common import Commands
-from mcp_resili.registry.suites import DEFAULT_SUITE
+from mcp_resili.constants import DEFAULT_SUITE
 
 
 def register(commands: Commands) -> None:
@@ -44,7 +44,8 @@ def suites_command(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from mcp_resili.cli.common import stdout_console
-    from mcp_resili.registry.suites import SuiteLoadError, get_suite, registered_suites
+    from mcp_resili.registry.loader import get_suite, registered_suites
+    from mcp_resili.registry.suites import SuiteLoadError
 
     rows = []
     for name, entry in registered_suites().items():
@@ -90,7 +91,7 @@ def tasks_list_command(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from mcp_resili.cli.common import stdout_console
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
     from mcp_resili.tasks.model import Task
 
     suite = get_suite(args.suite)
@@ -121,7 +122,7 @@ def tasks_stats_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
     from mcp_resili.tasks.stats import level_statistics
 
     rows = level_statistics(get_suite(args.suite).tasks)
@@ -161,7 +162,8 @@ def tasks_stats_command(args: argparse.Namespace) -> int:
 
 def score_command(args: argparse.Namespace) -> int:
     """Score a trace file with its suite's scorer; print the score as JSON."""
-    from mcp_resili.registry.suites import UnknownTaskError, get_suite
+    from mcp_resili.registry.loader import get_suite
+    from mcp_resili.registry.suites import UnknownTaskError
     from mcp_resili.scoring.coping import score_episode
     from mcp_resili.trace import Trace
 

@@ -131,7 +131,7 @@ def perturb_command(args: argparse.Namespace) -> int:
 
 def calibrate_command(args: argparse.Namespace) -> int:
     """Print each metric's sensitivity to the perturbations (or fitted thresholds) as JSON."""
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
     from mcp_resili.workflow import load_workflow, sensitivity, workflow_from_task
     from mcp_resili.workflow.calibration import MIN_STEPS, derive_thresholds, rules_from_fits
 

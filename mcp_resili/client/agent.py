@@ -15,9 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-import mcp_resili
-from mcp_resili import DISCOVERY_TOOLS, FINISH_TOOL, META_EPISODE, META_EVENT, TRACE_METHOD
-from mcp_resili.client.model import (
+from mcp_resili.agents.model import (
     CONTINUE_WITH,
     HARNESS_WAIT,
     REFLECTION_CHARS,
@@ -36,12 +34,16 @@ from mcp_resili.client.model import (
     ToolResultsMessage,
     UserMessage,
 )
-from mcp_resili.scoring.termination import (
+from mcp_resili.constants import (
     COMPLETION_PHRASES,
-    StopRules,
-    counts_against_budget,
-    resolve_stop_rules,
+    DISCOVERY_TOOLS,
+    FINISH_TOOL,
+    META_EPISODE,
+    META_EVENT,
+    TRACE_METHOD,
+    VERSION,
 )
+from mcp_resili.scoring.termination import NO_STOP_RULES, StopRules, counts_against_budget
 from mcp_resili.server.app import EpisodeTraceResult
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import (
@@ -141,8 +143,8 @@ class EpisodeSpec:
     trial: int | None = None
     #: ``react`` or ``reflexion``: the loop is the same; Reflexion's trials start with ``memory``.
     architecture: str = "react"
-    #: The stop rules that may end the episode early (True: ResiliBench's, False: none).
-    stop_rules: StopRules | bool = True
+    #: The stop rules that may end the episode early.
+    stop_rules: StopRules = NO_STOP_RULES
     #: Reflexion: reflections written after earlier failed trials of the same task, oldest first.
     memory: tuple[Reflection, ...] = ()
     #: Input plus output tokens the episode may spend; the turn that crosses it is the last.
@@ -379,7 +381,7 @@ async def reinitialize(client: Client, episode: EpisodeSpec) -> bool:
             params = types.InitializeRequestParams(
                 protocol_version=client.protocol_version,
                 capabilities=types.ClientCapabilities(),
-                client_info=types.Implementation(name="mcp-resili", version=mcp_resili.__version__),
+                client_info=types.Implementation(name="mcp-resili", version=VERSION),
                 _meta=meta,  # type: ignore[arg-type]
             )
             await client.session.send_request(types.InitializeRequest(params=params), types.InitializeResult)
@@ -577,7 +579,7 @@ async def play_episode(
         ReflectionEvent(episode=episode.id, role="memory", from_trial=r.trial, text=r.text)
         for r in episode.memory
     )
-    rules = resolve_stop_rules(episode.stop_rules)
+    rules = episode.stop_rules
     definitions = tool_definitions(tools)
     state.tools = tools
     limit = episode.time_limit if episode.time_limit is not None else math.inf

@@ -14,12 +14,11 @@ from typing import Any, Protocol
 
 import anyio
 
+from mcp_resili.agents.model import MEMORY_SIZE, Reflection
 from mcp_resili.client.limits import UNLIMITED, Allowance, LimitSpec, LocalAllowance
-from mcp_resili.client.model import MEMORY_SIZE, Reflection
-from mcp_resili.client.plan import PlannedEpisode, RunConfig
+from mcp_resili.client.plan import PlannedEpisode, RunConfig, RunPlan
 from mcp_resili.client.providers import provider_of
 from mcp_resili.client.session import EpisodeResult, EpisodeSession, ModelFactory
-from mcp_resili.registry.suites import get_suite
 
 
 @dataclass(frozen=True)
@@ -33,11 +32,20 @@ class WorkItem:
 
 @dataclass(frozen=True)
 class RunJob:
-    """What every executor needs to play a run's episodes (small and picklable)."""
+    """What every executor needs to play a run's episodes.
 
-    config: RunConfig
+    ``plan`` is the run resolved in this process; an executor that plays elsewhere (Ray) sends only
+    ``config`` (small and picklable) and resolves it again at the top of each worker.
+    """
+
+    plan: RunPlan
     run_id: str
     limits: LimitSpec
+
+    @property
+    def config(self) -> RunConfig:
+        """The run's configuration (its fault plans frozen)."""
+        return self.plan.config
 
 
 #: Receives each episode's result as it finishes (called on the driver, in its event loop).
@@ -143,8 +151,7 @@ class LocalExecutor:
         if self._model_factory is not None:
             options["model_factory"] = self._model_factory
         session = EpisodeSession(
-            config,
-            get_suite(config.suite),
+            job.plan,
             job.run_id,
             allowance=allowance,
             limited=job.limits.active,

@@ -34,7 +34,7 @@ from typing import Protocol
 
 import anyio
 
-from mcp_resili.client.model import (
+from mcp_resili.agents.model import (
     AssistantMessage,
     Model,
     ModelRequest,

@@ -1,7 +1,10 @@
-"""The run matrix: a run's configuration, validated, and the episodes it plays (the planner).
+"""The run matrix: a run's configuration, resolved once against its suite, and the episodes it plays.
 
-Every executor (in this process, or Ray workers) plays exactly the episodes `plan_episodes` returns,
-identified by `episode_id`; results go back to the one driver that stores them (`runner.execute`).
+The top (`runner.execute`, a Ray worker, the CLI) resolves a `RunConfig` and its `Suite` into a
+`RunPlan` once (`RunPlan.resolve`): fault plans parsed, stop rules and scripted agents chosen, variants
+and tasks checked. Everything below is handed the plan. Every executor (in this process, or Ray
+workers) plays exactly the episodes `RunPlan.episodes` returns, identified by `episode_id`; results go
+back to the one driver that stores them.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -17,15 +20,16 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 
-from mcp_resili import AUTH_TOKEN_ENV
-from mcp_resili.client.model import ARCHITECTURES
+from mcp_resili.agents.model import ARCHITECTURES, Model
+from mcp_resili.agents.scripted import SCRIPTED_AGENTS
 from mcp_resili.client.providers import DEFAULT_MODELS, validate_model_spec
+from mcp_resili.constants import AUTH_TOKEN_ENV, DEFAULT_SUITE
 from mcp_resili.errors import UserError
 from mcp_resili.faults import BasePlan, parse_fault_spec
 from mcp_resili.faults.base import FaultSpecError, parse_plan
 from mcp_resili.faults.rng import derive_rng
-from mcp_resili.registry.suites import DEFAULT_SUITE, Suite
-from mcp_resili.scoring.termination import STOP_RULE_SETS, StopRules, resolve_stop_rules
+from mcp_resili.registry.suites import Suite
+from mcp_resili.scoring.termination import NO_STOP_RULES, StopRules
 from mcp_resili.store import DEFAULT_DB, Store
 from mcp_resili.tasks.model import Task
 
@@ -251,7 +255,7 @@ def _check_limits(config: RunConfig) -> None:
         raise RunConfigError(f"--seed must fit in 64 bits (-2**63 to 2**63 - 1), got {config.seed}")
 
 
-def _check_endpoints(config: RunConfig) -> None:
+def _check_endpoints(config: RunConfig, agents: Mapping[str, Callable[[], Model]]) -> None:
     if config.base_url is not None:
         parts = urlsplit(config.base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -268,7 +272,7 @@ def _check_endpoints(config: RunConfig) -> None:
         )
     for model in config.models:
         # Fail now, with the list of known models or the missing key's variable, rather than mid-run.
-        validate_model_spec(model, base_url=config.base_url)
+        validate_model_spec(model, base_url=config.base_url, agents=agents)
 
 
 #: Query parameter names that carry a credential (`_check_server_url`).
@@ -295,16 +299,24 @@ def _check_server_url(url: str) -> None:
         )
 
 
-def _check_suite_agents(config: RunConfig, suite: Suite) -> None:
-    """A scripted agent a suite brings plays that suite's tasks only (the generic ones play any)."""
-    from mcp_resili.client.scripted import SCRIPTED_AGENTS
-    from mcp_resili.registry.suites import load_all_suites
+#: The other installed suites, by name: asked only on an unusual path (an agent or stop rules that
+#: belong to another suite), so that an ordinary run never loads them.
+OtherSuites = Callable[[], Mapping[str, Suite]]
 
+
+def _no_other_suites() -> Mapping[str, Suite]:
+    return {}
+
+
+def _check_suite_agents(config: RunConfig, suite: Suite, others: OtherSuites) -> None:
+    """A scripted agent a suite brings plays that suite's tasks only (the generic ones play any)."""
     for model in config.models:
         provider, _, name = model.removeprefix("text:").partition(":")
         if provider != "scripted" or name in SCRIPTED_AGENTS or name in suite.agents:
             continue
-        owners = sorted(other.name for other in load_all_suites().values() if name in other.agents)
+        owners = sorted(other.name for other in others().values() if name in other.agents)
+        if not owners:
+            continue  # not an agent of any suite: the model check names what is available
         usable = ", ".join(f"scripted:{n}" for n in sorted({*SCRIPTED_AGENTS, *suite.agents}))
         raise RunConfigError(
             f"{model} is an agent of the {' and '.join(owners)} suite and plays its tasks only; "
@@ -337,49 +349,91 @@ def run_tasks(config: RunConfig, suite: Suite) -> list[Task]:
     return [suite.task(t) for t in run_task_ids(config, suite)]
 
 
-def plan_episodes(config: RunConfig, suite: Suite) -> list[PlannedEpisode]:
-    """The run matrix, validated: every model, fault spec, variant, task and trial."""
-    _check_limits(config)
-    _check_endpoints(config)
-    _check_suite_agents(config, suite)
-    faults = (EXTERNAL_FAULTS,) if config.server else (config.faults or (suite.default_faults,))
-    if config.server is None:
-        for spec in faults:
-            fault_plan(config, spec, suite)
-    if config.architecture not in ARCHITECTURES:
-        raise RunConfigError(
-            f"unknown architecture {config.architecture!r}; choose from {', '.join(ARCHITECTURES)}"
-        )
-    stop_rules_for(config, suite)
-    variants = config.all_variants()
-    for variant in variants:
-        try:
-            suite.prompt(suite.default_tasks[0], variant)  # validates the variant
-        except ValueError as exc:
-            raise RunConfigError(str(exc)) from None
-    task_ids = run_task_ids(config, suite)
-    return [
-        PlannedEpisode(model, spec, task_id, trial, variant)
-        for spec in faults
-        for model in config.models
-        for variant in variants
-        for task_id in task_ids
-        for trial in range(config.trials)
-    ]
+def stop_rules_for(config: RunConfig, suite: Suite, others: OtherSuites = _no_other_suites) -> StopRules:
+    """The stop rules episodes of ``config`` run under: the suite's own unless the run names others.
 
-
-def stop_rules_for(config: RunConfig, suite: Suite) -> StopRules:
-    """The stop rules episodes of ``config`` run under: the suite's own unless the run names others."""
-    own = resolve_stop_rules(suite.stop_rules)
+    A run may name ``none``, or the rules of another installed suite by their name.
+    """
+    own = suite.own_stop_rules
     if config.stop_rules is None or config.stop_rules == own.name:
         return own
-    if config.stop_rules in STOP_RULE_SETS:
-        return STOP_RULE_SETS[config.stop_rules]
-    choices = ", ".join(dict.fromkeys([own.name, *STOP_RULE_SETS]))
+    if config.stop_rules == NO_STOP_RULES.name:
+        return NO_STOP_RULES
+    named = {o.own_stop_rules.name: o.own_stop_rules for o in others().values()}
+    if config.stop_rules in named:
+        return named[config.stop_rules]
+    choices = ", ".join(dict.fromkeys([own.name, NO_STOP_RULES.name, *sorted(named)]))
     raise RunConfigError(
         f"unknown --stop-rules {config.stop_rules!r}; choose from {choices} "
         f"(default: the suite's own, {own.name})"
     )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run resolved once against its suite: what every layer below the top is handed.
+
+    Built by `RunPlan.resolve`, which checks everything that can be checked before an episode
+    starts (limits, endpoints, models, fault specs, architecture, stop rules, variants, tasks).
+    """
+
+    #: The configuration, its fault plans frozen (``RunConfig.fault_plans``).
+    config: RunConfig
+    suite: Suite
+    #: Fault spec -> the plan its episodes play (empty against an external ``--server``).
+    fault_plans: Mapping[str, BasePlan]
+    stop_rules: StopRules
+    #: The scripted agents this run may play: the generic ones and the suite's own.
+    agents: Mapping[str, Callable[[], Model]]
+    #: The tasks the run plays, in order.
+    task_ids: tuple[str, ...]
+
+    @classmethod
+    def resolve(cls, config: RunConfig, suite: Suite, others: OtherSuites = _no_other_suites) -> RunPlan:
+        """Check ``config`` against ``suite`` and resolve it.
+
+        Raises `RunConfigError` (or another `UserError`) in one line before anything runs. ``others``
+        is asked only to name another suite's agent or stop rules.
+        """
+        _check_limits(config)
+        _check_suite_agents(config, suite, others)
+        agents = {**SCRIPTED_AGENTS, **suite.agents}
+        _check_endpoints(config, agents)
+        specs = () if config.server else (config.faults or (suite.default_faults,))
+        plans = {spec: _fault_plan(config, spec, suite) for spec in specs}
+        if config.architecture not in ARCHITECTURES:
+            raise RunConfigError(
+                f"unknown architecture {config.architecture!r}; choose from {', '.join(ARCHITECTURES)}"
+            )
+        stop_rules = stop_rules_for(config, suite, others)
+        for variant in config.all_variants():
+            try:
+                suite.prompt(suite.default_tasks[0], variant)  # validates the variant
+            except ValueError as exc:
+                raise RunConfigError(str(exc)) from None
+        task_ids = tuple(run_task_ids(config, suite))
+        # Keys keep their order (no sort_keys): a plan may draw from a mapping in order, e.g. a fault
+        # type by cumulative weight, so a reordered plan would meet other faults for the same rolls.
+        frozen = tuple((spec, json.dumps(plan.to_dict())) for spec, plan in plans.items())
+        config = replace(config, fault_plans=frozen) if frozen else config
+        return cls(config, suite, plans, stop_rules, agents, task_ids)
+
+    @property
+    def fault_specs(self) -> tuple[str, ...]:
+        """The run's fault configurations (``server`` against an external one)."""
+        return tuple(self.fault_plans) or (EXTERNAL_FAULTS,)
+
+    def episodes(self) -> list[PlannedEpisode]:
+        """The run matrix: every fault spec, model, variant, task and trial."""
+        config = self.config
+        return [
+            PlannedEpisode(model, spec, task_id, trial, variant)
+            for spec in self.fault_specs
+            for model in config.models
+            for variant in config.all_variants()
+            for task_id in self.task_ids
+            for trial in range(config.trials)
+        ]
 
 
 ChainKey = tuple[str, str, str, str]
@@ -404,26 +458,15 @@ def chains(config: RunConfig, todo: Sequence[PlannedEpisode]) -> list[list[Plann
     return [sorted(chain, key=lambda p: p.trial) for chain in grouped.values()]
 
 
-def fault_plan(config: RunConfig, spec: str, suite: Suite) -> BasePlan:
+def _fault_plan(config: RunConfig, spec: str, suite: Suite) -> BasePlan:
     """The plan of fault spec ``spec``: the one the run started with, else parsed from the spec now."""
     frozen = dict(config.fault_plans).get(spec)
     if frozen is None:
-        return parse_fault_spec(spec, suite)
+        return parse_fault_spec(spec, suite.spec_scope)
     try:
         return parse_plan(json.loads(frozen))
     except (ValueError, FaultSpecError) as exc:  # a stored config edited or corrupted
         raise RunConfigError(f"the run's stored plan of fault spec {spec!r} is damaged: {exc}") from None
-
-
-def freeze_fault_plans(config: RunConfig, suite: Suite) -> RunConfig:
-    """``config`` with the plan of each of its fault specs fixed (see ``RunConfig.fault_plans``)."""
-    if config.server is not None:
-        return config
-    specs = config.faults or (suite.default_faults,)
-    # Keys keep their order (no sort_keys): a plan may draw from a mapping in order, e.g. a fault
-    # type by cumulative weight, so a reordered plan would meet other faults for the same rolls.
-    plans = tuple((spec, json.dumps(fault_plan(config, spec, suite).to_dict())) for spec in specs)
-    return replace(config, fault_plans=plans)
 
 
 def plans_of_stored_episodes(db: Path, run_id: str, specs: Sequence[str]) -> tuple[tuple[str, str], ...]:

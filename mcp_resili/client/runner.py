@@ -20,28 +20,27 @@ from typing import Any
 
 import anyio
 
+from mcp_resili.agents.model import Model, Reflection
 from mcp_resili.client.executor import Executor, LocalExecutor, RunJob, WorkItem, remember
 from mcp_resili.client.limits import LimitSpec
-from mcp_resili.client.model import Model, Reflection
 from mcp_resili.client.plan import (
     EXTERNAL_FAULTS,
     MATRIX_FIELDS,
     PlannedEpisode,
     RunConfig,
     RunConfigError,
+    RunPlan,
     chain_key,
     chains,
     episode_id,
-    freeze_fault_plans,
     load_run_config,
-    plan_episodes,
     plans_of_stored_episodes,
-    stop_rules_for,
 )
 from mcp_resili.client.pricing import CostEstimate, PriceTable, estimate_cost, load_price_table
 from mcp_resili.client.providers import create_model
 from mcp_resili.client.session import EpisodeResult, connect
-from mcp_resili.registry.suites import Suite, get_suite
+from mcp_resili.registry.loader import get_suite, load_all_suites
+from mcp_resili.registry.suites import Suite
 from mcp_resili.store import EpisodeRow, Store
 from mcp_resili.trace import ReflectionEvent, Trace, trace_lines
 
@@ -51,15 +50,14 @@ __all__ = [
     "PlannedEpisode",
     "RunConfig",
     "RunConfigError",
+    "RunPlan",
     "RunResult",
     "connect",
     "estimate_run",
     "execute",
-    "get_suite",
     "load_run_config",
     "local_executor",
-    "plan_episodes",
-    "stop_rules_for",
+    "resolve_run",
 ]
 
 logger = logging.getLogger(__name__)
@@ -134,9 +132,10 @@ def _check_prices(config: RunConfig, prices: PriceTable) -> None:
 
 
 def _estimate(
-    config: RunConfig, suite: Suite, planned: Sequence[PlannedEpisode], tools: Mapping[str, Sequence[Any]]
+    plan: RunPlan, planned: Sequence[PlannedEpisode], tools: Mapping[str, Sequence[Any]]
 ) -> CostEstimate:
     """Tokens and USD for ``planned``: the prompt and tool schemas, one turn per workflow step + finish."""
+    config, suite = plan.config, plan.suite
     prices = load_price_table(config.prices)
     schema_chars = {
         spec: sum(len(t.name) + len(t.description or "") + len(str(t.input_schema)) for t in listed)
@@ -151,28 +150,39 @@ def _estimate(
     return estimate_cost(rows, prices)
 
 
-async def _estimate_planned(
-    config: RunConfig, suite: Suite, planned: Sequence[PlannedEpisode]
-) -> CostEstimate:
+async def _estimate_planned(plan: RunPlan, planned: Sequence[PlannedEpisode]) -> CostEstimate:
     specs = sorted({p.faults for p in planned})
     async with AsyncExitStack() as stack:
         tools: dict[str, Sequence[Any]] = {}
         for spec in specs:
-            client = await stack.enter_async_context(connect(config, suite, spec))
+            client = await stack.enter_async_context(connect(plan, spec))
             tools[spec] = (await client.list_tools()).tools
-    return _estimate(config, suite, planned, tools)
+    return _estimate(plan, planned, tools)
 
 
-async def estimate_run(config: RunConfig, resume: str | None = None) -> CostEstimate:
+def resolve_run(config: RunConfig, suite: Suite | None = None, resume: str | None = None) -> RunPlan:
+    """The top of a run: its suite, a resumed run's stored plans, and the run resolved once.
+
+    ``suite`` is handed down, else found by ``config.suite``; see `RunPlan.resolve`. Raises a
+    one-line `UserError` for anything wrong.
+    """
+    suite = suite if suite is not None else get_suite(config.suite)
+    if resume is not None:
+        config = _resumed_config(config, resume, suite)
+    return RunPlan.resolve(config, suite, load_all_suites)
+
+
+async def estimate_run(
+    config: RunConfig, resume: str | None = None, suite: Suite | None = None
+) -> CostEstimate:
     """Estimate a run's tokens and cost without playing it (connects only to list the tools).
 
     With ``resume``, only what the resume would play: the episodes not stored yet, and those stored as
     infrastructure errors.
     """
-    suite = get_suite(config.suite)
-    planned = plan_episodes(config, suite)
+    plan = resolve_run(config, suite, resume)
+    planned = plan.episodes()
     if resume is not None:
-        config = _resumed_config(config, resume)
         store = Store(config.db)
         try:
             kept, _ = _kept_and_void(store.episodes(resume))
@@ -180,7 +190,7 @@ async def estimate_run(config: RunConfig, resume: str | None = None) -> CostEsti
             store.close()
         done = {r.episode_id for r in kept}
         planned = [p for p in planned if episode_id(resume, p) not in done]
-    return await _estimate_planned(config, suite, planned)
+    return await _estimate_planned(plan, planned)
 
 
 def _kept_and_void(rows: Sequence[EpisodeRow]) -> tuple[list[EpisodeRow], list[EpisodeRow]]:
@@ -206,7 +216,7 @@ def local_executor(model_options: dict[str, Any] | None = None) -> LocalExecutor
     return LocalExecutor(model_factory=_model_factory, model_options=model_options)
 
 
-def _resumed_config(config: RunConfig, resume: str) -> RunConfig:
+def _resumed_config(config: RunConfig, resume: str, suite: Suite) -> RunConfig:
     """``config`` with the stored run's fault plans, once its matrix is checked against the stored one."""
     stored = load_run_config(config.db, resume)
     changed = [f for f in MATRIX_FIELDS if getattr(stored, f) != getattr(config, f)]
@@ -217,7 +227,6 @@ def _resumed_config(config: RunConfig, resume: str) -> RunConfig:
         )
     plans = stored.fault_plans
     if not plans and config.server is None:  # stored before runs kept their plans
-        suite = get_suite(config.suite)
         plans = plans_of_stored_episodes(config.db, resume, config.faults or (suite.default_faults,))
     return replace(config, fault_plans=plans)
 
@@ -240,6 +249,7 @@ def _long_lived_objects_frozen() -> Iterator[None]:
 async def execute(
     config: RunConfig,
     *,
+    suite: Suite | None = None,
     resume: str | None = None,
     on_episode: Callable[[EpisodeRow], None] | None = None,
     on_planned: Callable[[int], None] | None = None,
@@ -250,7 +260,8 @@ async def execute(
 ) -> RunResult:
     """Run the matrix and store every episode; returns the run's stored rows.
 
-    ``on_run`` hears the run id once the run is in the store (so an interrupted run can say how to
+    ``suite``: the suite to play, handed down (default: ``config.suite`` found among the installed
+    suites). ``on_run`` hears the run id once the run is in the store (so an interrupted run can say how to
     resume it).
 
     With ``resume`` (a run id in ``config.db``), only the episodes not yet stored are played: episode
@@ -259,11 +270,9 @@ async def execute(
     ``executor`` plays the episodes (default: this process, `LocalExecutor`). Whatever the executor,
     this process alone writes the store, and an episode id is stored at most once.
     """
-    suite = get_suite(config.suite)
-    if resume is not None:
-        config = _resumed_config(config, resume)
-    planned = plan_episodes(config, suite)
-    config = freeze_fault_plans(config, suite)
+    plan = resolve_run(config, suite, resume)
+    config, suite = plan.config, plan.suite
+    planned = plan.episodes()
     _check_prices(config, load_price_table(config.prices))
     if executor is None:
         executor = local_executor(model_options)
@@ -289,7 +298,7 @@ async def execute(
         if on_planned is not None:
             on_planned(len(todo))
         if on_estimate is not None and todo:
-            on_estimate(await _estimate_planned(config, suite, todo))
+            on_estimate(await _estimate_planned(plan, todo))
         memory = _stored_memory(result.rows)
         unwritten: list[EpisodeRow] = []
 
@@ -334,7 +343,7 @@ async def execute(
                 with _long_lived_objects_frozen():
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(_flush_every, WRITE_EVERY, flush)
-                        await executor.run(RunJob(config, run_id, limits), items, deliver)
+                        await executor.run(RunJob(plan, run_id, limits), items, deliver)
                         tg.cancel_scope.cancel()
         finally:
             flush()  # episodes already delivered are stored even if the run stops early

@@ -25,7 +25,7 @@ from mcp.client.stdio import stdio_client
 from mcp.server import Server
 from mcp.server._otel import OpenTelemetryMiddleware
 
-from mcp_resili import AUTH_TOKEN_ENV
+from mcp_resili.agents.model import Model, Reflection
 from mcp_resili.client.agent import (
     EpisodeSpec,
     ProtocolNotices,
@@ -36,24 +36,15 @@ from mcp_resili.client.agent import (
 )
 from mcp_resili.client.inprocess import InProcessClient
 from mcp_resili.client.limits import UNLIMITED, Allowance, BudgetExhaustedError, LimitedModel
-from mcp_resili.client.model import Model, Reflection
-from mcp_resili.client.plan import (
-    EXTERNAL_FAULTS,
-    PlannedEpisode,
-    RunConfig,
-    RunConfigError,
-    episode_id,
-    fault_plan,
-    stop_rules_for,
-)
+from mcp_resili.client.plan import PlannedEpisode, RunConfigError, RunPlan, episode_id
 from mcp_resili.client.pricing import PriceTable, load_price_table
 from mcp_resili.client.providers import ClosableModel, create_model, provider_of
+from mcp_resili.constants import AUTH_TOKEN_ENV
 from mcp_resili.proxy.upstream import entered, guarded_http_transport
-from mcp_resili.registry.suites import Suite
-from mcp_resili.registry.validator import compiled, schema_error
 from mcp_resili.scoring.coping import score_episode
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.store import EpisodeRow
+from mcp_resili.tools.validator import compiled, schema_error
 from mcp_resili.trace import Trace, TraceHeader
 
 #: Builds a model from its spec and `ProviderOptions` fields (tests substitute their own).
@@ -61,24 +52,23 @@ ModelFactory = Callable[..., Model]
 
 
 @asynccontextmanager
-async def connect(config: RunConfig, suite: Suite, fault_spec: str) -> AsyncIterator[Client]:
+async def connect(plan: RunPlan, fault_spec: str) -> AsyncIterator[Client]:
     """An MCP client for one fault configuration: in-process, a stdio subprocess, or a URL."""
-    async with connect_recorded(config, suite, fault_spec) as (client, _):
+    async with connect_recorded(plan, fault_spec) as (client, _):
         yield client
 
 
 @asynccontextmanager
-async def connect_recorded(
-    config: RunConfig, suite: Suite, fault_spec: str
-) -> AsyncIterator[tuple[Client, RecordedEvents]]:
+async def connect_recorded(plan: RunPlan, fault_spec: str) -> AsyncIterator[tuple[Client, RecordedEvents]]:
     """`connect`, plus where the loop reads the server's recorded events (no result carries them).
 
     In process: the server object's own recorder, call by call. Over ``--server``: our server hands
     them over once the episode is closed (`fetch_episode_trace`); another server keeps none.
     """
+    config = plan.config
     if config.server is None:
         server = ResiliServer(
-            suite, fault_plan(config, fault_spec, suite), seed=config.seed, time_scale=config.time_scale
+            plan.suite, plan.fault_plans[fault_spec], seed=config.seed, time_scale=config.time_scale
         )
         without_idle_tracing(server.mcp)
 
@@ -174,8 +164,7 @@ class EpisodeSession:
 
     def __init__(
         self,
-        config: RunConfig,
-        suite: Suite,
+        plan: RunPlan,
         run_id: str,
         *,
         allowance: Allowance = UNLIMITED,
@@ -183,13 +172,13 @@ class EpisodeSession:
         model_factory: ModelFactory = create_model,
         model_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.config = config
-        self.suite = suite
+        self.plan = plan
+        self.config = plan.config
         self.run_id = run_id
         self.allowance = allowance
         #: Whether model calls go through ``allowance`` (a cost cap or rate limits are set).
         self.limited = limited
-        self.prices: PriceTable = load_price_table(config.prices)
+        self.prices: PriceTable = load_price_table(plan.config.prices)
         self._model_factory = model_factory
         self._model_options = dict(model_options or {})
         self._stack = AsyncExitStack()
@@ -212,18 +201,10 @@ class EpisodeSession:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
-    def fault_specs(self) -> list[str]:
-        """The run's fault configurations (``server`` against an external one)."""
-        if self.config.server:
-            return [EXTERNAL_FAULTS]
-        return list(self.config.faults or (self.suite.default_faults,))
-
     async def _open(self) -> None:
         config = self.config
-        for spec in self.fault_specs():
-            client, recorded = await self._stack.enter_async_context(
-                connect_recorded(config, self.suite, spec)
-            )
+        for spec in self.plan.fault_specs:
+            client, recorded = await self._stack.enter_async_context(connect_recorded(self.plan, spec))
             self.clients[spec] = client
             self.recorded[spec] = recorded
             self.tools[spec] = list((await client.list_tools()).tools)
@@ -231,10 +212,12 @@ class EpisodeSession:
             self.plans[spec] = (
                 {"kind": "external", "server": config.server}
                 if config.server
-                else fault_plan(config, spec, self.suite).to_dict()
+                else self.plan.fault_plans[spec].to_dict()
             )
         for spec in config.models:
-            model = self._model_factory(spec, base_url=config.base_url, **self._model_options)
+            model = self._model_factory(
+                spec, agents=self.plan.agents, base_url=config.base_url, **self._model_options
+            )
             if isinstance(model, ClosableModel):
                 self._stack.push_async_callback(model.aclose)
             if self.limited and provider_of(spec) != "scripted":
@@ -247,8 +230,7 @@ class EpisodeSession:
             return EpisodeResult(planned, "not_started")
         try:
             row, reflection = await play_planned(
-                self.config,
-                self.suite,
+                self.plan,
                 self.run_id,
                 planned,
                 self.clients[planned.faults],
@@ -265,8 +247,7 @@ class EpisodeSession:
 
 
 async def play_planned(
-    config: RunConfig,
-    suite: Suite,
+    plan: RunPlan,
     run_id: str,
     planned: PlannedEpisode,
     client: Client,
@@ -277,6 +258,7 @@ async def play_planned(
     recorded: RecordedEvents | None = None,
 ) -> tuple[EpisodeRow, Reflection | None]:
     """Play and score one episode; under Reflexion a failed trial ends with the model's reflection."""
+    config, suite = plan.config, plan.suite
     task = suite.task(planned.task_id)
     fault_key = f"{task.id}/{planned.trial}"
     spec = EpisodeSpec(
@@ -287,7 +269,7 @@ async def play_planned(
         prompt=suite.prompt(task, planned.variant),
         max_turns=config.max_turns or task.constraints.max_turns,
         architecture=config.architecture,
-        stop_rules=stop_rules_for(config, suite),
+        stop_rules=plan.stop_rules,
         memory=memory,
         max_tokens=config.max_tokens,
         time_limit=config.time_limit if config.time_limit is not None else task.constraints.timeout,

@@ -36,8 +36,10 @@ from mcp_resili.faults.protocol import (
 from mcp_resili.faults.rng import derive_rng
 from mcp_resili.faults.rules import FaultRule, NoFaults, RuleFaults
 from mcp_resili.faults.spec import (
+    GENERIC_SCOPE,
     GENERIC_SPECS,
     FaultSpecParser,
+    FaultSpecScope,
     load_fault_file,
     parse_fault_spec,
     parse_overrides,
@@ -45,6 +47,7 @@ from mcp_resili.faults.spec import (
 
 __all__ = [
     "FAMILY_OF",
+    "GENERIC_SCOPE",
     "GENERIC_SPECS",
     "LAMBDA_PROFILES",
     "PROTOCOL_TYPES",
@@ -60,6 +63,7 @@ __all__ = [
     "FaultRule",
     "FaultSpecError",
     "FaultSpecParser",
+    "FaultSpecScope",
     "NoFaults",
     "ProtocolFault",
     "ProtocolFaults",

@@ -3,8 +3,9 @@
 Faults and plans are data: pydantic models tagged by ``type`` (faults) or ``kind`` (plans). Defining a
 subclass registers it under its tag, so a suite (or any package) adds a fault or plan type by defining
 a class in a module its suite imports; traces and fault files name the tag and are parsed through the
-registry (`parse_fault`, `parse_plan`). A tag that is not yet registered makes the registry load every
-installed suite once (their modules register their types) before it gives up.
+registry (`parse_fault`, `parse_plan`). A suite's own types are known once its package is imported,
+which resolving the suite does (`mcp_resili.registry.loader.get_suite`): the top that reads a trace
+or a fault file resolves its suite first, and this layer never looks a suite up.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, ValidationError
 
 from mcp_resili.errors import UserError, error_path, shown_value
-from mcp_resili.registry.spec import ToolSpec
+from mcp_resili.tools.spec import ToolSpec
 
 if TYPE_CHECKING:
     from mcp_resili.tasks.model import Task
@@ -145,16 +146,14 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 
 def _lookup(registry: dict[str, type[_Model]], tag: object, what: str, field_name: str) -> type[_Model]:
-    if not isinstance(tag, str) or tag not in registry:
-        # A suite's own types are registered when its package is imported: import them all once.
-        from mcp_resili.registry.suites import load_all_suites
-
-        load_all_suites()
     known = ", ".join(sorted(registry)) or "none"
     if tag is None:
         raise FaultSpecError(f"a {what} needs a '{field_name}' (one of: {known})")
     if not isinstance(tag, str) or tag not in registry:
-        raise FaultSpecError(f"unknown {what} {field_name} {tag!r}; known: {known}")
+        raise FaultSpecError(
+            f"unknown {what} {field_name} {tag!r}; known: {known} (a suite's own types are known once "
+            "that suite is loaded)"
+        )
     return registry[tag]
 
 
@@ -276,18 +275,12 @@ Fault = Annotated[BaseFault, PlainValidator(_validator(parse_fault)), PlainSeria
 
 
 def fault_types() -> dict[str, type[BaseFault]]:
-    """Every registered fault type by tag (after loading the installed suites)."""
-    from mcp_resili.registry.suites import load_all_suites
-
-    load_all_suites()
+    """Every registered fault type by tag (the generic ones and those of the suites loaded so far)."""
     return dict(sorted(_FAULT_TYPES.items()))
 
 
 def plan_kinds() -> dict[str, type[BasePlan]]:
-    """Every registered plan kind by tag (after loading the installed suites)."""
-    from mcp_resili.registry.suites import load_all_suites
-
-    load_all_suites()
+    """Every registered plan kind by tag (the generic ones and those of the suites loaded so far)."""
     return dict(sorted(_PLAN_KINDS.items()))
 
 

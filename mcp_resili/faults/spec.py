@@ -3,10 +3,10 @@
 A SPEC is ``NAME``, ``NAME:ARGS`` or ``NAME=ARGS`` for a registered name, or the path of a TOML/JSON
 fault file holding one plan. ``protocol:LEVEL[+SPEC]`` is a protocol-fault profile (``light``,
 ``medium``, ``heavy``), over the plan of another SPEC when one follows the ``+``.
-The generic names (`GENERIC_SPECS`: ``none``, ``lambda``) work for every
-suite; a suite adds its own through `Suite.fault_specs` (``resilibench``, ``toolmaze:P1``...). A plan
-that needs one suite's tasks (`BasePlan.requires_suite`) is refused, before anything runs, for any
-other suite.
+The generic names (`GENERIC_SPECS`: ``none``, ``lambda``, ``protocol``) work everywhere; the names
+beyond them come with the `FaultSpecScope` the caller hands down (a suite's own, such as
+``resilibench`` or ``toolmaze:P1``; for the proxy, every installed suite's). A plan that needs one
+suite's tasks (`BasePlan.requires_suite`) is refused, before anything runs, outside that suite.
 """
 
 from __future__ import annotations
@@ -14,20 +14,36 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mcp_resili.faults.base import BasePlan, FaultSpecError, parse_plan
 from mcp_resili.faults.chaos import lambda_profile
 from mcp_resili.faults.protocol import PROFILES, protocol_profile
 from mcp_resili.faults.rules import NoFaults
 
-if TYPE_CHECKING:
-    from mcp_resili.registry.suites import Suite
-
 #: Turns (whole spec, text after the name's ':' or '=') into a plan, or raises `FaultSpecError`.
 FaultSpecParser = Callable[[str, str], BasePlan]
+
+
+@dataclass(frozen=True)
+class FaultSpecScope:
+    """Where a SPEC is parsed: the SPEC names beyond the generic ones, and the suite plans must fit.
+
+    A suite hands down its own (`Suite.spec_scope`); a server without tasks (the proxy) is handed
+    every installed suite's names with ``suite=None``, so a plan that needs a suite's tasks is refused.
+    """
+
+    #: The suite the plan will serve; None for a server without tasks.
+    suite: str | None = None
+    #: SPEC name -> parser, beside `GENERIC_SPECS`.
+    parsers: Mapping[str, FaultSpecParser] = field(default_factory=dict)
+
+
+#: The generic SPEC names only, for no suite.
+GENERIC_SCOPE = FaultSpecScope()
 
 
 def parse_overrides(spec: str, text: str, aliases: dict[str, str] | None = None) -> dict[str, Any]:
@@ -62,7 +78,7 @@ def _lambda(spec: str, args: str) -> BasePlan:
         raise FaultSpecError(f"fault spec {spec!r}: {exc}") from None
 
 
-def _protocol(spec: str, args: str, suite: Suite | None = None) -> BasePlan:
+def _protocol(spec: str, args: str, scope: FaultSpecScope = GENERIC_SCOPE) -> BasePlan:
     level, plus, rest = args.partition("+")
     if level not in PROFILES:
         raise FaultSpecError(
@@ -73,7 +89,7 @@ def _protocol(spec: str, args: str, suite: Suite | None = None) -> BasePlan:
     if plus:
         if not rest or rest.startswith("protocol"):
             raise FaultSpecError(f"fault spec {spec!r}: after '+' give another SPEC (e.g. resilibench)")
-        base = parse_fault_spec(rest, suite)
+        base = parse_fault_spec(rest, scope)
     return protocol_profile(level, base)
 
 
@@ -81,50 +97,33 @@ def _protocol(spec: str, args: str, suite: Suite | None = None) -> BasePlan:
 GENERIC_SPECS: dict[str, FaultSpecParser] = {"none": _none, "lambda": _lambda, "protocol": _protocol}
 
 
-def _installed_specs() -> dict[str, tuple[str, FaultSpecParser]]:
-    """Every installed suite's SPEC names → (suite, parser); broken suites are skipped."""
-    from mcp_resili.registry.suites import load_all_suites
-
-    found: dict[str, tuple[str, FaultSpecParser]] = {}
-    for suite in load_all_suites().values():
-        for name, parser in suite.fault_specs.items():
-            found.setdefault(name, (suite.name, parser))
-    return found
+def spec_names(scope: FaultSpecScope = GENERIC_SCOPE) -> list[str]:
+    """The SPEC names to suggest in ``scope``: the generic ones and the scope's own."""
+    return sorted({*GENERIC_SPECS, *scope.parsers})
 
 
-def spec_names(suite: Suite | None) -> list[str]:
-    """The SPEC names to suggest for ``suite``: the generic ones and the suite's own.
-
-    Outside any suite (e.g. the proxy) every installed suite's names are suggested.
-    """
-    own = suite.fault_specs if suite is not None else _installed_specs()
-    return sorted({*GENERIC_SPECS, *own})
-
-
-def check_plan_fits(plan: BasePlan, suite: Suite | None, spec: str) -> None:
+def check_plan_fits(plan: BasePlan, scope: FaultSpecScope, spec: str) -> None:
     """Refuse a plan that needs another suite's tasks (it would inject nothing and mislabel results)."""
     needed = plan.requires_suite
-    if needed is not None and (suite is None or suite.name != needed):
-        where = f"suite {suite.name!r}" if suite is not None else "a server without tasks (e.g. the proxy)"
+    if needed is not None and scope.suite != needed:
+        where = (
+            f"suite {scope.suite!r}" if scope.suite is not None else "a server without tasks (e.g. the proxy)"
+        )
         raise FaultSpecError(
             f"fault spec {spec!r} works only with suite {needed!r} (its faults live in that suite's "
             f"task data); it cannot apply to {where}"
         )
 
 
-def parse_fault_spec(spec: str, suite: Suite | None = None) -> BasePlan:
-    """Turn a SPEC into a validated fault plan that fits ``suite``, or raise `FaultSpecError`."""
+def parse_fault_spec(spec: str, scope: FaultSpecScope = GENERIC_SCOPE) -> BasePlan:
+    """Turn a SPEC into a validated fault plan that fits ``scope``, or raise `FaultSpecError`."""
     match = re.match(r"^([A-Za-z][\w-]*)(?:[:=](.*))?$", spec)
     name, args = (match.group(1), match.group(2) or "") if match else ("", "")
-    if name == "protocol":  # its base plan (after '+') is parsed for the same suite
-        plan = _protocol(spec, args, suite)
-        check_plan_fits(plan, suite, spec)
+    if name == "protocol":  # its base plan (after '+') is parsed in the same scope
+        plan = _protocol(spec, args, scope)
+        check_plan_fits(plan, scope, spec)
         return plan
-    parser: FaultSpecParser | None = GENERIC_SPECS.get(name)
-    if parser is None and suite is not None:
-        parser = suite.fault_specs.get(name)
-    if parser is None and match:
-        parser = _installed_specs().get(name, ("", None))[1]
+    parser: FaultSpecParser | None = GENERIC_SPECS.get(name) or scope.parsers.get(name)
     if parser is not None:
         plan = parser(spec, args)
     else:
@@ -133,13 +132,13 @@ def parse_fault_spec(spec: str, suite: Suite | None = None) -> BasePlan:
             what = "is a directory" if path.is_dir() else "does not exist"
             raise FaultSpecError(f"fault file {spec} {what}")
         if not path.is_file():
-            names = ", ".join(spec_names(suite))
+            names = ", ".join(spec_names(scope))
             raise FaultSpecError(
                 f"unknown fault spec {spec!r}: use one of {names} (e.g. lambda=0.2), "
                 "or the path of a .toml/.json fault file"
             )
         plan = load_fault_file(path)
-    check_plan_fits(plan, suite, spec)
+    check_plan_fits(plan, scope, spec)
     return plan
 
 

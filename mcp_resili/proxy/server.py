@@ -30,8 +30,7 @@ from mcp_types import methods as protocol
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-import mcp_resili
-from mcp_resili import FINISH_TOOL, META_EVENT
+from mcp_resili.constants import FINISH_TOOL, META_EVENT, VERSION
 from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, FaultSpecError, ProtocolFault, ToolOutcome, has_protocol_faults
 from mcp_resili.proxy.relay import ClientRelay
@@ -126,7 +125,7 @@ class ProxyServer:
         info = client.server_info
         self.mcp: Server[Any] = Server(
             info.name if info else "mcp-resili-proxy",
-            version=info.version if info else mcp_resili.__version__,
+            version=info.version if info else VERSION,
             instructions=client.instructions,
             get_tool_input_schema=self._input_schema,
         )

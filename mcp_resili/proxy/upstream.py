@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_resili.errors import UserError, plain_validation_error
 from mcp_resili.faults import ToolOutcome
-from mcp_resili.registry import ToolSpec, ToolState
 from mcp_resili.server.pipeline import UPSTREAM_CLOSED
+from mcp_resili.tools import ToolSpec, ToolState
 
 UPSTREAM_ERROR = "UPSTREAM_ERROR"
 #: The upstream answered a call with a result no MCP client can read (it breaks the schema).

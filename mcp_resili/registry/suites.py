@@ -1,40 +1,36 @@
-"""Suites and the suite registry: a tool library, tasks, prompts, fault plans and a scorer under one name.
+"""The suite contract: a tool library, tasks, prompts, fault specs, a scorer and report parts under one name.
 
-A suite is the unit the server serves and the runner runs. Every suite, built-in or third-party, joins
-through the entry-point group ``mcp_resili.suites`` (name = suite name, value = ``module:factory``, a
-function returning a `Suite`); entry points are read without importing anything, and a suite's package
-is imported only when the suite is first used. A suite that fails to load is reported by name with one
-line, and never breaks the listing or the other suites. See ``docs/suites.md``.
+A suite is the unit the server serves and the runner runs. It is written in the vocabulary of the layers
+below it (tools, tasks, agents, faults, traces, scores, stored rows, report sections), so that every
+layer above can be handed a `Suite`, or the parts of it it needs, and none has to look one up. How
+suites are found by name is `mcp_resili.registry.loader`. See ``docs/suites.md``.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib.metadata
-import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cache, cached_property
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from mcp_resili.errors import UserError
-from mcp_resili.registry.library import ToolLibrary
+from mcp_resili.faults.spec import FaultSpecScope
+from mcp_resili.report.summary import ComponentColumn
+from mcp_resili.scoring.termination import NO_STOP_RULES, StopRules
+from mcp_resili.tools.library import ToolLibrary
 
 if TYPE_CHECKING:
-    from mcp_resili.client.model import Model
+    from mcp_resili.agents.model import Model
     from mcp_resili.faults.spec import FaultSpecParser
     from mcp_resili.report.section import ReportSection
     from mcp_resili.scoring.model import Score
-    from mcp_resili.scoring.termination import StopRules
     from mcp_resili.store import EpisodeRow
     from mcp_resili.tasks.lazy import TaskSummary
     from mcp_resili.tasks.model import Task
     from mcp_resili.trace.model import Trace
-
-#: The entry-point group every suite registers in (``[project.entry-points."mcp_resili.suites"]``).
-ENTRY_POINT_GROUP = "mcp_resili.suites"
 
 
 class UnknownTaskError(UserError, KeyError):
@@ -88,8 +84,11 @@ class Suite:
     #: Serve the unfaulted, unscored ``search_tools`` and ``tool_info`` discovery tools.
     discovery: bool = False
     #: The suite's own stop rules (`mcp_resili.scoring.termination.StopRules`): when the runner ends
-    #: an episode early. True: ResiliBench's (5 failed calls in a row, ...); False: none.
-    stop_rules: StopRules | bool = True
+    #: an episode early. None: none (only the budgets and the agent end an episode).
+    stop_rules: StopRules | None = None
+    #: Score components summarised as extra columns of the outcome table (terminal, HTML, JSON,
+    #: exports), e.g. ResiliBench's bounds; () for none.
+    summary_columns: tuple[ComponentColumn, ...] = ()
     #: The suite's own sections of ``mcp-resili report`` (tables, SVG charts, JSON data), placed
     #: after the generic outcome table (None: generic sections only).
     report_sections: Callable[[Sequence[EpisodeRow]], Sequence[ReportSection]] | None = field(
@@ -127,6 +126,12 @@ class Suite:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise wrong(name, "callable or None", value)
+        if self.stop_rules is not None and not isinstance(self.stop_rules, StopRules):
+            raise wrong("stop_rules", "StopRules or None", self.stop_rules)
+        if not isinstance(self.summary_columns, tuple) or not all(
+            isinstance(column, ComponentColumn) for column in self.summary_columns
+        ):
+            raise wrong("summary_columns", "a tuple of ComponentColumn", self.summary_columns)
         if isinstance(self.variants, str) or not isinstance(self.variants, Sequence):
             raise wrong("variants", "a tuple of names", self.variants)
         for variant in self.variants:
@@ -136,6 +141,16 @@ class Suite:
             for key, value in getattr(self, name).items():
                 if not isinstance(key, str) or not callable(value):
                     raise TypeError(f"Suite {name} must map names to callables, got {key!r}: {value!r}")
+
+    @property
+    def own_stop_rules(self) -> StopRules:
+        """The stop rules episodes of this suite run under unless a run names others."""
+        return self.stop_rules or NO_STOP_RULES
+
+    @property
+    def spec_scope(self) -> FaultSpecScope:
+        """Where this suite's fault SPECs are parsed: its own SPEC names, plans fitted to it."""
+        return FaultSpecScope(self.name, self.fault_specs)
 
     @cached_property
     def tasks(self) -> Sequence[Task]:
@@ -257,123 +272,3 @@ class Suite:
                 f"suite {self.name!r} failed to write the prompt of task {task.id!r} in variant "
                 f"{variant!r} ({type(exc).__name__}: {exc}); the suite is at fault"
             ) from exc
-
-
-#: The suite used when none is named.
-DEFAULT_SUITE = "resilibench"
-#: The distribution of the built-in suites: no other package may take their names.
-BUILTIN_DISTRIBUTION = "mcp-resili"
-
-
-@dataclass(frozen=True)
-class SuiteEntry:
-    """A registered suite before it is loaded: its entry point and the distribution providing it."""
-
-    name: str
-    target: str
-    distribution: str
-    version: str
-    #: Why the entry cannot be used (its name clashes with another package's suite), or None.
-    problem: str | None = None
-
-    @property
-    def source(self) -> str:
-        """``package version``, as shown by ``mcp-resili suites``."""
-        return f"{self.distribution} {self.version}".strip()
-
-    @property
-    def builtin(self) -> bool:
-        """Whether mcp-resili itself registers it."""
-        return re.sub(r"[-_.]+", "-", self.distribution).lower() == BUILTIN_DISTRIBUTION
-
-
-@cache
-def registered_suites() -> dict[str, SuiteEntry]:
-    """Every suite registered in the ``mcp_resili.suites`` entry-point group, by name (nothing imported).
-
-    A name is never silently taken over: a built-in suite keeps its name, and another package's suite
-    of that name is listed as ``NAME (PACKAGE)`` with a `SuiteEntry.problem` naming both packages; a
-    name two other packages register is listed once, with a problem naming both, and used by neither.
-    """
-    claims: dict[str, list[SuiteEntry]] = {}
-    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        dist = point.dist
-        entry = SuiteEntry(
-            point.name,
-            point.value,
-            dist.name if dist is not None else "?",
-            dist.version if dist is not None else "",
-        )
-        claimants = claims.setdefault(point.name, [])
-        if all(other.distribution != entry.distribution for other in claimants):
-            claimants.append(entry)
-    entries: dict[str, SuiteEntry] = {}
-    for name, claimants in claims.items():
-        builtin = next((entry for entry in claimants if entry.builtin), None)
-        if len(claimants) == 1:
-            entries[name] = claimants[0]
-        elif builtin is not None:
-            entries[name] = builtin
-            for other in claimants:
-                if other is not builtin:
-                    entries[f"{name} ({other.distribution})"] = replace(
-                        other,
-                        problem=f"suite {name!r} from {other.source} is ignored: {name!r} is the built-in "
-                        f"suite from {builtin.source}",
-                    )
-        else:
-            packages = " and ".join(entry.source for entry in claimants)
-            entries[name] = replace(
-                claimants[0],
-                problem=f"suite {name!r} is registered by more than one package ({packages}); "
-                "uninstall all but one",
-            )
-    return dict(sorted(entries.items()))
-
-
-def suite_names() -> list[str]:
-    """Registered suite names (not a clashing entry listed under ``NAME (PACKAGE)``)."""
-    return [name for name, entry in registered_suites().items() if name == entry.name]
-
-
-@cache
-def get_suite(name: str = DEFAULT_SUITE) -> Suite:
-    """The suite called ``name``, loaded on first use.
-
-    Raises `UnknownSuiteError` listing the registered ones, or `SuiteLoadError` in one line naming the
-    suite and its package when its code cannot be imported or does not return a `Suite`.
-    """
-    entry = registered_suites().get(name)
-    if entry is None:
-        known = ", ".join(suite_names()) or "none (is mcp-resili installed? pip install -e .)"
-        raise UnknownSuiteError(f"unknown suite {name!r}; available: {known}")
-    if entry.problem is not None:
-        raise SuiteLoadError(entry.problem)
-    try:
-        factory = importlib.metadata.EntryPoint(entry.name, entry.target, ENTRY_POINT_GROUP).load()
-        suite = factory()
-    # A third party's code: any failure, ``sys.exit`` included, is that suite's, reported in one line
-    # (KeyboardInterrupt still stops the command).
-    except (Exception, SystemExit) as exc:
-        raise SuiteLoadError(
-            f"suite {name!r} (from {entry.source}) failed to load: {type(exc).__name__}: {exc}"
-        ) from None
-    if not isinstance(suite, Suite):
-        raise SuiteLoadError(
-            f"suite {name!r} (from {entry.source}): {entry.target} returned "
-            f"{type(suite).__name__}, not a Suite"
-        )
-    if suite.name != name:
-        raise SuiteLoadError(f"suite {name!r} (from {entry.source}): its Suite is named {suite.name!r}")
-    return suite
-
-
-def load_all_suites() -> dict[str, Suite]:
-    """Every registered suite that loads; broken ones are left out (`get_suite` says why)."""
-    loaded = {}
-    for name in registered_suites():
-        try:
-            loaded[name] = get_suite(name)
-        except SuiteLoadError:
-            continue
-    return loaded

@@ -14,18 +14,49 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mcp_resili.errors import UserError
-from mcp_resili.registry.suites import Suite, UnknownSuiteError, UnknownTaskError, get_suite
 from mcp_resili.report.coping import coping_section
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.stats import mcnemar_exact, mean_interval
-from mcp_resili.report.summary import LEVELS, rate, summarize
+from mcp_resili.report.summary import LEVELS, ComponentColumn, column_value, rate, shown_columns, summarize
 from mcp_resili.report.svg import Bar, bar_chart, stacked_levels
 from mcp_resili.store import EpisodeRow, RunRow, Store
+from mcp_resili.tasks.model import Task
 from mcp_resili.trace import Trace, TraceError, trace_lines
 from mcp_resili.workflow import METRIC_BOUNDS, METRICS, PerturbationError, episode_workflow_scores
+
+
+class ReportedSuite(Protocol):
+    """What a report needs of a run's suite (a `mcp_resili.registry.suites.Suite` is one), handed down."""
+
+    @property
+    def name(self) -> str:
+        """The suite's name."""
+
+    @property
+    def summary_columns(self) -> tuple[ComponentColumn, ...]:
+        """Score components shown as extra outcome columns."""
+
+    @property
+    def report_sections(self) -> Callable[[Sequence[EpisodeRow]], Sequence[ReportSection]] | None:
+        """The suite's own sections."""
+
+    def task(self, task_id: str) -> Task:
+        """The task ``task_id``; a `KeyError` for one the suite does not have."""
+
+    def task_info(self, task_id: str) -> dict[str, str]:
+        """The breakdown keys of a task (type, complexity); empty for an unknown id."""
+
+
+#: Finds the suite of a stored run by name, None when this installation does not know it.
+SuiteFinder = Callable[[str], ReportedSuite | None]
+
+
+def no_suite(name: str) -> None:
+    """A `SuiteFinder` that knows no suite: generic sections only."""
+    return None
 
 
 class ReportError(UserError):
@@ -100,21 +131,16 @@ def load_runs(db: Path, run_ids: Sequence[str | None]) -> list[tuple[RunRow, lis
         store.close()
 
 
-def load_report(db: Path, run_id: str | None = None, by: Sequence[str] = ()) -> Report:
+def load_report(
+    db: Path, run_id: str | None = None, by: Sequence[str] = (), find_suite: SuiteFinder = no_suite
+) -> Report:
     """The report of ``run_id`` (default: the latest run) in the database ``db``.
 
-    ``by``: extra breakdown keys of the outcome table (`mcp_resili.report.summary.BREAKDOWN_KEYS`).
+    ``by``: extra breakdown keys of the outcome table (`mcp_resili.report.summary.BREAKDOWN_KEYS`);
+    ``find_suite``: the run's suite by name, for its own sections (``mcp_resili.find_suite``).
     """
     ((run, rows),) = load_runs(db, [run_id])
-    return build_report(run, rows, by)
-
-
-def suite_or_none(name: str) -> Suite | None:
-    """The suite ``name``, or None when this version does not know it (generic sections only)."""
-    try:
-        return get_suite(name)
-    except UnknownSuiteError:
-        return None  # a run of a suite this version does not know: generic sections only
+    return build_report(run, rows, by, find_suite(run.suite))
 
 
 def _trace(row: EpisodeRow) -> Trace | None:
@@ -136,13 +162,14 @@ def outcomes_section(
     rows: Sequence[EpisodeRow],
     by: Sequence[str] = (),
     task_info: Callable[[str], Mapping[str, str]] | None = None,
+    columns: Sequence[ComponentColumn] = (),
 ) -> ReportSection:
     """Levels per (model, faults, variant, *by) with 95% Wilson intervals; infrastructure errors apart.
 
-    ResiliBench's bounds (ii) and (iii) get columns when the scores carry them.
+    The suite's own ``columns`` (e.g. ResiliBench's bounds) are shown when the scores carry them.
     """
-    groups = summarize(rows, by, task_info)
-    bounds = any(g.bound_ii is not None or g.bound_iii_mean is not None for g in groups)
+    groups = summarize(rows, by, task_info, columns)
+    shown = shown_columns(groups, columns)
     table = TableBlock(
         "Outcome levels (infrastructure errors excluded from denominators)",
         (
@@ -153,7 +180,7 @@ def outcomes_section(
             *by,
             "episodes",
             *(f"{lv} % (95% CI)" for lv in LEVELS),
-            *(("bound ii %", "bound iii %") if bounds else ()),
+            *(column.title for column in shown),
             "infra errors",
         ),
         tuple(
@@ -165,7 +192,7 @@ def outcomes_section(
                 *(g.breakdown[k] for k in by),
                 str(g.episodes),
                 *(rate_cell(g.levels[lv].to_dict()) for lv in LEVELS),
-                *((_pct(g.bound_ii.value if g.bound_ii else None), _pct(g.bound_iii_mean)) if bounds else ()),
+                *(_pct(column_value(g, column)) for column in shown),
                 str(g.infrastructure_errors),
             )
             for g in groups
@@ -195,7 +222,9 @@ def outcomes_section(
     )
 
 
-def workflow_scores(rows: Sequence[EpisodeRow], suite: Suite | None) -> dict[str, dict[str, float | int]]:
+def workflow_scores(
+    rows: Sequence[EpisodeRow], suite: ReportedSuite | None
+) -> dict[str, dict[str, float | int]]:
     """Episode id → workflow metrics of its executed tool sequence against the task's golden DAG."""
     out: dict[str, dict[str, float | int]] = {}
     if suite is None:
@@ -229,13 +258,13 @@ def _executed_tools(trace: str) -> tuple[str, ...]:
     return tuple(tools)
 
 
-def _workflow_of(row: EpisodeRow, suite: Suite) -> dict[str, float | int] | None:
+def _workflow_of(row: EpisodeRow, suite: ReportedSuite) -> dict[str, float | int] | None:
     trace = _trace(row)
     if trace is None:
         return None
     try:
         return episode_workflow_scores(suite.task(row.task_id), trace).to_dict()
-    except (UnknownTaskError, PerturbationError, ValueError):
+    except (KeyError, PerturbationError, ValueError):
         return None
 
 
@@ -410,12 +439,21 @@ def damaged_scores(suite: str, exc: Exception) -> ReportError:
     )
 
 
-def build_report(run: RunRow, rows: Sequence[EpisodeRow], by: Sequence[str] = ()) -> Report:
-    """All sections of one run: the outcome table, the suite's sections, then the other generic ones."""
-    suite = suite_or_none(run.suite)
+def build_report(
+    run: RunRow, rows: Sequence[EpisodeRow], by: Sequence[str] = (), suite: ReportedSuite | None = None
+) -> Report:
+    """All sections of one run: the outcome table, the suite's sections, then the other generic ones.
+
+    ``suite``: the run's suite, handed down (None: generic sections only).
+    """
     scores = workflow_scores(rows, suite)
     try:
-        outcomes = outcomes_section(rows, by, suite.task_info if suite is not None else None)
+        outcomes = outcomes_section(
+            rows,
+            by,
+            suite.task_info if suite is not None else None,
+            suite.summary_columns if suite is not None else (),
+        )
     except ValueError as exc:  # an unknown breakdown key
         raise ReportError(str(exc)) from None
     sections = [

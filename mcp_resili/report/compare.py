@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcp_resili.report.build import Report, load_runs, suite_or_none, workflow_scores
+from mcp_resili.report.build import Report, SuiteFinder, load_runs, no_suite, workflow_scores
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.stats import mcnemar_exact
 from mcp_resili.report.summary import GroupSummary, rate, summarize
@@ -24,9 +24,12 @@ from mcp_resili.store import EpisodeRow, RunRow
 Cell = tuple[str, str, str]
 
 
-def load_comparison(db: Path, run_ids: Sequence[str]) -> Report:
-    """The comparison of the runs ``run_ids`` (at least two, all in ``db``)."""
-    return build_comparison(load_runs(db, list(run_ids)))
+def load_comparison(db: Path, run_ids: Sequence[str], find_suite: SuiteFinder = no_suite) -> Report:
+    """The comparison of the runs ``run_ids`` (at least two, all in ``db``).
+
+    ``find_suite`` as for `mcp_resili.report.build.load_report`.
+    """
+    return build_comparison(load_runs(db, list(run_ids)), find_suite)
 
 
 def runs_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> ReportSection:
@@ -70,11 +73,18 @@ def runs_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> ReportS
     )
 
 
-def side_by_side_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> ReportSection:
-    """Full-success rate (95% Wilson interval) of every cell in every run, as a table and grouped bars."""
-    by_run: list[dict[Cell, GroupSummary]] = [
-        {(g.model, g.faults, g.variant): g for g in summarize(episodes)} for _, episodes in runs
-    ]
+def side_by_side_section(
+    runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]], find_suite: SuiteFinder = no_suite
+) -> ReportSection:
+    """Full-success rate (95% Wilson interval) of every cell in every run, as a table and grouped bars.
+
+    A run's groups carry its suite's own columns in the JSON (e.g. ResiliBench's bounds).
+    """
+    by_run: list[dict[Cell, GroupSummary]] = []
+    for run, episodes in runs:
+        suite = find_suite(run.suite)
+        columns = suite.summary_columns if suite is not None else ()
+        by_run.append({(g.model, g.faults, g.variant): g for g in summarize(episodes, columns=columns)})
     cells = sorted({cell for groups in by_run for cell in groups})
     table_rows = []
     data: dict[str, dict[str, Any]] = {}
@@ -271,14 +281,20 @@ def cost_by_run_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> 
     )
 
 
-def build_comparison(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> Report:
-    """The comparison report of two or more runs (with their stored episodes)."""
+def build_comparison(
+    runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]], find_suite: SuiteFinder = no_suite
+) -> Report:
+    """The comparison report of two or more runs (with their stored episodes).
+
+    ``find_suite`` finds each run's suite by name (handed down by the caller; generic sections only
+    without it).
+    """
     workflow: dict[str, dict[str, float | int]] = {}
     for run, rows in runs:
-        workflow.update(workflow_scores(rows, suite_or_none(run.suite)))
+        workflow.update(workflow_scores(rows, find_suite(run.suite)))
     sections = (
         runs_section(runs),
-        side_by_side_section(runs),
+        side_by_side_section(runs, find_suite),
         paired_runs_section(runs),
         cost_by_run_section(runs),
     )

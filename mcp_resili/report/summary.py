@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from mcp_resili.report.svg import Bar
 from mcp_resili.scoring.passk import Z95, wilson
@@ -53,8 +53,53 @@ def rate(count: int, n: int) -> Rate:
 
 
 @dataclass(frozen=True)
+class ComponentColumn:
+    """A score component summarised per group as an extra column of the outcome table.
+
+    A suite declares its own (`Suite.summary_columns`, e.g. ResiliBench's bounds): the terminal table,
+    the HTML report, ``run --json``, exports and ``compare`` show them for that suite's runs only.
+    """
+
+    #: Key in the group's JSON (``bound_ii``).
+    key: str
+    #: Column title (``bound ii %``), shown as a percentage.
+    title: str
+    #: The score component summarised (``bound_ii_full_possible``).
+    component: str
+    #: ``share``: the share of true values, with its interval (a `Rate`); ``mean``: the mean of numbers.
+    summary: Literal["share", "mean"]
+
+    def of(self, scored: Sequence[EpisodeRow]) -> Rate | float | None:
+        """The column's value over ``scored`` episodes; None where no episode carries the component."""
+        values = [
+            c[self.component]
+            for r in scored
+            if (c := (r.score or {}).get("components", {})).get(self.component) is not None
+        ]
+        if not values:
+            return None
+        if self.summary == "share":
+            return rate(sum(1 for v in values if v), len(values))
+        return sum(float(v) for v in values) / len(values)
+
+
+def shown_columns(
+    summaries: Sequence[GroupSummary], columns: Sequence[ComponentColumn]
+) -> tuple[ComponentColumn, ...]:
+    """The suite's columns a table shows: all of them once any group has a value for any."""
+    known = any(value is not None for s in summaries for value in s.columns.values())
+    return tuple(columns) if known else ()
+
+
+def column_value(summary: GroupSummary, column: ComponentColumn) -> float | None:
+    """A group's value of ``column`` as a number (a share's rate), None where unknown."""
+    value = summary.columns.get(column.key)
+    return value.value if isinstance(value, Rate) else value
+
+
+@dataclass(frozen=True)
 class GroupSummary:
-    """ResiliBench levels for one (model, architecture, faults, variant) group.
+    """Outcome levels for one (model, architecture, faults, variant) group.
 
     Infrastructure errors are excluded from the denominators and counted on their own, never dropped.
     """
@@ -72,11 +117,8 @@ class GroupSummary:
     mean_value: float | None
     #: Values of the extra grouping keys (`BREAKDOWN_KEYS`) that define this group, if any.
     breakdown: dict[str, str] = field(default_factory=dict)
-    #: Share of episodes an agent knowing the fault draws could have fully solved (ResiliBench
-    #: bound (ii)), over the episodes where the scorer could decide it; None when it never could.
-    bound_ii: Rate | None = None
-    #: Mean DP-optimal probability of full success of the group's tasks (bound (iii)), if known.
-    bound_iii_mean: float | None = None
+    #: The suite's `ComponentColumn` values by key (a `Rate`, a mean, or None where unknown).
+    columns: dict[str, Rate | float | None] = field(default_factory=dict)
     input_tokens: int = 0
     output_tokens: int = 0
     #: USD over every episode (infrastructure errors cost money too); ``None`` when no price is known.
@@ -85,10 +127,13 @@ class GroupSummary:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         data = asdict(self)
+        del data["columns"]  # each column is a key of its own, placed where the suite's JSON had it
         data["levels"] = {k: v.to_dict() for k, v in self.levels.items()}
         data["mean_value"] = None if self.mean_value is None else round(self.mean_value, 4)
-        data["bound_ii"] = None if self.bound_ii is None else self.bound_ii.to_dict()
-        data["bound_iii_mean"] = None if self.bound_iii_mean is None else round(self.bound_iii_mean, 4)
+        for key, value in self.columns.items():
+            data[key] = (
+                value.to_dict() if isinstance(value, Rate) else None if value is None else round(value, 4)
+            )
         data["cost_usd"] = None if self.cost_usd is None else round(self.cost_usd, 6)
         return data
 
@@ -119,31 +164,17 @@ def _breakdown(
     return tuple(str(values.get(key, "?")) for key in by)
 
 
-def _bounds(scored: list[EpisodeRow]) -> dict[str, Any]:
-    components = [(r.score or {}).get("components", {}) for r in scored]
-    known_ii = [
-        c["bound_ii_full_possible"] for c in components if c.get("bound_ii_full_possible") is not None
-    ]
-    iii = [
-        float(c["bound_iii_full_probability"])
-        for c in components
-        if c.get("bound_iii_full_probability") is not None
-    ]
-    return {
-        "bound_ii": rate(sum(1 for b in known_ii if b), len(known_ii)) if known_ii else None,
-        "bound_iii_mean": sum(iii) / len(iii) if iii else None,
-    }
-
-
 def summarize(
     rows: Iterable[EpisodeRow],
     by: Sequence[str] = (),
     task_info: Callable[[str], Mapping[str, str]] | None = None,
+    columns: Sequence[ComponentColumn] = (),
 ) -> list[GroupSummary]:
     """Group rows by (model, architecture, faults, variant, *by) and compute level rates.
 
     ``by`` takes names from `BREAKDOWN_KEYS`; ``task_info(task_id)`` supplies ``task_type`` and
-    ``complexity`` (a task it does not know gives "?").
+    ``complexity`` (a task it does not know gives "?"); ``columns`` are the suite's own
+    (`ComponentColumn`).
     """
     unknown = [key for key in by if key not in BREAKDOWN_KEYS]
     if unknown:
@@ -168,7 +199,7 @@ def summarize(
                 levels={level: rate(sum(1 for r in scored if r.label == level), n) for level in LEVELS},
                 mean_value=sum(r.value or 0.0 for r in scored) / n if n else None,
                 breakdown=dict(zip(by, extra, strict=True)),
-                **_bounds(scored),
+                columns={column.key: column.of(scored) for column in columns},
                 input_tokens=sum(r.input_tokens for r in members),
                 output_tokens=sum(r.output_tokens for r in members),
                 cost_usd=None

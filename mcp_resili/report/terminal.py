@@ -7,21 +7,32 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from mcp_resili.report.section import ReportSection, TableBlock
-from mcp_resili.report.summary import LEVELS, GroupSummary, Rate
+from mcp_resili.report.summary import (
+    LEVELS,
+    ComponentColumn,
+    GroupSummary,
+    Rate,
+    column_value,
+    shown_columns,
+)
 
 
-def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
-    """One row per (model, architecture, faults, variant): level rates with 95% intervals."""
+def summary_table(
+    run_id: str, summaries: Sequence[GroupSummary], columns: Sequence[ComponentColumn] = ()
+) -> Table:
+    """One row per (model, architecture, faults, variant): level rates with 95% intervals.
+
+    ``columns``: the suite's own (`ComponentColumn`), shown once any group has a value.
+    """
     table = Table(title=f"run {run_id}", title_justify="left")
     extra = list(summaries[0].breakdown) if summaries else []
     for name in ("model", "architecture", "faults", "variant", *extra, "episodes"):
         table.add_column(name, justify="right" if name == "episodes" else "left")
     for level in LEVELS:
         table.add_column(f"{level} % (95% CI)", justify="right")
-    bounds = any(s.bound_ii is not None or s.bound_iii_mean is not None for s in summaries)
-    if bounds:
-        table.add_column("bound ii %", justify="right")
-        table.add_column("bound iii %", justify="right")
+    shown = shown_columns(summaries, columns)
+    for column in shown:
+        table.add_column(column.title, justify="right")
     table.add_column("infra errors", justify="right")
     # Offline (scripted) runs spend nothing: leave the money columns out rather than print zeros.
     spending = any(s.input_tokens or s.output_tokens or s.cost_usd for s in summaries)
@@ -39,7 +50,7 @@ def summary_table(run_id: str, summaries: Sequence[GroupSummary]) -> Table:
             *(s.breakdown[k] for k in extra),
             str(s.episodes),
             *cells,
-            *((_pct(s.bound_ii.value if s.bound_ii else None), _pct(s.bound_iii_mean)) if bounds else ()),
+            *(_pct(column_value(s, column)) for column in shown),
             str(s.infrastructure_errors),
             *((f"{s.input_tokens:,}/{s.output_tokens:,}", cost) if spending else ()),
         )

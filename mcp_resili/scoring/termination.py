@@ -5,13 +5,9 @@ episode's tool calls so far, names the rule that fires (`StopDecision`) or retur
 applies the suite's set after every turn (``run --stop-rules NAME`` picks another registered set),
 records the rule in the trace's ``episode_end`` event and in the stored episode row.
 
-Sets defined here (suites may define their own):
-
-* ``resilibench`` (`RESILIBENCH_STOP_RULES`), the reference ResiliBench executor's rules: the
-  episode ends at the first call where the last 5 calls all failed (``too_many_errors``), more
-  than 15 calls have succeeded (``too_many_calls``), or the last 5 successful calls were the same
-  tool (``loop``). The default of a suite that does not choose.
-* ``none`` (`NO_STOP_RULES`): only the episode's budgets (turns, tokens, time) and the agent end it.
+The framework's own set is ``none`` (`NO_STOP_RULES`): only the episode's budgets (turns, tokens,
+time) and the agent end an episode; it is what a suite that names no rules gets. Suites define their
+own (ResiliBench's in ``suites/resilibench/stop_rules.py``, ReliabilityBench's likewise).
 
 **The call budget**: an episode may make at most ``budget`` calls (the episode's ``max_turns``).
 Every tool call counts, failed and refused ones included, and so does ``finish`` (the completion
@@ -31,24 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from mcp_resili import DISCOVERY_TOOLS
+from mcp_resili.constants import DISCOVERY_TOOLS
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent
-
-CONSECUTIVE_FAILURES = 5
-MAX_SUCCESSFUL_CALLS = 15
-LOOP_REPEATS = 5
-#: Phrases that count as an explicit completion signal in an agent's text (case-insensitive).
-COMPLETION_PHRASES = (
-    "task_completed",
-    "task completed",
-    "task is complete",
-    "finished executing",
-    "all steps completed",
-    "workflow complete",
-    "done with the task",
-    "successfully completed the task",
-    "task has been completed",
-)
 
 
 @dataclass(frozen=True)
@@ -69,63 +49,9 @@ class StopRules:
     check: Callable[[Sequence[ToolCallEvent]], StopDecision | None]
 
 
-_RESILIBENCH_TERMINATION: dict[str, Literal["too_many_errors", "loop"]] = {
-    "too_many_errors": "too_many_errors",
-    "too_many_calls": "too_many_errors",
-    "loop": "loop",
-}
-
-
-def termination_index(calls: Sequence[ToolCallEvent]) -> tuple[int, str | None]:
-    """How many calls count, and which ResiliBench rule (if any) cut the episode there.
-
-    The rules, in the order they are checked at each call: `CONSECUTIVE_FAILURES` failed calls in a
-    row; more than `MAX_SUCCESSFUL_CALLS` successful calls; the same tool in `LOOP_REPEATS` successful
-    calls in a row (failed calls between them do not break the row). One pass with running counts: the
-    agent loop asks this after every turn.
-    """
-    failed_in_row = successes = same_in_row = 0
-    last_success: str | None = None
-    for i, call in enumerate(calls):
-        if call.is_error:
-            failed_in_row += 1
-            if failed_in_row == CONSECUTIVE_FAILURES:
-                return i + 1, "too_many_errors"
-            continue
-        failed_in_row = 0
-        successes += 1
-        if successes > MAX_SUCCESSFUL_CALLS:
-            return i + 1, "too_many_calls"
-        same_in_row = same_in_row + 1 if call.tool == last_success else 1
-        last_success = call.tool
-        if same_in_row == LOOP_REPEATS:
-            return i + 1, "loop"
-    return len(calls), None
-
-
-def _resilibench_check(calls: Sequence[ToolCallEvent]) -> StopDecision | None:
-    _, rule = termination_index(calls)
-    return None if rule is None else StopDecision(rule, _RESILIBENCH_TERMINATION[rule])
-
-
-RESILIBENCH_STOP_RULES = StopRules(
-    "resilibench",
-    f"{CONSECUTIVE_FAILURES} failed calls in a row, more than {MAX_SUCCESSFUL_CALLS} successful calls, "
-    f"or the same tool {LOOP_REPEATS} successful times in a row",
-    _resilibench_check,
-)
 NO_STOP_RULES = StopRules(
     "none", "no early stop: only the budgets and the agent end an episode", lambda _: None
 )
-#: Rule sets a run can ask for by name (``run --stop-rules``), beside its suite's own.
-STOP_RULE_SETS: dict[str, StopRules] = {r.name: r for r in (RESILIBENCH_STOP_RULES, NO_STOP_RULES)}
-
-
-def resolve_stop_rules(rules: StopRules | bool) -> StopRules:
-    """A suite's ``stop_rules`` as a set: True is ResiliBench's rules (the old default), False none."""
-    if isinstance(rules, StopRules):
-        return rules
-    return RESILIBENCH_STOP_RULES if rules else NO_STOP_RULES
 
 
 def counts_against_budget(event: TraceEvent) -> bool:

@@ -14,13 +14,10 @@ from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError
 
-import mcp_resili
-from mcp_resili import DISCOVERY_TOOLS, FINISH_TOOL, META_EVENT, TRACE_METHOD
+from mcp_resili.constants import DISCOVERY_TOOLS, FINISH_TOOL, META_EVENT, TRACE_METHOD, VERSION
 from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, has_protocol_faults
-from mcp_resili.registry import ToolSpec
 from mcp_resili.registry.suites import Suite, UnknownTaskError
-from mcp_resili.registry.validator import argument_problems, compiled
 from mcp_resili.server.backend import SimulatedBackend
 from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery, DiscoveryError
 from mcp_resili.server.episodes import (
@@ -33,6 +30,8 @@ from mcp_resili.server.pipeline import CallPipeline, Episode, TraceRecorder, res
 from mcp_resili.server.protocol import ProtocolLayer, note_call
 from mcp_resili.server.wire import modern_tool_result, tool_result
 from mcp_resili.tasks.model import Task
+from mcp_resili.tools import ToolSpec
+from mcp_resili.tools.validator import argument_problems, compiled
 from mcp_resili.trace import TraceEvent, TraceHeader, event_to_dict, event_to_meta
 from mcp_resili.trace.codes import (
     DEPENDENCY_NOT_MET,
@@ -136,7 +135,7 @@ class ResiliServer:
             self._tools += [SEARCH_SPEC, INFO_SPEC]
         self.mcp: Server[Any] = Server(
             "mcp-resili",
-            version=mcp_resili.__version__,
+            version=VERSION,
             # Nothing about faults or alternatives: whether the agent is told is the prompt variant's
             # choice (e.g. ToolMaze's hint), and an agent that reads instructions would always be told.
             instructions=f"mcp-resili: the tools of the {suite.name!r} benchmark suite.",

@@ -13,9 +13,9 @@ import anyio
 import pydantic_core
 
 from mcp_resili.faults import ToolOutcome
-from mcp_resili.registry import ToolFailure, ToolLibrary, ToolSpec, ToolState
 from mcp_resili.server.numbers import non_finite_number
 from mcp_resili.server.wire import result_json_text
+from mcp_resili.tools import ToolFailure, ToolLibrary, ToolSpec, ToolState
 from mcp_resili.trace.codes import TOOL_CRASHED
 
 logger = logging.getLogger(__name__)

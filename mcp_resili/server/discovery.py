@@ -12,10 +12,10 @@ from typing import Any
 
 import mcp_types as types
 
-from mcp_resili import DISCOVERY_TOOLS
-from mcp_resili.registry import ToolLibrary
-from mcp_resili.registry.search import ToolIndex
-from mcp_resili.registry.validator import argument_problems, compiled
+from mcp_resili.constants import DISCOVERY_TOOLS
+from mcp_resili.tools import ToolLibrary
+from mcp_resili.tools.search import ToolIndex
+from mcp_resili.tools.validator import argument_problems, compiled
 
 SEARCH_TOOL, INFO_TOOL = DISCOVERY_TOOLS
 DEFAULT_LIMIT = 5

@@ -30,7 +30,7 @@ import mcp_types as types
 from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from mcp_resili import EPISODE_HEADER, META_EPISODE
+from mcp_resili.constants import EPISODE_HEADER, META_EPISODE
 from mcp_resili.server.pipeline import Episode
 from mcp_resili.tasks.model import Task
 

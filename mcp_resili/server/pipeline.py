@@ -27,12 +27,12 @@ from mcp_resili.faults import (
     ProtocolState,
     ToolOutcome,
 )
-from mcp_resili.registry import ToolSpec
-from mcp_resili.registry.validator import argument_problems, compiled, shorten
 from mcp_resili.server.backend import SimulatedBackend, ToolBackend
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.server.wire import result_json_text
 from mcp_resili.tasks.model import Task
+from mcp_resili.tools import ToolSpec
+from mcp_resili.tools.validator import argument_problems, compiled, shorten
 from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
 from mcp_resili.trace.codes import (
     CALL_CANCELLED,

@@ -38,7 +38,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcp_resili import AUTH_TOKEN_ENV
+from mcp_resili.constants import AUTH_TOKEN_ENV
 from mcp_resili.errors import UserError
 from mcp_resili.server.protocol import (
     REASON_UNAUTHORIZED,

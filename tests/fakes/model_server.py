@@ -96,7 +96,7 @@ def oracle_policy() -> Policy:
     It reuses ``scripted:oracle``'s decisions, rebuilt from the wire conversation only (function names,
     argument JSON, result text), so everything the real SDKs and our mappings carry is exercised.
     """
-    from mcp_resili.client.model import (
+    from mcp_resili.agents.model import (
         AssistantMessage,
         ModelRequest,
         ToolCall,
@@ -104,8 +104,8 @@ def oracle_policy() -> Policy:
         ToolResultsMessage,
         UserMessage,
     )
-    from mcp_resili.client.scripted import OracleAgent
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.agents.scripted import OracleAgent
+    from mcp_resili.registry.loader import get_suite
 
     suite = get_suite("resilibench")
     by_prompt = {suite.prompt(t): t for t in suite.tasks}

@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from mcp_resili.registry import ToolFailure, ToolLibrary, ToolState, load_specs
+from mcp_resili.tools import ToolFailure, ToolLibrary, ToolState, load_specs
 from mcp_resili.registry.suites import Suite
 from mcp_resili.scoring.model import Score
 from mcp_resili.tasks.model import Task, TaskSet, resolve_arguments
@@ -128,5 +128,4 @@ def suite() -> Suite:
         render_prompt=render_prompt,
         score=score,
         default_faults="lambda=0.2",
-        stop_rules=False,
     )

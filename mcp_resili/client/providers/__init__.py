@@ -7,10 +7,11 @@ Provider SDKs are imported only when a model of theirs is created.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from mcp_resili.client.model import Model
+from mcp_resili.agents.model import Model
+from mcp_resili.agents.scripted import SCRIPTED_AGENTS
 from mcp_resili.client.providers.keys import API_KEY_ENV
 from mcp_resili.client.providers.options import (
     MissingAPIKeyError,
@@ -18,9 +19,7 @@ from mcp_resili.client.providers.options import (
     api_key,
 )
 from mcp_resili.client.providers.retry import ProviderFailure, RetryPolicy, Sleeper
-from mcp_resili.client.scripted import SCRIPTED_AGENTS
 from mcp_resili.errors import UserError
-from mcp_resili.registry.suites import load_all_suites
 
 HOSTED_PROVIDERS = ("anthropic", "openai")
 
@@ -37,8 +36,6 @@ __all__ = [
     "UnknownModelError",
     "create_model",
     "provider_of",
-    "scripted_agent",
-    "scripted_agent_names",
     "validate_model_spec",
 ]
 
@@ -60,28 +57,12 @@ class ClosableModel(Protocol):
         ...
 
 
-def scripted_agent(name: str) -> Callable[[], Model] | None:
-    """The factory of scripted agent ``name``: a generic one, else one an installed suite brings."""
-    if name in SCRIPTED_AGENTS:
-        return SCRIPTED_AGENTS[name]
-    for suite in load_all_suites().values():
-        if name in suite.agents:
-            return suite.agents[name]
-    return None
+#: Scripted agent name -> factory: the generic ones, plus a suite's own when the caller hands them down.
+Agents = Mapping[str, Callable[[], Model]]
 
 
-def scripted_agent_names() -> list[str]:
-    """Every scripted agent name: the generic ones and those of every installed suite."""
-    names = set(SCRIPTED_AGENTS)
-    for suite in load_all_suites().values():
-        names.update(suite.agents)
-    return sorted(names)
-
-
-def _available() -> str:
-    return ", ".join(
-        [f"scripted:{n}" for n in scripted_agent_names()] + [f"{p}:MODEL" for p in HOSTED_PROVIDERS]
-    )
+def _available(agents: Agents) -> str:
+    return ", ".join([f"scripted:{n}" for n in sorted(agents)] + [f"{p}:MODEL" for p in HOSTED_PROVIDERS])
 
 
 def provider_of(spec: str) -> str:
@@ -89,10 +70,11 @@ def provider_of(spec: str) -> str:
     return spec.partition(":")[0]
 
 
-def validate_model_spec(spec: str, *, base_url: str | None = None) -> None:
+def validate_model_spec(spec: str, *, base_url: str | None = None, agents: Agents = SCRIPTED_AGENTS) -> None:
     """Check a spec without creating anything: a known provider, a model name, a key where needed.
 
-    ``text:INNER`` is model ``INNER`` driven through the paper's text protocol.
+    ``text:INNER`` is model ``INNER`` driven through the paper's text protocol; ``scripted:NAME`` one
+    of ``agents`` (the generic ones, plus the run's suite's own as the caller hands them down).
     """
     if not spec.isprintable() or spec != spec.strip():
         # A spec names a model in tables, ids and stderr: control characters (an escape sequence, a
@@ -100,32 +82,33 @@ def validate_model_spec(spec: str, *, base_url: str | None = None) -> None:
         raise UnknownModelError(f"model spec {spec!r} has control characters or edge spaces")
     provider, sep, name = spec.partition(":")
     if provider == "text":
-        validate_model_spec(name, base_url=base_url)
+        validate_model_spec(name, base_url=base_url, agents=agents)
         return
-    if provider == "scripted" and scripted_agent(name) is not None:
+    if provider == "scripted" and name in agents:
         return
     if provider == "scripted":
-        raise UnknownModelError(f"unknown scripted agent {name!r} in {spec!r}; available: {_available()}")
+        raise UnknownModelError(
+            f"unknown scripted agent {name!r} in {spec!r}; available: {_available(agents)}"
+        )
     if provider not in HOSTED_PROVIDERS or not sep or not name:
-        raise UnknownModelError(f"unknown model spec {spec!r}; available: {_available()}")
+        raise UnknownModelError(f"unknown model spec {spec!r}; available: {_available(agents)}")
     api_key(provider, base_url)  # raises MissingAPIKeyError naming the variable
 
 
-def create_model(spec: str, **options: Any) -> Model:
+def create_model(spec: str, *, agents: Agents = SCRIPTED_AGENTS, **options: Any) -> Model:
     """Instantiate the model named by ``spec``; ``options`` are `ProviderOptions` fields.
 
-    Scripted agents ignore the options. Hosted models take their key from the environment only.
+    ``agents``: the scripted agents to choose from (as for `validate_model_spec`). Scripted agents
+    ignore the options. Hosted models take their key from the environment only.
     """
-    validate_model_spec(spec, base_url=options.get("base_url"))
+    validate_model_spec(spec, base_url=options.get("base_url"), agents=agents)
     provider, _, name = spec.partition(":")
     if provider == "text":
-        from mcp_resili.client.text_protocol import TextProtocolModel
+        from mcp_resili.agents.text_protocol import TextProtocolModel
 
-        return TextProtocolModel(create_model(name, **options))
+        return TextProtocolModel(create_model(name, agents=agents, **options))
     if provider == "scripted":
-        factory = scripted_agent(name)
-        assert factory is not None  # validated above
-        return factory()
+        return agents[name]()
     settings = ProviderOptions(**options)
     if provider == "anthropic":
         from mcp_resili.client.providers.anthropic import AnthropicModel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp_resili.client.model import (
+from mcp_resili.agents.model import (
     AssistantMessage,
     ContextWindowExceededError,
     Message,

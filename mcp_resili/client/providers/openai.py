@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mcp_resili.client.model import (
+from mcp_resili.agents.model import (
     AssistantMessage,
     Message,
     ModelRequest,

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from mcp_resili.client.model import ToolDefinition
+from mcp_resili.agents.model import ToolDefinition
 from mcp_resili.client.providers.keys import API_KEY_ENV
 from mcp_resili.client.providers.names import ToolNameMap
 from mcp_resili.client.providers.retry import (

@@ -26,7 +26,7 @@ from typing import Literal, TypeVar
 
 import anyio
 
-from mcp_resili.client.model import HARNESS_WAIT, ContextWindowExceededError, InfrastructureError
+from mcp_resili.agents.model import HARNESS_WAIT, ContextWindowExceededError, InfrastructureError
 from mcp_resili.client.providers.keys import API_KEY_ENV, redact
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from mcp_resili.client.model import InfrastructureError, ModelResponse, ToolDefinition
+from mcp_resili.agents.model import InfrastructureError, ModelResponse, ToolDefinition
 from mcp_resili.client.providers.names import ToolNameMap
 from mcp_resili.client.providers.retry import ProviderFailure
 

@@ -149,7 +149,7 @@ def suite_metrics() -> Metric:
     """The suite's own summary (``Suite.summarize``, e.g. ToolMaze's TSR/PRR/RC), one metric per number."""
 
     def compute(scores: list[SampleScore]) -> dict[str, float]:
-        from mcp_resili.registry.suites import get_suite
+        from mcp_resili.registry.loader import get_suite
 
         rows = [row for row in map(episode_row, scores) if row is not None]
         suites = {str((s.score.metadata or {}).get("suite")) for s in scores if s.score.metadata}

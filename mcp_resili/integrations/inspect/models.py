@@ -32,7 +32,7 @@ from mcp_resili.integrations.inspect.episode import EPISODE_KEY, SampleEpisode
 from mcp_resili.integrations.inspect.errors import ArgumentError
 
 if TYPE_CHECKING:
-    from mcp_resili.client.model import Message, Model, ToolDefinition, ToolResult
+    from mcp_resili.agents.model import Message, Model, ToolDefinition, ToolResult
 
 
 def to_messages(chat: list[ChatMessage]) -> tuple[str | None, list[Message]]:
@@ -41,7 +41,7 @@ def to_messages(chat: list[ChatMessage]) -> tuple[str | None, list[Message]]:
     Consecutive tool messages become one `ToolResultsMessage`. A successful result's text is our
     server's JSON, parsed back into ``structured`` (inspect keeps only the text of a tool result).
     """
-    from mcp_resili.client.model import AssistantMessage, ToolResultsMessage, UserMessage
+    from mcp_resili.agents.model import AssistantMessage, ToolResultsMessage, UserMessage
 
     system: list[str] = []
     messages: list[Message] = []
@@ -62,13 +62,13 @@ def to_messages(chat: list[ChatMessage]) -> tuple[str | None, list[Message]]:
 
 
 def _calls(message: ChatMessageAssistant) -> tuple[Any, ...]:
-    from mcp_resili.client.model import ToolCall
+    from mcp_resili.agents.model import ToolCall
 
     return tuple(ToolCall(c.id, c.function, dict(c.arguments)) for c in message.tool_calls or ())
 
 
 def _result(message: ChatMessageTool) -> ToolResult:
-    from mcp_resili.client.model import ToolResult
+    from mcp_resili.agents.model import ToolResult
 
     if message.error is not None:
         return ToolResult(message.tool_call_id or "", message.function or "", message.error.message, True)
@@ -83,7 +83,7 @@ def _result(message: ChatMessageTool) -> ToolResult:
 
 def to_definitions(tools: list[ToolInfo]) -> tuple[ToolDefinition, ...]:
     """The tools inspect offers, as our agents see them."""
-    from mcp_resili.client.model import ToolDefinition
+    from mcp_resili.agents.model import ToolDefinition
 
     return tuple(
         ToolDefinition(t.name, t.description, t.parameters.model_dump(exclude_none=True)) for t in tools
@@ -102,15 +102,15 @@ class ScriptedAgentAPI(ModelAPI):
         **model_args: Any,
     ) -> None:
         super().__init__(model_name, base_url, api_key, [], config)
-        from mcp_resili.client.providers import scripted_agent, scripted_agent_names
+        from mcp_resili.registry.loader import installed_agents
 
-        factory = scripted_agent(model_name)
-        if factory is None:
+        agents = installed_agents()
+        if model_name not in agents:
             raise ArgumentError(
                 f"unknown scripted agent {model_name!r}; one of: "
-                + ", ".join(f"mcp_resili/{n}" for n in scripted_agent_names())
+                + ", ".join(f"mcp_resili/{n}" for n in sorted(agents))
             )
-        self.agent: Model = factory()
+        self.agent: Model = agents[model_name]()
 
     async def count_text_tokens(self, text: str) -> int:
         """A rough count (4 characters a token): inspect's default needs tiktoken's downloaded tables."""
@@ -124,8 +124,8 @@ class ScriptedAgentAPI(ModelAPI):
         config: GenerateConfig,
     ) -> ModelOutput:
         """The agent's next turn in the sample's episode."""
-        from mcp_resili.client.model import ModelRequest
-        from mcp_resili.registry.suites import get_suite
+        from mcp_resili.agents.model import ModelRequest
+        from mcp_resili.registry.loader import get_suite
 
         episode = SampleEpisode.from_store(store().get(EPISODE_KEY))
         system, messages = to_messages(input)

@@ -32,7 +32,7 @@ def with_client_rejections(trace: Trace, messages: Sequence[ChatMessage]) -> Tra
     server would have recorded; any other result takes the server's next event for that tool. Discovery
     tools are skipped (the server records none). Events are renumbered 1, 2, ...
     """
-    from mcp_resili import DISCOVERY_TOOLS, FINISH_TOOL
+    from mcp_resili.constants import DISCOVERY_TOOLS, FINISH_TOOL
     from mcp_resili.trace.model import FinishEvent
 
     recorded = list(trace.events)
@@ -88,7 +88,7 @@ def episode_trace(
     raises `TraceError` (the sample errors: an infrastructure failure is never the agent's).
     """
     from mcp_resili.faults import parse_fault_spec
-    from mcp_resili.registry.suites import get_suite
+    from mcp_resili.registry.loader import get_suite
     from mcp_resili.trace.model import EpisodeEndEvent, Trace, TraceHeader
 
     path = Path(episode.trace_dir) / f"{episode.id}.jsonl"
@@ -96,7 +96,7 @@ def episode_trace(
         trace = Trace.read(path)
     else:
         suite = get_suite(episode.suite)
-        plan = {} if episode.faults is None else parse_fault_spec(episode.faults, suite).to_dict()
+        plan = {} if episode.faults is None else parse_fault_spec(episode.faults, suite.spec_scope).to_dict()
         header = TraceHeader(
             suite=episode.suite,
             task=episode.task,
@@ -150,7 +150,7 @@ def resili_scorer() -> Scorer:
     """
 
     async def score(state: TaskState, target: Target) -> Score | None:
-        from mcp_resili.registry.suites import get_suite
+        from mcp_resili.registry.loader import get_suite
         from mcp_resili.scoring.coping import score_episode
         from mcp_resili.trace.model import event_to_dict
 

@@ -33,7 +33,7 @@ from inspect_ai.model import (
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import MCPServer, Tool, mcp_connection, mcp_server_http, mcp_server_stdio
 
-from mcp_resili import FINISH_TOOL
+from mcp_resili.constants import FINISH_TOOL
 from mcp_resili.integrations.inspect.episode import (
     EPISODE_KEY,
     OUTCOME_KEY,
@@ -68,7 +68,7 @@ def episode_header(episode: SampleEpisode) -> str:
 
 def mcp_server(episode: SampleEpisode, time_scale: float) -> MCPServer:
     """The sample's MCP server (nothing starts until a connection is entered)."""
-    from mcp_resili import EPISODE_HEADER
+    from mcp_resili.constants import EPISODE_HEADER
 
     if episode.server is not None:
         return mcp_server_http(
@@ -88,15 +88,14 @@ def resili_agent(episode_fields: dict[str, Any], time_scale: float = 1.0) -> Sol
     """
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        from mcp_resili.registry.suites import get_suite
-        from mcp_resili.scoring.termination import resolve_stop_rules
+        from mcp_resili.registry.loader import get_suite
 
         suite = get_suite(episode_fields["suite"])
         task = suite.task(str(state.sample_id))
         episode = sample_episode(episode_fields, task.id, state.epoch, state.uuid, task.constraints)
         state.store.set(EPISODE_KEY, episode.to_store())
         server = mcp_server(episode, time_scale)
-        rules = resolve_stop_rules(suite.stop_rules)
+        rules = suite.own_stop_rules
         async with mcp_connection([server]):
             tools = await server.tools()
             clock = EpisodeClock(episode.time_limit)
@@ -144,7 +143,7 @@ def void_episode(episode: SampleEpisode, outcome: Outcome) -> Exception:
     inspect the sample errors (`InfrastructureError`), which inspect leaves unscored and plays again
     with ``--retry-on-error`` or ``inspect eval-retry``.
     """
-    from mcp_resili.client.model import InfrastructureError
+    from mcp_resili.agents.model import InfrastructureError
 
     return InfrastructureError(
         f"infrastructure_error in {episode.fault_key}: {outcome.detail}. The episode is void (the "
@@ -274,8 +273,7 @@ async def play(
 
     Runs within ``clock.run`` (the time limit); every model turn goes through ``clock.generate``.
     """
-    from mcp_resili import DISCOVERY_TOOLS
-    from mcp_resili.scoring.termination import COMPLETION_PHRASES
+    from mcp_resili.constants import COMPLETION_PHRASES, DISCOVERY_TOOLS
 
     model = get_model()
     spent = 0
@@ -353,7 +351,7 @@ async def fetch_trace(episode: SampleEpisode) -> None:
     import mcp_types as types
     from mcp import Client
 
-    from mcp_resili import TRACE_METHOD
+    from mcp_resili.constants import TRACE_METHOD
     from mcp_resili.server.app import EpisodeTraceResult
     from mcp_resili.trace.model import Trace, TraceHeader, event_from_dict
 

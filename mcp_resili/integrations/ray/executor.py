@@ -340,7 +340,7 @@ class RayExecutor:
         worker_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(EpisodeWorker)
 
         def new_actor(index: int) -> Any:
-            actor = worker_class.remote(job, keeper, shares[index])
+            actor = worker_class.remote(job.config, job.run_id, job.limits, keeper, shares[index])
             actors.append(actor)
             return actor
 

@@ -12,11 +12,12 @@ import asyncio
 import os
 from typing import Any
 
-from mcp_resili.client.executor import RunJob, WorkItem, initially_open, open_slots, play_item
-from mcp_resili.client.limits import UNLIMITED, Allowance, wait_for_grant
+from mcp_resili.client.executor import WorkItem, initially_open, open_slots, play_item
+from mcp_resili.client.limits import UNLIMITED, Allowance, LimitSpec, wait_for_grant
+from mcp_resili.client.plan import RunConfig, RunPlan
 from mcp_resili.client.session import EpisodeResult, EpisodeSession
 from mcp_resili.integrations.ray.executor import KEEPER_LOST, RayRunError
-from mcp_resili.registry.suites import get_suite
+from mcp_resili.registry.loader import get_suite
 
 
 class RemoteAllowance:
@@ -54,14 +55,22 @@ class RemoteAllowance:
 
 
 class EpisodeWorker:
-    """Plays work items of one run; ``keeper`` is the name of the run's budget actor, if any."""
+    """Plays work items of one run; ``keeper`` is the name of the run's budget actor, if any.
 
-    def __init__(self, job: RunJob, keeper: str | None, concurrency: int) -> None:
-        self.job = job
+    The worker is the top of its own process: it resolves the run's configuration (its fault plans
+    frozen by the driver) against the suite once, as the driver did.
+    """
+
+    def __init__(
+        self, config: RunConfig, run_id: str, limits: LimitSpec, keeper: str | None, concurrency: int
+    ) -> None:
+        self.config = config
+        self.run_id = run_id
+        self.limits = limits
         self._keeper_name = keeper
         self._slot_count = max(1, concurrency)
         # This worker's share of the run's slots opens over the run's ramp (`open_slots`).
-        self._slots = asyncio.Semaphore(initially_open(job.config, self._slot_count))
+        self._slots = asyncio.Semaphore(initially_open(config, self._slot_count))
         self._opener: asyncio.Task[None] | None = None
         self._session: EpisodeSession | None = None
         self._failure: BaseException | None = None
@@ -80,14 +89,12 @@ class EpisodeWorker:
             import ray
 
             allowance = RemoteAllowance(ray.get_actor(self._keeper_name))
-        config = self.job.config
         try:
             session = EpisodeSession(
-                config,
-                get_suite(config.suite),
-                self.job.run_id,
+                RunPlan.resolve(self.config, get_suite(self.config.suite)),
+                self.run_id,
                 allowance=allowance,
-                limited=self.job.limits.active,
+                limited=self.limits.active,
             )
             async with session:
                 self._session = session
@@ -114,8 +121,8 @@ class EpisodeWorker:
     async def play_batch(self, items: list[WorkItem]) -> list[EpisodeResult]:
         """Play ``items`` concurrently (at most the worker's share of the run's concurrency)."""
         session = await self._open()
-        if self._opener is None and initially_open(self.job.config, self._slot_count) < self._slot_count:
-            opening = open_slots(self.job.config, self._slot_count, self._slots.release)
+        if self._opener is None and initially_open(self.config, self._slot_count) < self._slot_count:
+            opening = open_slots(self.config, self._slot_count, self._slots.release)
             self._opener = asyncio.create_task(opening)
 
         async def one(item: WorkItem) -> list[EpisodeResult]:

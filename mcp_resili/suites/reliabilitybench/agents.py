@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mcp_resili.client.model import ModelRequest, ModelResponse
-from mcp_resili.client.scripted import NaiveAgent, OracleAgent, call_results
+from mcp_resili.agents.model import ModelRequest, ModelResponse
+from mcp_resili.agents.scripted import NaiveAgent, OracleAgent, call_results
 
 #: The lesson the learner draws from failed calls it did not retry, and acts on when it remembers it.
 RETRY_LESSON = "Lesson: retry every failed call until it succeeds."

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from mcp_resili.registry.library import ToolLibrary, load_specs
 from mcp_resili.suites.reliabilitybench.simulators import MUTABLE_KEYS, SIMULATORS
+from mcp_resili.tools.library import ToolLibrary, load_specs
 
 DOMAINS = ("scheduling", "travel", "support", "ecommerce")
 

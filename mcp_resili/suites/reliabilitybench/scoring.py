@@ -31,11 +31,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_resili.registry import ToolFailure, ToolLibrary
 from mcp_resili.scoring.model import Score
 from mcp_resili.suites.reliabilitybench.library import reliabilitybench_library
 from mcp_resili.suites.reliabilitybench.model import StateCheck, details, expected
 from mcp_resili.tasks.model import Task
+from mcp_resili.tools import ToolFailure, ToolLibrary
 from mcp_resili.trace import ToolCallEvent, Trace
 
 _MISSING = object()

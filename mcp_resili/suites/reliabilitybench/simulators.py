@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_resili.registry.library import Simulator, ToolFailure, ToolState
+from mcp_resili.tools.library import Simulator, ToolFailure, ToolState
 
 #: The top-level state keys each domain's tools may change (what end-state checks look at).
 MUTABLE_KEYS: dict[str, tuple[str, ...]] = {

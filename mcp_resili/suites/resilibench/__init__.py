@@ -7,9 +7,11 @@ the 40-task default set (its first 8 tasks of every type). See this folder's REA
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
-from mcp_resili.registry.suites import Suite, UnknownTaskError, get_suite
+from mcp_resili.registry.suites import Suite, UnknownTaskError
 from mcp_resili.report.section import ReportSection
+from mcp_resili.report.summary import ComponentColumn
 from mcp_resili.store import EpisodeRow
 from mcp_resili.suites.resilibench.agents import GreedyRetryAgent, PlanFollowerAgent
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults, parse_resilibench_spec
@@ -17,6 +19,7 @@ from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.prompts import VARIANTS, render_prompt
 from mcp_resili.suites.resilibench.report import resilibench_sections
 from mcp_resili.suites.resilibench.scoring import score
+from mcp_resili.suites.resilibench.stop_rules import RESILIBENCH_STOP_RULES
 from mcp_resili.suites.resilibench.tasks import default_tasks, full_tasks
 from mcp_resili.suites.resilibench.world import initial_state
 from mcp_resili.tasks.model import Task
@@ -30,9 +33,18 @@ def _render(task: Task, variant: str) -> str:
 
 def _task_or_none(task_id: str) -> Task | None:
     try:
-        return get_suite("resilibench").task(task_id)
+        return suite().task(task_id)
     except UnknownTaskError:
         return None
+
+
+#: The bounds as extra columns of the outcome table: bound (ii), the share of episodes an agent
+#: knowing the fault draws could have fully solved (where the scorer could decide it), and bound
+#: (iii), the mean DP-optimal probability of full success of the group's tasks.
+BOUND_COLUMNS = (
+    ComponentColumn("bound_ii", "bound ii %", "bound_ii_full_possible", "share"),
+    ComponentColumn("bound_iii_mean", "bound iii %", "bound_iii_full_probability", "mean"),
+)
 
 
 def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
@@ -40,6 +52,7 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
     return resilibench_sections(rows, _task_or_none)
 
 
+@cache
 def suite() -> Suite:
     """ResiliBench as served and run by mcp-resili (the ``mcp_resili.suites`` entry point)."""
     return Suite(
@@ -55,6 +68,8 @@ def suite() -> Suite:
         enforce_dependencies=True,
         initial_state=initial_state,
         report_sections=report_sections,
+        stop_rules=RESILIBENCH_STOP_RULES,
+        summary_columns=BOUND_COLUMNS,
         discovery=True,
         fault_specs={"resilibench": parse_resilibench_spec},
         agents={"plan-follower": PlanFollowerAgent, "greedy-retry": GreedyRetryAgent},

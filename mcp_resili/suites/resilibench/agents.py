@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mcp_resili.client.model import AssistantMessage, ModelRequest, ModelResponse, ToolCall, UserMessage
-from mcp_resili.client.scripted import call_results, finish_response, require_task
+from mcp_resili.agents.model import AssistantMessage, ModelRequest, ModelResponse, ToolCall, UserMessage
+from mcp_resili.agents.scripted import call_results, finish_response, require_task
 from mcp_resili.suites.resilibench.flaws import optimal_plan
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.tasks.model import StepBinding, Task, resolve_arguments

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_resili.registry import ToolLibrary
 from mcp_resili.suites.resilibench.world import same_json
 from mcp_resili.tasks.model import ConstantBinding, InputBinding, StepBinding, Task, WorkflowStep
+from mcp_resili.tools import ToolLibrary
 from mcp_resili.trace import ToolCallEvent
 
 _MISSING = object()

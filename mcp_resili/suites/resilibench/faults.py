@@ -11,7 +11,7 @@ from pydantic import Field, ValidationError, model_validator
 from mcp_resili.faults.base import BasePlan, CallContext, CallOutcome, FaultDecision, FaultSpecError
 from mcp_resili.faults.error import ErrorFault, describe_error
 from mcp_resili.faults.spec import parse_overrides
-from mcp_resili.registry.spec import ToolSpec
+from mcp_resili.tools.spec import ToolSpec
 
 
 class ResiliBenchFaults(BasePlan):

@@ -40,9 +40,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from mcp_resili.errors import UserError
-from mcp_resili.registry import ToolLibrary
-from mcp_resili.registry.search import ToolIndex
 from mcp_resili.tasks.model import ConstantBinding, InputBinding, StepBinding, Task
+from mcp_resili.tools import ToolLibrary
+from mcp_resili.tools.search import ToolIndex
 
 Severity = Literal["light", "medium", "severe"]
 SEVERITIES: tuple[Severity, ...] = ("light", "medium", "severe")

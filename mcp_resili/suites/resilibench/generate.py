@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mcp_resili.registry import ToolFailure, ToolLibrary
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.optimal import solve_optimal_workflow
@@ -39,6 +38,7 @@ from mcp_resili.tasks.model import (
     WorkflowStep,
     resolve_arguments,
 )
+from mcp_resili.tools import ToolFailure, ToolLibrary
 
 #: The fault model the stored optimal workflows are solved for (the suite's default).
 DEFAULT_FAULTS = ResiliBenchFaults.model_validate({})

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from functools import cache
 
-from mcp_resili.registry.library import ToolLibrary, load_specs
 from mcp_resili.suites.resilibench.simulators import SIMULATORS
 from mcp_resili.suites.resilibench.world import checked
+from mcp_resili.tools.library import ToolLibrary, load_specs
 
 
 @cache

@@ -50,10 +50,10 @@ from typing import Any, Literal
 from mcp_resili.faults.base import FaultSpecError, parse_plan
 from mcp_resili.faults.rng import derive_rng
 from mcp_resili.faults.rules import NoFaults
-from mcp_resili.registry import ToolLibrary
-from mcp_resili.scoring.termination import CONSECUTIVE_FAILURES
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
+from mcp_resili.suites.resilibench.stop_rules import CONSECUTIVE_FAILURES
 from mcp_resili.tasks.model import Task, Workflow
+from mcp_resili.tools import ToolLibrary
 
 #: A history summary: the last ``window`` outcomes (True = success), or the total failure count.
 History = tuple[bool, ...] | int

@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 from functools import cache
 
-from mcp_resili.registry import ToolLibrary
-from mcp_resili.registry.search import ToolIndex
 from mcp_resili.suites.resilibench.flaws import FlawError, Plan, apply_flaw, optimal_plan, parse_flaw
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.tasks.model import Task
+from mcp_resili.tools import ToolLibrary
+from mcp_resili.tools.search import ToolIndex
 
 VARIANTS = ("baseline", "cot", "optimal", "flawed")
 

@@ -38,18 +38,13 @@ otherwise. Values 1.0 / 0.6 / 0.0 (the reference code's).
 
 from __future__ import annotations
 
-from mcp_resili import DISCOVERY_TOOLS
+from mcp_resili.constants import COMPLETION_PHRASES, DISCOVERY_TOOLS
 from mcp_resili.scoring.model import Score
-from mcp_resili.scoring.termination import (
-    COMPLETION_PHRASES,
-    BudgetCut,
-    counts_against_budget,
-    termination_index,
-    within_budget,
-)
+from mcp_resili.scoring.termination import BudgetCut, counts_against_budget, within_budget
 from mcp_resili.suites.resilibench.dataflow import trace_data_flow
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.optimal import episode_bound_ii, episode_bound_iii
+from mcp_resili.suites.resilibench.stop_rules import termination_index
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ModelTurnEvent, ToolCallEvent, Trace
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pydantic_core
 
-from mcp_resili.registry.library import Simulator, ToolFailure, ToolState
+from mcp_resili.tools.library import Simulator, ToolFailure, ToolState
 
 CATEGORIES = ("alpha", "beta", "gamma")
 NAMES = ("ada", "bob", "cy", "dee", "eve", "fay", "gus", "hal", "ivy", "jo", "kai", "lu")

@@ -23,9 +23,9 @@ from typing import Any
 
 import pydantic_core
 
-from mcp_resili.registry.library import Simulator, ToolFailure, ToolState
 from mcp_resili.suites.resilibench.simulators import SIMULATORS
 from mcp_resili.tasks.model import ConstantBinding, InputBinding, Task, Workflow
+from mcp_resili.tools.library import Simulator, ToolFailure, ToolState
 
 #: The tool-state key holding the episode's `World`.
 WORLD_KEY = "world"

@@ -29,7 +29,6 @@ def suite() -> Suite:
         default_faults="none",
         variants=VARIANTS,
         enforce_dependencies=False,
-        stop_rules=False,
         summarize=toolmaze_summary,
         summary_table=toolmaze_summary_table,
         report_sections=report_sections,

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from mcp_resili import FINISH_TOOL
-from mcp_resili.client.model import ModelRequest, ModelResponse, ToolCall
-from mcp_resili.client.scripted import call_results, finish_response, require_task
+from mcp_resili.agents.model import ModelRequest, ModelResponse, ToolCall
+from mcp_resili.agents.scripted import call_results, finish_response, require_task
+from mcp_resili.constants import FINISH_TOOL
 from mcp_resili.suites.toolmaze.model import PathStep, ToolMazeTask, resolve_path_arguments
 from mcp_resili.suites.toolmaze.sanity import anomalies
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from mcp_resili.registry.spec import TOOL_NAME_PATTERN, ErrorCode, ToolSpec
+from mcp_resili.tools.spec import TOOL_NAME_PATTERN, ErrorCode, ToolSpec
 
 Role = Literal["source", "processor", "action"]
 GroupKind = Literal["one_to_one", "one_to_many", "many_to_many"]

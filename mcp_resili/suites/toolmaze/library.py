@@ -8,10 +8,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from mcp_resili.registry.library import ToolLibrary
-from mcp_resili.registry.spec import ErrorCode, ToolSpec
 from mcp_resili.suites.toolmaze.corpus import Corpus, CorpusGroup, CorpusTool, DomainInfo, Op
 from mcp_resili.suites.toolmaze.simulators import simulators
+from mcp_resili.tools.library import ToolLibrary
+from mcp_resili.tools.spec import ErrorCode, ToolSpec
 
 CORPUS_FILE = "corpus.json"
 

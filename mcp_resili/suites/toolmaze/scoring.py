@@ -56,7 +56,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_resili import FINISH_TOOL
+from mcp_resili.constants import FINISH_TOOL
 from mcp_resili.scoring.model import Score
 from mcp_resili.suites.toolmaze.corrupt import CorruptFault, changed_paths, consumed_paths, get_path
 from mcp_resili.suites.toolmaze.faults import MODES, TRANSIENT_MODES

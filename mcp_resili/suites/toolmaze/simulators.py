@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_resili.registry.library import Simulator, ToolFailure, ToolState
 from mcp_resili.suites.toolmaze.corpus import (
     SOLD_OUT,
     UNITS,
@@ -37,6 +36,7 @@ from mcp_resili.suites.toolmaze.corpus import (
     digest,
     extra_style,
 )
+from mcp_resili.tools.library import Simulator, ToolFailure, ToolState
 
 EPOCH = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)
 #: Where the episode's bookings live in the tool state: ``{"resource|subject": [options booked]}``.

@@ -11,8 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mcp_resili import FINISH_TOOL
-from mcp_resili.client.model import (
+from mcp_resili.agents.model import (
     AssistantMessage,
     Model,
     ModelRequest,
@@ -21,7 +20,8 @@ from mcp_resili.client.model import (
     ToolResult,
     ToolResultsMessage,
 )
-from mcp_resili.client.text_protocol import TextOracleAgent
+from mcp_resili.agents.text_protocol import TextOracleAgent
+from mcp_resili.constants import FINISH_TOOL
 from mcp_resili.tasks.model import StepBinding, Task, WorkflowStep, resolve_binding
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import networkx as nx
 
-from mcp_resili.registry.spec import ToolSpec
-from mcp_resili.registry.validator import CompiledSchema, compiled
+from mcp_resili.tools.spec import ToolSpec
+from mcp_resili.tools.validator import CompiledSchema, compiled
 
 #: Per-episode mutable state a simulator may read and write (files written, tokens issued, ...).
 ToolState = dict[str, Any]

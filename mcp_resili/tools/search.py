@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from mcp_resili.registry.spec import ToolSpec
+from mcp_resili.tools.spec import ToolSpec
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 #: Words too common in tool texts to tell tools apart.

@@ -28,8 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from mcp_resili import DISCOVERY_TOOLS
-from mcp_resili.client.model import (
+from mcp_resili.agents.model import (
     CONTINUE_WITH,
     AssistantMessage,
     Message,
@@ -40,7 +39,7 @@ from mcp_resili.client.model import (
     ToolResultsMessage,
     UserMessage,
 )
-from mcp_resili.scoring.termination import COMPLETION_PHRASES
+from mcp_resili.constants import COMPLETION_PHRASES, DISCOVERY_TOOLS
 from mcp_resili.tasks.model import StepBinding, Task, resolve_arguments
 
 SEARCH_TOOL, INFO_TOOL = DISCOVERY_TOOLS

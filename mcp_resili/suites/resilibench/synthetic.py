@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from mcp_resili.registry.suites import get_suite
 from mcp_resili.store.sqlite import EpisodeRow, Store
+from mcp_resili.suites.resilibench.tasks import default_tasks
 
 DEFAULT_MODELS = (
     "scripted:oracle",
@@ -107,7 +107,7 @@ def synthetic_rows(
 ) -> Iterator[EpisodeRow]:
     """``episodes`` rows of a ResiliBench-shaped run: the matrix cells in turn, trials as needed."""
     rng = random.Random(seed)
-    tasks = get_suite("resilibench").default_tasks
+    tasks = default_tasks()
     skill = {model: 0.35 + 0.6 * n / max(1, len(models) - 1) for n, model in enumerate(models)}
     cells = [(m, f, v, t) for m in models for f in faults for v in variants for t in tasks]
     for n in range(episodes):

@@ -1,0 +1,177 @@
+"""The suite registry: every suite, built-in or third-party, joins through the same entry points.
+
+Entry points are read without importing anything; a suite's package is imported only when the suite
+is first used (`get_suite`). A suite that fails to load is reported by name with one line, and never
+breaks the listing or the other suites. Only the tops (the CLI, the runner's `execute`, the
+integrations and the public face) look a suite up here; every layer below is handed the `Suite`, or
+the parts of it it needs.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import TYPE_CHECKING
+
+from mcp_resili.constants import DEFAULT_SUITE
+from mcp_resili.faults.spec import FaultSpecParser, FaultSpecScope
+from mcp_resili.registry.suites import Suite, SuiteLoadError, UnknownSuiteError
+
+if TYPE_CHECKING:
+    from mcp_resili.agents.model import Model
+
+#: The entry-point group every suite registers in (``[project.entry-points."mcp_resili.suites"]``).
+ENTRY_POINT_GROUP = "mcp_resili.suites"
+#: The distribution of the built-in suites: no other package may take their names.
+BUILTIN_DISTRIBUTION = "mcp-resili"
+
+
+@dataclass(frozen=True)
+class SuiteEntry:
+    """A registered suite before it is loaded: its entry point and the distribution providing it."""
+
+    name: str
+    target: str
+    distribution: str
+    version: str
+    #: Why the entry cannot be used (its name clashes with another package's suite), or None.
+    problem: str | None = None
+
+    @property
+    def source(self) -> str:
+        """``package version``, as shown by ``mcp-resili suites``."""
+        return f"{self.distribution} {self.version}".strip()
+
+    @property
+    def builtin(self) -> bool:
+        """Whether mcp-resili itself registers it."""
+        return re.sub(r"[-_.]+", "-", self.distribution).lower() == BUILTIN_DISTRIBUTION
+
+
+@cache
+def registered_suites() -> dict[str, SuiteEntry]:
+    """Every suite registered in the ``mcp_resili.suites`` entry-point group, by name (nothing imported).
+
+    A name is never silently taken over: a built-in suite keeps its name, and another package's suite
+    of that name is listed as ``NAME (PACKAGE)`` with a `SuiteEntry.problem` naming both packages; a
+    name two other packages register is listed once, with a problem naming both, and used by neither.
+    """
+    claims: dict[str, list[SuiteEntry]] = {}
+    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = point.dist
+        entry = SuiteEntry(
+            point.name,
+            point.value,
+            dist.name if dist is not None else "?",
+            dist.version if dist is not None else "",
+        )
+        claimants = claims.setdefault(point.name, [])
+        if all(other.distribution != entry.distribution for other in claimants):
+            claimants.append(entry)
+    entries: dict[str, SuiteEntry] = {}
+    for name, claimants in claims.items():
+        builtin = next((entry for entry in claimants if entry.builtin), None)
+        if len(claimants) == 1:
+            entries[name] = claimants[0]
+        elif builtin is not None:
+            entries[name] = builtin
+            for other in claimants:
+                if other is not builtin:
+                    entries[f"{name} ({other.distribution})"] = replace(
+                        other,
+                        problem=f"suite {name!r} from {other.source} is ignored: {name!r} is the built-in "
+                        f"suite from {builtin.source}",
+                    )
+        else:
+            packages = " and ".join(entry.source for entry in claimants)
+            entries[name] = replace(
+                claimants[0],
+                problem=f"suite {name!r} is registered by more than one package ({packages}); "
+                "uninstall all but one",
+            )
+    return dict(sorted(entries.items()))
+
+
+def suite_names() -> list[str]:
+    """Registered suite names (not a clashing entry listed under ``NAME (PACKAGE)``)."""
+    return [name for name, entry in registered_suites().items() if name == entry.name]
+
+
+@cache
+def get_suite(name: str = DEFAULT_SUITE) -> Suite:
+    """The suite called ``name``, loaded on first use.
+
+    Raises `UnknownSuiteError` listing the registered ones, or `SuiteLoadError` in one line naming the
+    suite and its package when its code cannot be imported or does not return a `Suite`.
+    """
+    entry = registered_suites().get(name)
+    if entry is None:
+        known = ", ".join(suite_names()) or "none (is mcp-resili installed? pip install -e .)"
+        raise UnknownSuiteError(f"unknown suite {name!r}; available: {known}")
+    if entry.problem is not None:
+        raise SuiteLoadError(entry.problem)
+    try:
+        factory = importlib.metadata.EntryPoint(entry.name, entry.target, ENTRY_POINT_GROUP).load()
+        suite = factory()
+    # A third party's code: any failure, ``sys.exit`` included, is that suite's, reported in one line
+    # (KeyboardInterrupt still stops the command).
+    except (Exception, SystemExit) as exc:
+        raise SuiteLoadError(
+            f"suite {name!r} (from {entry.source}) failed to load: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(suite, Suite):
+        raise SuiteLoadError(
+            f"suite {name!r} (from {entry.source}): {entry.target} returned "
+            f"{type(suite).__name__}, not a Suite"
+        )
+    if suite.name != name:
+        raise SuiteLoadError(f"suite {name!r} (from {entry.source}): its Suite is named {suite.name!r}")
+    return suite
+
+
+def load_all_suites() -> dict[str, Suite]:
+    """Every registered suite that loads; broken ones are left out (`get_suite` says why)."""
+    loaded = {}
+    for name in registered_suites():
+        try:
+            loaded[name] = get_suite(name)
+        except SuiteLoadError:
+            continue
+    return loaded
+
+
+def find_suite(name: str) -> Suite | None:
+    """The suite ``name``, or None when this installation does not know it.
+
+    A report of a run of a suite since uninstalled shows the generic sections only.
+    """
+    try:
+        return get_suite(name)
+    except UnknownSuiteError:
+        return None
+
+
+def installed_agents() -> dict[str, Callable[[], Model]]:
+    """Every scripted agent by name: the generic ones, then every installed suite's own (first wins)."""
+    from mcp_resili.agents.scripted import SCRIPTED_AGENTS
+
+    agents = dict(SCRIPTED_AGENTS)
+    for suite in load_all_suites().values():
+        for name, factory in suite.agents.items():
+            agents.setdefault(name, factory)
+    return agents
+
+
+def proxy_scope() -> FaultSpecScope:
+    """Fault SPECs for a server without tasks (the proxy): every installed suite's names, first wins.
+
+    Plans that need a suite's tasks stay refused (``suite=None``).
+    """
+    parsers: dict[str, FaultSpecParser] = {}
+    for suite in load_all_suites().values():
+        for name, parser in suite.fault_specs.items():
+            parsers.setdefault(name, parser)
+    return FaultSpecScope(None, parsers)

@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from mcp_resili.client.agent import fetch_episode_trace
+from mcp_resili.client.recorded import fetch_episode_trace
 from mcp_resili.constants import DISCOVERY_TOOLS, META_EPISODE, META_EVENT, VERSION
 from mcp_resili.faults import CallOutcome, parse_fault_spec
 from mcp_resili.registry.loader import get_suite

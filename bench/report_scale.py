@@ -140,7 +140,7 @@ def docs_section(results: list[Measure], load: str) -> str:
         START_MARKER,
         "## Report size at 20,000 episodes (`bench/report_scale.py`)",
         "",
-        "Synthetic ResiliBench-shaped runs (`mcp_resili/suites/resilibench/synthetic.py`: the 40 default tasks, traces",
+        "Synthetic ResiliBench-shaped runs (`suites/resilibench/synthetic.py`: the 40 default tasks, traces",
         "following their golden workflows, faults, ~1% infrastructure errors) written straight into a store,",
         "then `mcp-resili report --html DIR` (the folder form). *Loaded to show the page*: index.html plus",
         "its index (episodes/GEN/index.js), everything a browser fetches before anyone opens an episode;",

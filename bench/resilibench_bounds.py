@@ -31,7 +31,8 @@ import anyio
 from mcp import Client
 
 from mcp_resili.agents.scripted import OracleAgent
-from mcp_resili.client.agent import EpisodeSpec, play_episode
+from mcp_resili.client.episode import EpisodeSpec
+from mcp_resili.client.loop import play_episode
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.faults import parse_fault_spec
 from mcp_resili.registry.loader import get_suite

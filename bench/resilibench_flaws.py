@@ -23,12 +23,12 @@ from pathlib import Path
 import anyio
 
 from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.tools.search import ToolIndex
 from mcp_resili.report import wilson_interval
 from mcp_resili.suites.resilibench.flaws import FLAW_METHODS, SEVERITIES, FlawError, apply_flaw, optimal_plan
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.prompts import render_plan
 from mcp_resili.suites.resilibench.tasks import full_tasks
+from mcp_resili.tools.search import ToolIndex
 
 
 def visible(every):

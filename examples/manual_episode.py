@@ -13,8 +13,7 @@ from pathlib import Path
 import anyio
 from mcp import Client, StdioServerParameters
 
-from mcp_resili.registry.loader import get_suite
-from mcp_resili.tasks import resolve_arguments
+from mcp_resili import get_suite, resolve_arguments
 
 
 async def main() -> None:

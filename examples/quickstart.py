@@ -5,8 +5,7 @@ from pathlib import Path
 
 import anyio
 
-from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.report import summarize
+from mcp_resili import RunConfig, execute, summarize
 
 
 async def main() -> None:

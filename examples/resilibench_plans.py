@@ -5,7 +5,7 @@ Run: python examples/resilibench_plans.py [FLAW]   (FLAW e.g. missing_step:light
 
 import sys
 
-from mcp_resili.registry.loader import get_suite
+from mcp_resili import get_suite
 
 suite = get_suite("resilibench")
 task = suite.default_tasks[3]

@@ -3,7 +3,7 @@
 import anyio
 import pytest
 
-from mcp_resili.server.pipeline import EpisodeLock
+from mcp_resili.server.episode import EpisodeLock
 
 pytestmark = pytest.mark.anyio
 

@@ -19,13 +19,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import NoFaults
 from mcp_resili.faults.chaos import HighLatency
-from mcp_resili.tools import ToolLibrary, ToolSpec
 from mcp_resili.registry.suites import Suite
 from mcp_resili.server import backend
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.backend import NotFreshError, SimulatedBackend
 from mcp_resili.server.pipeline import result_text
 from mcp_resili.suites.resilibench.library import resilibench_library
+from mcp_resili.tools import ToolLibrary, ToolSpec
 from mcp_resili.trace import ToolCallEvent
 
 pytestmark = pytest.mark.anyio

@@ -160,7 +160,7 @@ def test_the_eval_reports_the_suite_metrics_and_removes_its_temporary_traces(eva
         assert episode.temporary and not Path(episode.trace_dir).exists()
 
 
-# --- the time limit: the runner's verdicts (mcp_resili.client.agent.play_episode) ---------------------
+# --- the time limit: the runner's verdicts (mcp_resili.client.loop.play_episode) ---------------------
 
 #: The episode's time limit in these tests (the tasks' own is minutes): what the model API does at it
 #: decides the verdict, nothing waits on the clock for long.

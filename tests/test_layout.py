@@ -16,28 +16,37 @@ import mcp_resili
 
 PACKAGE = Path(mcp_resili.__file__).parent
 
-#: Framework packages by floor: a module may import its own floor and lower floors only. Benchmarks
-#: (``suites``) sit on top; nothing in the framework imports them (they join through entry points).
+#: Framework packages by floor: a module may import its own floor and lower floors only. The public
+#: face (``mcp_resili/__init__.py``) sits above the framework and re-exports it; benchmarks
+#: (``suites``) sit on top and import the face or the framework, never the other way round (they join
+#: through entry points).
 FLOORS = {
-    "__init__": 0,
     "errors": 0,
-    "registry": 1,
+    "constants": 0,
+    "tools": 1,
     "tasks": 1,
+    "agents": 2,
     "faults": 2,
     "trace": 3,
     "scoring": 4,
     "workflow": 4,
     "store": 5,
     "report": 6,
-    "server": 7,
-    "proxy": 7,
-    "check": 7,
-    "client": 8,
-    "integrations": 9,
-    "cli": 10,
-    "__main__": 10,
-    "suites": 11,
+    "registry": 7,
+    "server": 8,
+    "proxy": 8,
+    "check": 8,
+    "client": 9,
+    "integrations": 10,
+    "cli": 11,
+    "__main__": 11,
+    "__init__": 12,
+    "suites": 13,
 }
+#: The suite registry's lookups: only the tops (the CLI, the runner's `execute`, the integrations and
+#: the face) look a suite up; every layer below is handed the suite or its parts.
+LOADER = "mcp_resili.registry.loader"
+TOPS = ("mcp_resili", "mcp_resili.cli", "mcp_resili.client.runner", "mcp_resili.integrations")
 
 
 def _module_name(path: Path) -> str:
@@ -45,30 +54,28 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(path: Path) -> tuple[set[str], set[str]]:
-    """(module-level imports, all runtime imports) of ``mcp_resili`` modules; TYPE_CHECKING blocks skipped."""
+def _imports(path: Path) -> tuple[set[str], set[str]]:
+    """(module-level imports, every import) of ``mcp_resili`` modules: at module level, inside
+    functions and classes, and under ``TYPE_CHECKING`` alike (a typing-only arrow is an arrow)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     top: set[str] = set()
     every: set[str] = set()
 
     def visit(node: ast.AST, at_top: bool) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                for orelse in child.orelse:
-                    visit(orelse, at_top)
-                continue
             names: list[str] = []
             if isinstance(child, ast.Import):
                 names = [alias.name for alias in child.names]
             elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
                 names = [child.module] + [f"{child.module}.{alias.name}" for alias in child.names]
             for name in names:
-                if name.startswith("mcp_resili"):
+                if name == "mcp_resili" or name.startswith("mcp_resili."):
                     every.add(name)
                     if at_top:
                         top.add(name)
+            typing_only = isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)
             nested = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-            visit(child, at_top and not nested)
+            visit(child, at_top and not nested and not typing_only)
 
     visit(tree, True)
     return top, every
@@ -85,38 +92,88 @@ def _existing_module(name: str) -> str:
     raise AssertionError(f"import of a module that does not exist: {name}")
 
 
-def _floor(module: str) -> int:
+def _room(module: str) -> str:
+    """The subpackage a module lives in (``__init__`` for the face itself)."""
     parts = module.split(".")
-    return FLOORS["__init__"] if len(parts) == 1 else FLOORS[parts[1]]
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def _floor(module: str) -> int:
+    return FLOORS[_room(module)]
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+#: module -> the modules it imports anywhere, with the file that does it.
+ARROWS = {
+    module: {_existing_module(name) for name in _imports(path)[1]} - {module}
+    for module, path in MODULES.items()
+}
 
 
 def test_every_package_has_a_floor():
-    packages = {name.split(".")[1] for name in MODULES if "." in name}
+    packages = {_room(name) for name in MODULES}
     assert packages <= set(FLOORS), sorted(packages - set(FLOORS))
 
 
-def test_imports_never_run_up_the_floors_and_the_framework_never_imports_a_suite():
-    upward = []
-    for module, path in MODULES.items():
-        _, every = _runtime_imports(path)
-        for target in {_existing_module(name) for name in every}:
-            if _floor(target) > _floor(module):
-                upward.append(f"{module} -> {target}")
+def test_imports_never_run_up_the_floors_counting_every_import():
+    upward = [
+        f"{MODULES[module].relative_to(PACKAGE.parent)} imports {target}"
+        for module, targets in ARROWS.items()
+        for target in sorted(targets)
+        if _floor(target) > _floor(module)
+    ]
     assert upward == []
+
+
+def test_subpackages_form_no_circle_counting_every_import():
+    graph: nx.DiGraph[str] = nx.DiGraph()
+    files: dict[tuple[str, str], str] = {}
+    for module, targets in ARROWS.items():
+        for target in targets:
+            if _room(module) != _room(target):
+                graph.add_edge(_room(module), _room(target))
+                files.setdefault(
+                    (_room(module), _room(target)), str(MODULES[module].relative_to(PACKAGE.parent))
+                )
+    circles = [
+        " -> ".join(f"{a} ({files[a, b]})" for a, b in zip(cycle, [*cycle[1:], cycle[0]], strict=True))
+        for cycle in nx.simple_cycles(graph)
+    ]
+    assert circles == []
 
 
 def test_no_import_circles_between_modules():
     graph: nx.DiGraph[str] = nx.DiGraph()
     for module, path in MODULES.items():
-        top, _ = _runtime_imports(path)
+        top, _ = _imports(path)
         for target in {_existing_module(name) for name in top}:
             # A package importing its own submodules (re-exports) is not a circle.
             if target != module and not target.startswith(module + "."):
                 graph.add_edge(module, target)
     assert list(nx.simple_cycles(graph)) == []
+
+
+def test_only_the_tops_look_a_suite_up():
+    lookups = [
+        str(MODULES[module].relative_to(PACKAGE.parent))
+        for module, targets in ARROWS.items()
+        if LOADER in targets
+        and module != LOADER
+        and not any(module == top or module.startswith(top + ".") for top in TOPS[1:])
+        and module != TOPS[0]
+    ]
+    assert lookups == []
+
+
+def test_the_framework_never_imports_a_suite_or_the_face():
+    wrong = [
+        f"{MODULES[module].relative_to(PACKAGE.parent)} imports {target}"
+        for module, targets in ARROWS.items()
+        if _room(module) not in ("suites", "__init__")
+        for target in targets
+        if _room(target) in ("suites", "__init__")
+    ]
+    assert wrong == []
 
 
 def test_the_cli_has_no_function_longer_than_sixty_lines():
@@ -198,6 +255,6 @@ def test_without_a_suite_the_listing_names_it_broken_in_one_line_and_the_others_
 
 
 def _first_default_task(suite: str) -> str:
-    from mcp_resili.registry.loader import get_suite
+    from mcp_resili import get_suite
 
     return get_suite(suite).default_tasks[0].id

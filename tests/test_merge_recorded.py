@@ -1,6 +1,6 @@
 """Against ``--server``, the runner puts the server's recorded events in place of what it observed."""
 
-from mcp_resili.client.agent import merge_recorded
+from mcp_resili.client.recorded import merge_recorded
 from mcp_resili.faults import ErrorFault
 from mcp_resili.trace import FinishEvent, ToolCallEvent
 

@@ -399,7 +399,9 @@ def test_the_runner_copes_with_every_protocol_fault_type_and_reports_recovery(tm
 @pytest.mark.anyio
 async def test_the_loop_retries_a_lost_response_only_for_a_read_only_tool() -> None:
     from mcp_resili.agents.model import ToolCall
-    from mcp_resili.client.agent import EpisodeSpec, RecordedEvents, call_tool
+    from mcp_resili.client.episode import EpisodeSpec
+    from mcp_resili.client.loop import call_tool
+    from mcp_resili.client.recorded import RecordedEvents
 
     for tool, arguments, read_only in (
         (READER, ARGS, frozenset({READER})),

@@ -18,8 +18,8 @@ from mcp_resili.proxy import ClientRelay, ProxyServer, UpstreamError, connect_up
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.report import summarize
 from mcp_resili.server.app import ResiliServer
-from mcp_resili.server.pipeline import UPSTREAM_CLOSED
 from mcp_resili.trace import Trace
+from mcp_resili.trace.codes import UPSTREAM_CLOSED
 
 pytestmark = pytest.mark.anyio
 

@@ -8,12 +8,12 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from mcp_resili.tools import ToolFailure, ToolSpec
-from mcp_resili.registry.suites import SuiteLoadError, UnknownSuiteError, UnknownTaskError
 from mcp_resili.registry.loader import get_suite
+from mcp_resili.registry.suites import SuiteLoadError, UnknownSuiteError, UnknownTaskError
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.tasks import default_tasks
 from mcp_resili.tasks import Task, resolve_arguments
+from mcp_resili.tools import ToolFailure, ToolSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

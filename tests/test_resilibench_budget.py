@@ -9,7 +9,8 @@ from resilibench_gold import gold_run
 
 from mcp_resili.agents.scripted import OracleAgent
 from mcp_resili.cli import main
-from mcp_resili.client.agent import EpisodeSpec, play_episode
+from mcp_resili.client.episode import EpisodeSpec
+from mcp_resili.client.loop import play_episode
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.faults import CallContext, CallOutcome, parse_fault_spec
 from mcp_resili.faults.rng import derive_rng

@@ -6,12 +6,12 @@ from resilibench_gold import gold_run
 
 from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import NoFaults, parse_fault_spec
-from mcp_resili.tools.search import ToolIndex
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.scoring import score
 from mcp_resili.suites.resilibench.tasks import default_tasks
+from mcp_resili.tools.search import ToolIndex
 from mcp_resili.trace import FinishEvent, ToolCallEvent, Trace, TraceHeader
 
 pytestmark = pytest.mark.anyio

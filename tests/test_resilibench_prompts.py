@@ -5,7 +5,6 @@ import itertools
 import pytest
 
 from mcp_resili.client.runner import RunConfig, execute
-from mcp_resili.tools.search import ToolIndex
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.resilibench.flaws import (
     FLAW_METHODS,
@@ -18,6 +17,7 @@ from mcp_resili.suites.resilibench.flaws import (
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.prompts import render_plan
 from mcp_resili.suites.resilibench.tasks import default_tasks, full_tasks
+from mcp_resili.tools.search import ToolIndex
 
 LIB = resilibench_library()
 INDEX = ToolIndex(LIB.specs)

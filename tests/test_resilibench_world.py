@@ -7,13 +7,13 @@ from mcp import Client
 
 from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import NoFaults
-from mcp_resili.tools import ToolFailure
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.tasks import full_tasks
 from mcp_resili.suites.resilibench.world import content_format, initial_state, same_json
 from mcp_resili.tasks import StepBinding, resolve_arguments
+from mcp_resili.tools import ToolFailure
 
 LIB = resilibench_library()
 

@@ -29,12 +29,12 @@ from mcp_resili.report.episodes import CHUNK_SIZE
 from mcp_resili.report.html import write_folder
 from mcp_resili.scoring.model import Score
 from mcp_resili.server.app import ResiliServer
-from mcp_resili.server.pipeline import INVALID_ARGUMENTS, UNKNOWN_TOOL
 from mcp_resili.suites.resilibench.synthetic import write_synthetic_run
 from mcp_resili.suites.toolmaze.model import ToolMazeTask, resolve_path_arguments
 from mcp_resili.suites.toolmaze.scoring import metrics_of, score
 from mcp_resili.suites.toolmaze.tasks import toolmaze_tasks
 from mcp_resili.trace import Trace, TraceHeader
+from mcp_resili.trace.codes import INVALID_INPUT, UNKNOWN_TOOL
 
 SUITE = get_suite("toolmaze")
 
@@ -132,7 +132,7 @@ def test_a_finish_the_server_refused_is_not_counted_in_c_so_a_perfect_retry_cost
         4 calculate_shipping         ok
         5 purchase_protection_plan   ok
         6 schedule_delivery          ok
-        7 finish {"status": "done"}  refused: INVALID_ARGUMENTS (no fault decision)
+        7 finish {"status": "done"}  refused: INVALID_INPUT (no fault decision)
         8 finish completed           (a FinishEvent, never a tool call)
 
     c = tool calls after event 2 = events 3, 4, 5, 6 = 4 (event 7 is no tool call of the task, as
@@ -157,7 +157,7 @@ def test_a_finish_the_server_refused_is_not_counted_in_c_so_a_perfect_retry_cost
         ("calculate_shipping", None),
         ("purchase_protection_plan", None),
         ("schedule_delivery", None),
-        ("finish", INVALID_ARGUMENTS),
+        ("finish", INVALID_INPUT),
         ("FINISH completed", None),
     ]
     refused = trace.tool_calls[-1]
@@ -177,7 +177,7 @@ def test_a_refused_finish_before_a_graceful_abort_is_no_other_tool_called_after_
 
         1 get_price_alerts              ok
         2 leave_review                  fault 410 (permanent)   <- first perturbed call
-        3 finish {"status": "done"}     refused: INVALID_ARGUMENTS
+        3 finish {"status": "done"}     refused: INVALID_INPUT
         4 finish aborted "Task aborted" (a FinishEvent)
 
     The agent stopped right after the victim: no other tool ran, so I_recov = 1. c = 0 (event 3 is
@@ -198,7 +198,7 @@ def test_a_refused_finish_before_a_graceful_abort_is_no_other_tool_called_after_
     assert shape(trace) == [
         ("get_price_alerts", None),
         ("leave_review", "fault 410"),
-        ("finish", INVALID_ARGUMENTS),
+        ("finish", INVALID_INPUT),
         ("FINISH aborted", None),
     ]
     parts = verdict.components
@@ -216,7 +216,7 @@ def test_refused_calls_of_task_tools_after_the_victim_still_count_in_c() -> None
         1 get_price_alerts   ok
         2 leave_review       fault 502            <- first perturbed call
         3 no_such_tool       refused: UNKNOWN_TOOL
-        4 leave_review {}    refused: INVALID_ARGUMENTS
+        4 leave_review {}    refused: INVALID_INPUT
         5 leave_review       ok (the retry)
         6-8 the three steps left, ok
         9 finish completed
@@ -233,7 +233,7 @@ def test_refused_calls_of_task_tools_after_the_victim_still_count_in_c() -> None
     assert shape(trace)[1:5] == [
         ("leave_review", "fault 502"),
         ("no_such_tool", UNKNOWN_TOOL),
-        ("leave_review", INVALID_ARGUMENTS),
+        ("leave_review", INVALID_INPUT),
         ("leave_review", None),
     ]
     parts = verdict.components

@@ -18,13 +18,13 @@ from mcp_resili.faults import (
     parse_fault_spec,
 )
 from mcp_resili.faults.chaos import HighLatency, SchemaDrift
-from mcp_resili.tools import ToolLibrary, ToolSpec
-from mcp_resili.registry.suites import Suite
 from mcp_resili.registry.loader import get_suite
+from mcp_resili.registry.suites import Suite
 from mcp_resili.server.app import PROMPT_PAGE_SIZE, EpisodeRequest, ResiliServer
 from mcp_resili.server.backend import INLINE_MAX_CHARS, INLINE_MAX_VALUES, _counted_small, small_arguments
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
 from mcp_resili.suites.resilibench.library import resilibench_library
+from mcp_resili.tools import ToolLibrary, ToolSpec
 from mcp_resili.trace import Trace
 
 pytestmark = pytest.mark.anyio
@@ -358,7 +358,9 @@ async def test_a_tool_that_raises_is_tool_crashed_recorded_in_the_trace_and_the_
 async def test_the_runner_counts_a_crashed_tool_as_an_infrastructure_error_an_injected_error_not():
     """TOOL_CRASHED is a bug in the tool: the episode measured nothing about the agent."""
     from mcp_resili.agents.model import InfrastructureError, ToolCall
-    from mcp_resili.client.agent import EpisodeSpec, RecordedEvents, call_tool
+    from mcp_resili.client.episode import EpisodeSpec
+    from mcp_resili.client.loop import call_tool
+    from mcp_resili.client.recorded import RecordedEvents
 
     def crash(arguments, state):
         raise OverflowError("int too large to convert to float")

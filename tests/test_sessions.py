@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
 from servers import running_http_server
 
-from mcp_resili.client.agent import fetch_episode_trace
+from mcp_resili.client.recorded import fetch_episode_trace
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.constants import EPISODE_HEADER, META_EPISODE, META_EVENT, TRACE_METHOD
 from mcp_resili.faults import parse_fault_spec

@@ -10,7 +10,6 @@ import networkx as nx
 import pytest
 
 from mcp_resili.cli import main
-from mcp_resili.tools.library import ToolFailure
 from mcp_resili.suites.toolmaze.corpus import (
     PAPER_DOMAINS,
     PAPER_GROUPS,
@@ -27,6 +26,7 @@ from mcp_resili.suites.toolmaze.sanity import anomalies
 from mcp_resili.suites.toolmaze.simulators import OPTIONS_PER_SUBJECT, booked
 from mcp_resili.suites.toolmaze.tasks import toolmaze_tasks
 from mcp_resili.tasks.stats import level_statistics, workflow_width
+from mcp_resili.tools.library import ToolFailure
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,8 +6,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_resili.client.agent import EpisodeSpec, RecordedEvents, play_episode
+from mcp_resili.client.episode import EpisodeSpec
+from mcp_resili.client.loop import play_episode
 from mcp_resili.client.providers import create_model
+from mcp_resili.client.recorded import RecordedEvents
 from mcp_resili.faults import parse_fault_spec
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.scoring.model import Score

@@ -26,19 +26,16 @@ from mcp.server import Server
 from mcp.server._otel import OpenTelemetryMiddleware
 
 from mcp_resili.agents.model import Model, Reflection
-from mcp_resili.client.agent import (
-    EpisodeSpec,
-    ProtocolNotices,
-    RecordedEvents,
-    fetch_episode_trace,
-    play_episode,
-    reflect,
-)
+from mcp_resili.client.episode import EpisodeSpec
 from mcp_resili.client.inprocess import InProcessClient
 from mcp_resili.client.limits import UNLIMITED, Allowance, BudgetExhaustedError, LimitedModel
+from mcp_resili.client.loop import play_episode
+from mcp_resili.client.notices import ProtocolNotices
 from mcp_resili.client.plan import PlannedEpisode, RunConfigError, RunPlan, episode_id
 from mcp_resili.client.pricing import PriceTable, load_price_table
 from mcp_resili.client.providers import ClosableModel, create_model, provider_of
+from mcp_resili.client.recorded import RecordedEvents, fetch_episode_trace
+from mcp_resili.client.reflexion import reflect
 from mcp_resili.constants import AUTH_TOKEN_ENV
 from mcp_resili.proxy.upstream import entered, guarded_http_transport
 from mcp_resili.scoring.coping import score_episode

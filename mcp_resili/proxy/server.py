@@ -43,9 +43,11 @@ from mcp_resili.proxy.upstream import (
     spec_of,
     upstream_params,
 )
+from mcp_resili.server.episode import Episode
 from mcp_resili.server.episodes import EpisodeTable, episode_request
-from mcp_resili.server.pipeline import CallPipeline, Episode, TraceRecorder, result_text
+from mcp_resili.server.pipeline import CallPipeline, result_text
 from mcp_resili.server.protocol import ProtocolLayer, note_call
+from mcp_resili.server.recorder import TraceRecorder
 from mcp_resili.trace import ToolCallEvent, TraceHeader, event_to_dict
 
 PROXY_SUITE = "proxy"

@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_resili.errors import UserError, plain_validation_error
 from mcp_resili.faults import ToolOutcome
-from mcp_resili.server.pipeline import UPSTREAM_CLOSED
 from mcp_resili.tools import ToolSpec, ToolState
+from mcp_resili.trace.codes import UPSTREAM_CLOSED
 
 UPSTREAM_ERROR = "UPSTREAM_ERROR"
 #: The upstream answered a call with a result no MCP client can read (it breaks the schema).
@@ -419,6 +419,10 @@ class UpstreamBackend:
     def specs(self) -> Sequence[ToolSpec]:
         """The upstream tools known when the pipeline was built."""
         return self._specs
+
+    def run_inline(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome | None:
+        """None: every upstream call awaits its answer."""
+        return None
 
     async def run(
         self,

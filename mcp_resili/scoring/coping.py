@@ -25,13 +25,12 @@ Recovered, per fault type (the fault's call is the one that met it):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mcp_resili.errors import UserError
 from mcp_resili.faults.protocol import FAMILY_OF, PROTOCOL_TYPES, has_protocol_faults
-from mcp_resili.registry.suites import Suite
 from mcp_resili.scoring.model import Score
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import EpisodeEndEvent, FinishEvent, ProtocolEvent, ToolCallEvent, Trace, TraceEvent
@@ -160,7 +159,19 @@ def _retried(trace: Trace, met: FaultMet) -> bool:
     return sum(1 for e in trace.events if isinstance(e, ToolCallEvent) and e.tool == met.tool) > 1
 
 
-def score_episode(suite: Suite, task: Task, trace: Trace) -> Score:
+class ScoringSuite(Protocol):
+    """What scoring needs of a suite (a `mcp_resili.registry.suites.Suite` is one), handed down."""
+
+    @property
+    def name(self) -> str:
+        """The suite's name, for error messages."""
+
+    @property
+    def score(self) -> Callable[[Task, Trace], Score]:
+        """The suite's scorer."""
+
+
+def score_episode(suite: ScoringSuite, task: Task, trace: Trace) -> Score:
     """An episode's score as every reader gives it (the runner, ``score``, inspect).
 
     The suite's scorer, plus the coping components when the plan holds protocol faults. A scorer that

@@ -20,14 +20,16 @@ from mcp_resili.faults import BasePlan, has_protocol_faults
 from mcp_resili.registry.suites import Suite, UnknownTaskError
 from mcp_resili.server.backend import SimulatedBackend
 from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery, DiscoveryError
+from mcp_resili.server.episode import Episode
 from mcp_resili.server.episodes import (
     EpisodeRequest,
     EpisodeTable,
     NoEpisodeError,
     episode_request,
 )
-from mcp_resili.server.pipeline import CallPipeline, Episode, TraceRecorder, result_text
+from mcp_resili.server.pipeline import CallPipeline, result_text
 from mcp_resili.server.protocol import ProtocolLayer, note_call
+from mcp_resili.server.recorder import TraceRecorder
 from mcp_resili.server.wire import modern_tool_result, tool_result
 from mcp_resili.tasks.model import Task
 from mcp_resili.tools import ToolSpec
@@ -35,7 +37,7 @@ from mcp_resili.tools.validator import argument_problems, compiled
 from mcp_resili.trace import TraceEvent, TraceHeader, event_to_dict, event_to_meta
 from mcp_resili.trace.codes import (
     DEPENDENCY_NOT_MET,
-    INVALID_ARGUMENTS,
+    INVALID_INPUT,
     RESPONSE_SCHEMA_MISMATCH,
     TOOL_CRASHED,
     TOOL_TIMEOUT,
@@ -82,7 +84,7 @@ _FINISH_SPEC = types.Tool(
         "additionalProperties": False,
     },
     annotations=types.ToolAnnotations(read_only_hint=True),
-    _meta={"mcp-resili/errors": [INVALID_ARGUMENTS]},
+    _meta={"mcp-resili/errors": [INVALID_INPUT]},
 )
 
 
@@ -209,7 +211,7 @@ class ResiliServer:
     def _declared_errors(self, spec: ToolSpec) -> list[str]:
         """The tool's own error codes plus those the pipeline may answer with for it."""
         codes = [*spec.error_codes]
-        pipeline_codes = [INVALID_ARGUMENTS, TOOL_CRASHED]
+        pipeline_codes = [INVALID_INPUT, TOOL_CRASHED]
         if self.pipeline.call_time_limit is not None:
             pipeline_codes.append(TOOL_TIMEOUT)
         if spec.output_schema is not None:

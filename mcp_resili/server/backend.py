@@ -44,6 +44,10 @@ class ToolBackend(Protocol):
         """Run the tool; ``meta`` is the request's ``_meta`` (a proxy forwards it)."""
         ...
 
+    def run_inline(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome | None:
+        """The outcome of a call that can finish without awaiting (no timer armed), else None."""
+        ...
+
 
 def small_arguments(arguments: Any) -> bool:
     """Whether ``arguments`` stay within `INLINE_MAX_VALUES` values and `INLINE_MAX_CHARS` characters."""

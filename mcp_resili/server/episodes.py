@@ -31,7 +31,7 @@ from mcp.server import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from mcp_resili.constants import EPISODE_HEADER, META_EPISODE
-from mcp_resili.server.pipeline import Episode
+from mcp_resili.server.episode import Episode
 from mcp_resili.tasks.model import Task
 
 __all__ = [

@@ -6,14 +6,10 @@ MCP layer renders as a ``CallToolResult`` and the recorder writes to the trace.
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import anyio
 from jsonschema.exceptions import best_match
@@ -24,189 +20,29 @@ from mcp_resili.faults import (
     CallOutcome,
     FaultDecision,
     FaultInjector,
-    ProtocolState,
     ToolOutcome,
 )
-from mcp_resili.server.backend import SimulatedBackend, ToolBackend
+from mcp_resili.server.backend import ToolBackend
+from mcp_resili.server.episode import Episode
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
+from mcp_resili.server.recorder import TraceRecorder
 from mcp_resili.server.wire import result_json_text
 from mcp_resili.tasks.model import Task
 from mcp_resili.tools import ToolSpec
 from mcp_resili.tools.validator import argument_problems, compiled, shorten
-from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent, TraceHeader, dump_event
+from mcp_resili.trace import FinishEvent, ToolCallEvent
 from mcp_resili.trace.codes import (
     CALL_CANCELLED,
     CANCELLED_MESSAGE,
     DEPENDENCY_NOT_MET,
-    INVALID_ARGUMENTS,
+    INVALID_INPUT,
     RESPONSE_SCHEMA_MISMATCH,
     TOOL_CRASHED,
     TOOL_TIMEOUT,
     UNKNOWN_TOOL,
-    UPSTREAM_CLOSED,
 )
-from mcp_resili.trace.model import one_line, trace_stem
 
 logger = logging.getLogger(__name__)
-
-#: The pipeline's own error codes live with the trace vocabulary; imported here for the server's use.
-__all__ = [
-    "CALL_CANCELLED",
-    "CANCELLED_MESSAGE",
-    "DEPENDENCY_NOT_MET",
-    "INVALID_ARGUMENTS",
-    "RESPONSE_SCHEMA_MISMATCH",
-    "TOOL_TIMEOUT",
-    "UNKNOWN_TOOL",
-    "UPSTREAM_CLOSED",
-    "CallPipeline",
-    "Episode",
-    "TraceRecorder",
-    "result_text",
-]
-
-
-class EpisodeLock:
-    """A first-come, first-served lock for the calls of one episode, cheap when nobody waits.
-
-    An episode's calls almost never overlap (an agent awaits each answer), so the uncontended
-    acquire is two attribute tests: no yield to the event loop, no cancellation checkpoint, no task
-    lookup (`anyio.Lock` does all three, a visible share of a call's server cost in memory). A
-    waiter is handed the lock by its releaser; one cancelled while waiting passes it on or leaves
-    the queue, so a cancelled call never leaves the episode locked.
-    """
-
-    __slots__ = ("_held", "_waiters")
-
-    def __init__(self) -> None:
-        self._held = False
-        self._waiters: collections.deque[anyio.Event] = collections.deque()
-
-    def locked(self) -> bool:
-        """Whether a call holds the lock."""
-        return self._held
-
-    async def __aenter__(self) -> None:
-        if not self._held:
-            self._held = True
-            return
-        handed = anyio.Event()
-        self._waiters.append(handed)
-        try:
-            await handed.wait()
-        except BaseException:
-            if handed.is_set():  # handed over just as the wait was cancelled: pass it on
-                self._release()
-            else:
-                self._waiters.remove(handed)
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._release()
-
-    def _release(self) -> None:
-        if self._waiters:
-            self._waiters.popleft().set()  # the lock stays held, now by that waiter
-        else:
-            self._held = False
-
-
-@dataclass
-class Episode:
-    """Per-episode server state. Episodes never share any of it."""
-
-    id: str
-    task: Task | None
-    fault_key: str
-    seed: int
-    #: The trial this episode plays (part of its fault key), when known.
-    trial: int | None = None
-    tool_state: dict[str, Any] = field(default_factory=dict)
-    ordinals: collections.Counter[str] = field(default_factory=collections.Counter)
-    history: list[CallOutcome] = field(default_factory=list)
-    seq: int = 0
-    #: Calls of one episode are serialised so ordinals and history never depend on scheduling.
-    lock: EpisodeLock = field(default_factory=EpisodeLock)
-    #: Private scratch space of the fault plan (armed groups, cascades...), per episode.
-    fault_state: dict[str, Any] = field(default_factory=dict)
-    #: The trace file this episode created (`TraceRecorder`): None until its first event is written.
-    trace_path: Path | None = None
-    #: Whether ``tool_state`` was seeded from the suite's initial state (on the first call).
-    state_ready: bool = False
-    #: Every recorded event, in order (what the runner reads back instead of anything on the wire).
-    events: list[TraceEvent] = field(default_factory=list)
-    #: How many of ``events`` the in-process runner has already taken (`TraceRecorder.take`).
-    taken: int = 0
-    #: ``time.monotonic()`` of the last call: idle episodes expire (`EpisodeTable`).
-    last_used: float = field(default_factory=time.monotonic)
-    #: What protocol faults changed for this episode (its catalogue, its session; `server.protocol`).
-    protocol: ProtocolState = field(default_factory=ProtocolState)
-
-    def next_seq(self) -> int:
-        """The sequence number of the next recorded event."""
-        self.seq += 1
-        return self.seq
-
-
-class TraceRecorder:
-    """Keeps every episode's events, and writes one JSONL file per episode under ``directory`` (if set).
-
-    An episode's file is created for it (``STEM.jsonl``, see `trace_stem`) and holds its trace alone: a
-    name already in the directory (another episode's, or left by another server) is never appended
-    to, the episode takes the next free ``STEM-N.jsonl`` (N = 2, 3, ...) instead.
-    """
-
-    def __init__(self, directory: Path | None, header: Callable[[Episode], TraceHeader]) -> None:
-        self.directory = directory
-        self._header = header
-        if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
-
-    def path(self, episode: Episode) -> Path | None:
-        """Where the episode's trace is: the file it created, else the name it will try first."""
-        if self.directory is None:
-            return None
-        return episode.trace_path or self.directory / f"{trace_stem(episode.id)}.jsonl"
-
-    def record(self, episode: Episode, event: TraceEvent) -> None:
-        """Append ``event`` (creating the episode's file, header first, for its first event)."""
-        episode.events.append(event)
-        if self.directory is None:
-            return
-        line = dump_event(event) + "\n"
-        if episode.trace_path is not None:
-            with episode.trace_path.open("a", encoding="utf-8") as out:
-                out.write(line)
-            return
-        header = one_line(self._header(episode).model_dump_json()) + "\n"
-        episode.trace_path, created = self._create(self.directory, episode.id)
-        with created:
-            created.write(header + line)
-
-    @staticmethod
-    def _create(directory: Path, episode_id: str) -> tuple[Path, IO[str]]:
-        """A new trace file for ``episode_id``, opened for writing: its `trace_stem` name if still free."""
-        stem = trace_stem(episode_id)
-        path, attempt = directory / f"{stem}.jsonl", 1
-        while True:
-            try:
-                out = path.open("x", encoding="utf-8")  # exclusive: never a file anyone else wrote
-            except FileExistsError:
-                attempt += 1
-                path = directory / f"{stem}-{attempt}.jsonl"
-                continue
-            if attempt > 1:
-                logger.warning(
-                    "trace file %s.jsonl already exists: episode %r is written to %s", stem, episode_id, path
-                )
-            return path, out
-
-    @staticmethod
-    def take(episode: Episode) -> list[TraceEvent]:
-        """The events recorded for ``episode`` since the previous `take`."""
-        new = episode.events[episode.taken :]
-        episode.taken = len(episode.events)
-        return new
 
 
 class CallPipeline:
@@ -282,7 +118,7 @@ class CallPipeline:
     ) -> ToolCallEvent:
         """Record a call refused for invalid arguments outside the pipeline's tools (e.g. ``finish``)."""
         return await self.record_outside(
-            episode, tool, arguments, {"code": INVALID_ARGUMENTS, "message": message}, error=True
+            episode, tool, arguments, {"code": INVALID_INPUT, "message": message}, error=True
         )
 
     async def record_outside(
@@ -364,13 +200,13 @@ class CallPipeline:
             unusable = unusable_number(arguments)
             if unusable is not None:
                 return rejected(
-                    INVALID_ARGUMENTS,
+                    INVALID_INPUT,
                     f"invalid arguments for {tool}: {unusable}: numbers must be finite and within "
                     f"±{MAX_NUMBER}",
                 )
         problems = None if validator is None else argument_problems(validator, arguments)
         if problems is not None:
-            return rejected(INVALID_ARGUMENTS, f"invalid arguments for {tool}: {problems}")
+            return rejected(INVALID_INPUT, f"invalid arguments for {tool}: {problems}")
         # 2. dependency check
         unmet: tuple[str, ...] = ()
         if spec.dependencies:
@@ -444,11 +280,10 @@ class CallPipeline:
         self, spec: ToolSpec, arguments: dict[str, Any], episode: Episode, meta: Mapping[str, Any] | None
     ) -> ToolOutcome:
         """The backend's outcome, or `TOOL_TIMEOUT` once the call outlasts the time limit."""
-        if isinstance(self.backend, SimulatedBackend):
-            # A quick simulator runs to its end without awaiting: no timer to arm for it.
-            quick = self.backend.run_inline(spec, arguments, episode.tool_state)
-            if quick is not None:
-                return quick
+        # A quick tool runs to its end without awaiting: no timer to arm for it.
+        quick = self.backend.run_inline(spec, arguments, episode.tool_state)
+        if quick is not None:
+            return quick
         limit = self.call_time_limit if self.call_time_limit is not None else math.inf
         with anyio.move_on_after(limit):
             return await self.backend.run(spec, arguments, episode.tool_state, meta)

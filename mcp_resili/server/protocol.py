@@ -59,8 +59,9 @@ from mcp_resili.faults.protocol import (
     Unauthorized,
     schema_change,
 )
+from mcp_resili.server.episode import Episode
 from mcp_resili.server.episodes import EpisodeTable, NoEpisodeError, episode_request
-from mcp_resili.server.pipeline import CallPipeline, Episode
+from mcp_resili.server.pipeline import CallPipeline
 from mcp_resili.server.wire import shaped
 from mcp_resili.trace import ProtocolEvent, ToolCallEvent
 

@@ -7,7 +7,7 @@ They are part of the trace's vocabulary (a `ToolCallEvent`'s ``error_code``), ne
 #: can reach it (`ResiliServer` lists them in the tool's ``_meta["mcp-resili/errors"]``).
 UNKNOWN_TOOL = "UNKNOWN_TOOL"
 #: The arguments break the input schema, or hold a number no tool can work with (`numbers.MAX_NUMBER`).
-INVALID_ARGUMENTS = "INVALID_INPUT"
+INVALID_INPUT = "INVALID_INPUT"
 DEPENDENCY_NOT_MET = "DEPENDENCY_NOT_MET"
 #: The tool did not finish within the server's per-call time limit.
 TOOL_TIMEOUT = "TOOL_TIMEOUT"

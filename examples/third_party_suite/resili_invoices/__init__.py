@@ -1,8 +1,8 @@
 """resili-invoices: a worked third-party mcp-resili suite (three tools, five tasks, a data-flow scorer).
 
-mcp-resili loads it through the ``mcp_resili.suites`` entry point named in ``pyproject.toml``; it uses
-only mcp-resili's public interfaces: `Suite`, `ToolLibrary`/`load_specs`, `ToolFailure`, `TaskSet`,
-`Score`, `Trace` and `resolve_arguments`.
+mcp-resili loads it through the ``mcp_resili.suites`` entry point named in ``pyproject.toml``; it
+imports from ``mcp_resili`` alone (the public face): `Suite`, `ToolLibrary`/`load_specs`, `ToolFailure`,
+`TaskSet`, `Score`, `Trace` and `resolve_arguments`. It names no stop rules, and inherits none.
 """
 
 from __future__ import annotations
@@ -13,11 +13,18 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from mcp_resili.tools import ToolFailure, ToolLibrary, ToolState, load_specs
-from mcp_resili.registry.suites import Suite
-from mcp_resili.scoring.model import Score
-from mcp_resili.tasks.model import Task, TaskSet, resolve_arguments
-from mcp_resili.trace import Trace
+from mcp_resili import (
+    Score,
+    Suite,
+    Task,
+    TaskSet,
+    ToolFailure,
+    ToolLibrary,
+    ToolState,
+    Trace,
+    load_specs,
+    resolve_arguments,
+)
 
 ORDERS = {
     "ORD-1001": (120.0, "EUR"),

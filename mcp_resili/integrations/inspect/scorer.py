@@ -62,12 +62,12 @@ def with_client_rejections(trace: Trace, messages: Sequence[ChatMessage]) -> Tra
 
 def _refused(episode: str, message: ChatMessageTool, arguments: dict[str, Any]) -> TraceEvent:
     """The event our server records for a call it refuses: unknown tool, or invalid arguments."""
-    from mcp_resili.trace.codes import INVALID_ARGUMENTS, UNKNOWN_TOOL
+    from mcp_resili.trace.codes import INVALID_INPUT, UNKNOWN_TOOL
     from mcp_resili.trace.model import ToolCallEvent
 
     assert message.error is not None  # only called for refused calls
     unknown = message.error.message == f"Tool {message.function} not found"
-    code = UNKNOWN_TOOL if unknown else INVALID_ARGUMENTS
+    code = UNKNOWN_TOOL if unknown else INVALID_INPUT
     return ToolCallEvent(
         episode=episode,
         seq=0,

@@ -165,7 +165,7 @@ def _model_retries() -> int:
 
 
 class EpisodeClock:
-    """The episode's time limit, kept as `mcp_resili.client.agent.play_episode` keeps it.
+    """The episode's time limit, kept as `mcp_resili.client.loop.play_episode` keeps it.
 
     The limit running out while a tool runs (or between turns) ends the episode as ``time_limit``: the
     agent's time. A model call is never cut at the limit: a late answer ends the episode as
@@ -176,7 +176,7 @@ class EpisodeClock:
     """
 
     def __init__(self, time_limit: float) -> None:
-        from mcp_resili.client.agent import LATE_ANSWER_GRACE
+        from mcp_resili.client.loop import LATE_ANSWER_GRACE
 
         self.time_limit = time_limit
         self.grace = min(LATE_ANSWER_GRACE, time_limit)
@@ -269,7 +269,7 @@ class EpisodeClock:
 async def play(
     state: TaskState, episode: SampleEpisode, tools: list[Tool], rules: StopRules, clock: EpisodeClock
 ) -> Outcome:
-    """The runner's loop (`mcp_resili.client.agent.play_episode`) over inspect's model and tools.
+    """The runner's loop (`mcp_resili.client.loop.play_episode`) over inspect's model and tools.
 
     Runs within ``clock.run`` (the time limit); every model turn goes through ``clock.generate``.
     """

@@ -64,11 +64,11 @@ from mcp_resili.suites.toolmaze.library import corpus_index
 from mcp_resili.suites.toolmaze.model import PathStep, ToolMazeTask, path_links
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ModelTurnEvent, ToolCallEvent, Trace
-from mcp_resili.trace.codes import DEPENDENCY_NOT_MET, INVALID_ARGUMENTS, UNKNOWN_TOOL
+from mcp_resili.trace.codes import DEPENDENCY_NOT_MET, INVALID_INPUT, UNKNOWN_TOOL
 
 ABORT_PHRASE = "task aborted"
 #: Error codes of calls the server refused before running any tool.
-REFUSED_BEFORE_RUNNING = frozenset({INVALID_ARGUMENTS, UNKNOWN_TOOL, DEPENDENCY_NOT_MET})
+REFUSED_BEFORE_RUNNING = frozenset({INVALID_INPUT, UNKNOWN_TOOL, DEPENDENCY_NOT_MET})
 #: How far a figure passed on may be from the one received (agents may round to cents).
 TOLERANCE = 0.005
 

@@ -1,10 +1,10 @@
-"""The agent loop: one episode of one model against one MCP server, recorded as a trace."""
+"""The agent loop: a model and an MCP client play one episode, turn by turn, call by call (MCP only)."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from mcp_resili.agents.model import (
     CONTINUE_WITH,
     HARNESS_WAIT,
-    REFLECTION_CHARS,
     AssistantMessage,
     ContextWindowExceededError,
     HarnessWait,
@@ -27,25 +26,23 @@ from mcp_resili.agents.model import (
     Model,
     ModelRequest,
     ModelResponse,
-    Reflection,
     ToolCall,
     ToolDefinition,
     ToolResult,
     ToolResultsMessage,
     UserMessage,
 )
+from mcp_resili.client.episode import EpisodeOutcome, EpisodeSpec
+from mcp_resili.client.recorded import RecordedEvents, merge_recorded
+from mcp_resili.client.reflexion import with_memory
 from mcp_resili.constants import (
     COMPLETION_PHRASES,
     DISCOVERY_TOOLS,
     FINISH_TOOL,
-    META_EPISODE,
     META_EVENT,
-    TRACE_METHOD,
     VERSION,
 )
-from mcp_resili.scoring.termination import NO_STOP_RULES, StopRules, counts_against_budget
-from mcp_resili.server.app import EpisodeTraceResult
-from mcp_resili.tasks.model import Task
+from mcp_resili.scoring.termination import StopRules, counts_against_budget
 from mcp_resili.trace import (
     EpisodeEndEvent,
     FinishEvent,
@@ -54,294 +51,23 @@ from mcp_resili.trace import (
     ReflectionEvent,
     ToolCallEvent,
     TraceEvent,
-    event_from_dict,
     event_from_meta,
 )
 from mcp_resili.trace.codes import TOOL_CRASHED, UPSTREAM_CLOSED
 
 logger = logging.getLogger(__name__)
-#: Seconds a tool call may take before the loop stops waiting (a response that never comes).
-CALL_TIMEOUT_SECONDS = 60.0
+
+
 #: Longest result text handed to the model; the rest is cut (an oversized result must not flood it).
 MAX_RESULT_CHARS = 100_000
+
+
 #: ``error.data["reason"]`` of a refused request that never ran: initialize again, then retry any call.
 _SESSION_GONE = frozenset({"session_expired", "unauthorized"})
+
+
 #: How long a server that closed a request's connection has to answer a ping before it counts as gone.
 PING_SECONDS = 10.0
-
-
-class ProtocolNotices:
-    """What the server sends a client besides answers, for the loop to cope with.
-
-    Give `client_options()` to the `mcp.Client`: ``notifications/tools/list_changed`` marks the episode
-    it names in ``_meta`` (every episode when it names none) as needing a fresh tool list; an
-    elicitation request is declined and a sampling request answered with a fixed refusal text (a
-    scripted harness has no user and no model to ask).
-    """
-
-    def __init__(self) -> None:
-        self._all = 0
-        self._per_episode: dict[str, int] = {}
-
-    def client_options(self) -> dict[str, Any]:
-        """Callbacks for `mcp.Client` (they also declare elicitation and sampling)."""
-        return {
-            "message_handler": self.on_message,
-            "elicitation_callback": self.on_elicitation,
-            "sampling_callback": self.on_sampling,
-        }
-
-    async def on_message(self, message: Any) -> None:
-        """Note a tool-list change (every other message is left alone)."""
-        if isinstance(message, types.ToolListChangedNotification):
-            meta = message.params.meta if message.params is not None else None
-            named = (meta or {}).get(META_EPISODE)
-            if isinstance(named, str):
-                self._per_episode[named] = self._per_episode.get(named, 0) + 1
-            else:
-                self._all += 1
-
-    def version(self, episode_id: str) -> tuple[int, int]:
-        """How many list changes ``episode_id`` has been told of so far."""
-        return (self._all, self._per_episode.get(episode_id, 0))
-
-    async def on_elicitation(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        """Decline: no user is there to answer."""
-        return types.ElicitResult(action="decline")
-
-    async def on_sampling(
-        self, context: Any, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult:
-        """Answer that no model is sampled on a server's behalf.
-
-        An error would fail the tool call itself on 2026-07-28, where the answer travels with the
-        call's retry.
-        """
-        return types.CreateMessageResult(
-            role="assistant",
-            content=types.TextContent(
-                type="text", text="The agent harness does not sample on a server's behalf."
-            ),
-            model="none",
-            stop_reason="endTurn",
-        )
-
-
-@dataclass(frozen=True)
-class EpisodeSpec:
-    """Identity of one episode: ``id`` isolates its state; ``fault_key`` and ``seed`` fix its faults."""
-
-    id: str
-    fault_key: str
-    seed: int
-    task: Task | None
-    prompt: str
-    #: The episode's budget: at most this many model turns, and at most this many tool calls
-    #: (``finish`` included, discovery excluded; see `mcp_resili.scoring.termination`).
-    max_turns: int = 10
-    #: The trial this episode plays (recorded in our server's trace header).
-    trial: int | None = None
-    #: ``react`` or ``reflexion``: the loop is the same; Reflexion's trials start with ``memory``.
-    architecture: str = "react"
-    #: The stop rules that may end the episode early.
-    stop_rules: StopRules = NO_STOP_RULES
-    #: Reflexion: reflections written after earlier failed trials of the same task, oldest first.
-    memory: tuple[Reflection, ...] = ()
-    #: Input plus output tokens the episode may spend; the turn that crosses it is the last.
-    max_tokens: int | None = None
-    #: Wall-clock seconds the episode may take (model and tool time together).
-    time_limit: float | None = None
-    #: Seconds one tool call may take before the loop gives up on its response.
-    call_timeout: float = CALL_TIMEOUT_SECONDS
-
-    def meta(self) -> dict[str, Any]:
-        """The ``_meta`` our server reads to route and seed the call."""
-        named: dict[str, Any] = {
-            "id": self.id,
-            "task": self.task.id if self.task else None,
-            "fault_key": self.fault_key,
-            "seed": self.seed,
-        }
-        if self.trial is not None:
-            named["trial"] = self.trial
-        return {META_EPISODE: named}
-
-
-@dataclass(frozen=True)
-class RecordedEvents:
-    """Where the loop reads the server's own record of its calls: never from anything the model sees.
-
-    ``after_call(episode_id)``: the events recorded since the previous call (in process: the server
-    object's recorder). ``at_end(episode_id)``: closes the episode on the server and returns all its
-    recorded events (our server over stdio or HTTP, through `TRACE_METHOD`), or None when the server
-    keeps no such record. Whatever neither provides is built from what came back (`_observed`).
-    """
-
-    after_call: Callable[[str], Sequence[TraceEvent]] | None = None
-    at_end: Callable[[str], Awaitable[Sequence[TraceEvent] | None]] | None = None
-    #: What the server sent besides answers (tool-list changes), when the client was built with it.
-    notices: ProtocolNotices | None = None
-    #: The fault plan our server's own trace header names, per episode id, filled by ``at_end``
-    #: (`fetch_episode_trace`): over ``--server`` the runner knows no plan of its own.
-    server_plans: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
-async def fetch_episode_trace(
-    client: Client, episode_id: str, server_plans: dict[str, dict[str, Any]] | None = None
-) -> list[TraceEvent] | None:
-    """Close ``episode_id`` on our server and return its recorded events; None from another server.
-
-    The fault plan its header names goes into ``server_plans`` (keyed by the episode id).
-    """
-    request = types.Request[dict[str, Any], str](method=TRACE_METHOD, params={"episode": episode_id})
-    try:
-        result = await client.session.send_request(request, EpisodeTraceResult)
-    except MCPError as exc:
-        if exc.code != types.METHOD_NOT_FOUND:
-            logger.warning("%s failed for episode %s: %s", TRACE_METHOD, episode_id, exc.error.message)
-        return None
-    except ValidationError as exc:
-        logger.warning("%s returned an unreadable result for %s: %s", TRACE_METHOD, episode_id, exc)
-        return None
-    plan = (result.header or {}).get("fault_plan")
-    if server_plans is not None and isinstance(plan, dict):
-        server_plans[episode_id] = plan
-    try:
-        return [event_from_dict(e) for e in result.events]
-    except ValidationError as exc:
-        logger.warning("%s returned unreadable events for %s: %s", TRACE_METHOD, episode_id, exc)
-        return None
-
-
-def merge_recorded(events: list[TraceEvent], answered: Sequence[int], recorded: Sequence[TraceEvent]) -> None:
-    """Put the server's recorded events in place of the observed ones at ``answered`` positions.
-
-    The server records every call that reached its pipeline, in order; each recorded event replaces
-    the next observed event of the same tool. A call the runner saw fail (a timeout, a dropped answer)
-    may still have been recorded: records ahead of an answered call's own take the places of the
-    calls that failed since the previous answer when their tools agree, the most such records first.
-    Anything unmatched keeps its observed form, and so does a call that met a fault the server did not
-    record (`_kept`).
-    """
-    queue = [e for e in recorded if isinstance(e, ToolCallEvent | FinishEvent)]
-    done = set(answered)
-    position, previous = 0, -1
-    for index in answered:
-        if _never_reached_the_recorder(events[index], queue[position:]):
-            continue
-        failed = [
-            i for i in range(previous + 1, index) if i not in done and isinstance(events[i], ToolCallEvent)
-        ]
-        previous = index
-        tool = _tool_of(events[index])
-        # The most failed calls recorded first: a retry of a call that timed out is the same tool.
-        for skip in range(len(failed), -1, -1):
-            match = position + skip
-            if match >= len(queue) or _tool_of(queue[match]) != tool:
-                continue
-            pairs = list(zip(failed[len(failed) - skip :], queue[position:match], strict=True))
-            if any(_tool_of(record) != _tool_of(events[observed]) for observed, record in pairs):
-                continue
-            for observed, record in pairs:
-                events[observed] = _kept(events[observed], record)
-            events[index] = _kept(events[index], queue[match])
-            position = match + 1
-            break
-
-
-def _never_reached_the_recorder(observed: TraceEvent, records: Sequence[TraceEvent]) -> bool:
-    """A call stopped by a request-side fault that the recording server did not decide itself.
-
-    Behind a fault-injecting proxy the upstream never sees such a call: no record of it is coming
-    (our own server records it, with that same fault).
-    """
-    if not isinstance(observed, ToolCallEvent) or observed.fault is None or observed.fault.side != "request":
-        return False
-    own = next((r for r in records if _tool_of(r) == observed.tool), None)
-    return not (isinstance(own, ToolCallEvent) and own.fault == observed.fault)
-
-
-def _kept(observed: TraceEvent, record: TraceEvent) -> TraceEvent:
-    """The server's record of a call, unless the call met a fault that server never saw.
-
-    A fault-injecting proxy in between (``run --server "mcp-resili proxy --upstream ..."``) decides
-    faults its upstream does not record; its decision comes back in the result's ``_meta``
-    (``--expose-faults``) and is the one the agent met.
-    """
-    unseen = isinstance(record, ToolCallEvent) and record.fault is None
-    if isinstance(observed, ToolCallEvent) and observed.fault is not None and unseen:
-        return observed
-    return record
-
-
-def _tool_of(event: TraceEvent) -> str | None:
-    if isinstance(event, FinishEvent):
-        return FINISH_TOOL
-    return event.tool if isinstance(event, ToolCallEvent) else None
-
-
-@dataclass(frozen=True)
-class EpisodeOutcome:
-    """The recorded events, why the episode ended, and the conversation (for a reflection)."""
-
-    events: tuple[TraceEvent, ...]
-    termination: str
-    turns: int
-    #: The stop rule that ended the episode, if one did.
-    stop_rule: str | None = None
-    messages: tuple[Message, ...] = ()
-    tools: tuple[ToolDefinition, ...] = ()
-
-
-def with_memory(prompt: str, memory: Sequence[Reflection]) -> str:
-    """The first user message of a Reflexion trial: the prompt, then the reflections it starts with."""
-    if not memory:
-        return prompt
-    notes = "\n".join(f"{n}. (after attempt {r.trial + 1}) {r.text}" for n, r in enumerate(memory, 1))
-    return (
-        f"{prompt}\n\nYou have attempted this same task before and failed. Your reflections on "
-        f"those attempts, oldest first:\n{notes}\nUse them to succeed this time."
-    )
-
-
-def reflection_prompt(termination: str, stop_rule: str | None) -> str:
-    """Reflexion's request for a self-reflection after a failed trial (binary feedback only)."""
-    ended = f"{termination} (stop rule {stop_rule})" if stop_rule else termination
-    return (
-        "Your attempt is over and it failed: a check of the final state shows the task was not "
-        f"accomplished (the episode ended: {ended}). Do not call any tool now. In a few sentences, "
-        "diagnose what went wrong and write a concrete plan for your next attempt at this same task, "
-        "which will start from the same initial state."
-    )
-
-
-async def reflect(model: Model, episode: EpisodeSpec, outcome: EpisodeOutcome, trial: int) -> ReflectionEvent:
-    """Ask ``model`` to reflect on the failed trial ``outcome`` (a real model turn); the event keeps it.
-
-    The model sees the whole trial and a request to reflect, with the trial's tools still defined
-    (providers reject tool results without them) but any tool call ignored. A provider failure gives
-    an event with ``error`` and no text (the next trial then starts without this reflection).
-    """
-    request = ModelRequest(
-        messages=(*outcome.messages, UserMessage(reflection_prompt(outcome.termination, outcome.stop_rule))),
-        tools=outcome.tools,
-        task=episode.task,
-        max_turns=episode.max_turns,
-        purpose="reflect",
-        memory=episode.memory,
-    )
-    try:
-        response = await model.generate(request)
-    except (InfrastructureError, ContextWindowExceededError) as exc:
-        return ReflectionEvent(episode=episode.id, role="written", from_trial=trial, text="", error=str(exc))
-    return ReflectionEvent(
-        episode=episode.id,
-        role="written",
-        from_trial=trial,
-        text=response.text.strip()[:REFLECTION_CHARS],
-        input_tokens=response.input_tokens,
-        output_tokens=response.output_tokens,
-    )
 
 
 #: Definitions already built, by the identity of the tool list they came from (which they keep alive).

@@ -124,7 +124,7 @@ def draw_episodes(tools: list[Any], task_ids: list[str], calls: int) -> list[tup
 
 async def fuzz_in_memory(suite_name: str, faults: str, calls: int) -> FuzzCounts:
     suite = get_suite(suite_name)
-    server = ResiliServer(suite, parse_fault_spec(faults, suite), time_scale=0)
+    server = ResiliServer(suite, parse_fault_spec(faults, suite.spec_scope), time_scale=0)
     tools = {tool.name: tool for tool in server._tools}
     episodes = draw_episodes(server._tools, [t.id for t in suite.tasks], calls)
     counts = FuzzCounts(f"{suite_name} ({faults}), in memory")
@@ -231,9 +231,8 @@ async def isolation(sessions: int) -> IsolationCounts:
             counts.seconds = time.perf_counter() - start
         initial = suite.initial_state(suite.task(ISOLATION_TASK))["tickets"]
         allowed = {t["customer_id"] for t in initial.values()}
-        replay = ResiliServer(
-            suite, parse_fault_spec(ISOLATION_FAULTS, suite), seed=SEED, time_scale=0, expose_faults=True
-        )
+        plan = parse_fault_spec(ISOLATION_FAULTS, suite.spec_scope)
+        replay = ResiliServer(suite, plan, seed=SEED, time_scale=0, expose_faults=True)
         trials: Counter[int | None] = Counter()
         ledgers = set()
         episodes = set()

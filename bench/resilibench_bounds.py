@@ -76,7 +76,7 @@ async def runner_rows(config_name, sample, db):
 async def outside_rows(config_name, sample, trace_dir):
     suite = get_suite("resilibench")
     spec, _ = CONFIGS[config_name]
-    server = ResiliServer(suite, parse_fault_spec(spec, suite), seed=1, trace_dir=trace_dir)
+    server = ResiliServer(suite, parse_fault_spec(spec, suite.spec_scope), seed=1, trace_dir=trace_dir)
     rows = []
     async with Client(server.mcp) as client:
         tools = (await client.list_tools()).tools
@@ -90,7 +90,6 @@ async def outside_rows(config_name, sample, trace_dir):
                     task,
                     suite.prompt(task, "baseline"),
                     max_turns=OUTSIDE_CALLS,
-                    stop_rules=False,
                 )
                 await play_episode(client, agent(), episode, tools)
                 trace = Trace.read(trace_dir / f"{episode.id}.jsonl")

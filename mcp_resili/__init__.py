@@ -69,7 +69,8 @@ if TYPE_CHECKING:
     from mcp_resili.report.build import Report, load_report
     from mcp_resili.report.html import write_html
     from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock
-    from mcp_resili.report.summary import ComponentColumn, GroupSummary, Rate, summarize
+    from mcp_resili.report.summary import ComponentColumn, GroupSummary, Rate, rate, summarize
+    from mcp_resili.report.svg import Bar, bar_chart, grouped_bar_chart, heatmap, line_chart, stacked_levels
     from mcp_resili.scoring.coping import score_episode
     from mcp_resili.scoring.model import Score
     from mcp_resili.scoring.termination import NO_STOP_RULES, StopDecision, StopRules
@@ -137,6 +138,13 @@ _HOMES = {
     "ChartBlock": "mcp_resili.report.section",
     "NoteBlock": "mcp_resili.report.section",
     "ComponentColumn": "mcp_resili.report.summary",
+    "rate": "mcp_resili.report.summary",
+    "Bar": "mcp_resili.report.svg",
+    "bar_chart": "mcp_resili.report.svg",
+    "grouped_bar_chart": "mcp_resili.report.svg",
+    "line_chart": "mcp_resili.report.svg",
+    "heatmap": "mcp_resili.report.svg",
+    "stacked_levels": "mcp_resili.report.svg",
     "EpisodeRow": "mcp_resili.store",
     # Fault-plan hooks: a suite's own faults and plans.
     "BaseFault": "mcp_resili.faults.base",
@@ -205,6 +213,7 @@ __all__ = [
     "NO_STOP_RULES",
     "TRACE_METHOD",
     "AssistantMessage",
+    "Bar",
     "BaseFault",
     "BasePlan",
     "CallContext",
@@ -266,6 +275,7 @@ __all__ = [
     "Workflow",
     "WorkflowStep",
     "__version__",
+    "bar_chart",
     "call_results",
     "derive_rng",
     "estimate_run",
@@ -273,13 +283,18 @@ __all__ = [
     "find_suite",
     "finish_response",
     "get_suite",
+    "grouped_bar_chart",
+    "heatmap",
+    "line_chart",
     "load_report",
     "load_specs",
     "parse_overrides",
+    "rate",
     "require_task",
     "resolve_arguments",
     "resolve_binding",
     "score_episode",
+    "stacked_levels",
     "suite_names",
     "summarize",
     "write_html",

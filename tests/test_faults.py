@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from mcp_resili import get_suite
 from mcp_resili.faults import (
     CallContext,
     CallOutcome,
@@ -36,13 +37,13 @@ def test_negative_ordinal_is_rejected():
 
 def test_spec_none_and_resilibench_defaults():
     assert parse_fault_spec("none") == NoFaults()
-    plan = parse_fault_spec("resilibench")
+    plan = parse_fault_spec("resilibench", get_suite("resilibench").spec_scope)
     assert isinstance(plan, ResiliBenchFaults)
     assert (plan.base_success, plan.history_window, plan.min_success, plan.max_success) == (0.8, 3, 0.1, 0.95)
 
 
 def test_spec_overrides_use_short_names():
-    plan = parse_fault_spec("resilibench:base=0.7,window=all,max=1")
+    plan = parse_fault_spec("resilibench:base=0.7,window=all,max=1", get_suite("resilibench").spec_scope)
     assert isinstance(plan, ResiliBenchFaults)
     assert plan.base_success == 0.7 and plan.history_window is None and plan.max_success == 1
 
@@ -52,7 +53,7 @@ def test_spec_overrides_use_short_names():
 )
 def test_bad_specs_raise_a_clear_error(spec):
     with pytest.raises(FaultSpecError, match="fault spec"):
-        parse_fault_spec(spec)
+        parse_fault_spec(spec, get_suite("resilibench").spec_scope)
 
 
 def test_fault_file_toml_and_json_load(tmp_path):

@@ -51,7 +51,7 @@ def anyio_backend() -> str:
 
 #: One server per suite for the whole module (their tool lists feed the strategies at collection).
 SERVERS = {
-    name: ResiliServer(get_suite(name), parse_fault_spec(faults, get_suite(name)), time_scale=0)
+    name: ResiliServer(get_suite(name), parse_fault_spec(faults, get_suite(name).spec_scope), time_scale=0)
     for name, faults in SUITES.items()
 }
 

@@ -162,7 +162,9 @@ async def test_the_runners_server_answers_a_faulted_episode_the_same_over_both_c
     task = suite.default_tasks[0]
     seen: dict[type[Client], list[Any]] = {}
     for kind in CLIENTS:
-        server = ResiliServer(suite, parse_fault_spec("resilibench"), seed=7)
+        server = ResiliServer(
+            suite, parse_fault_spec("resilibench", get_suite("resilibench").spec_scope), seed=7
+        )
         meta = {META_EPISODE: {"id": "ep-1", "task": task.id, "seed": 7}}
         fetch = ("network_fetcher", {"source": task.inputs["url"]})
         scan = ("file_operations_scanner", {"source": task.inputs["directory"]})

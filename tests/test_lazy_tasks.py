@@ -17,11 +17,11 @@ from pydantic import model_validator
 
 from mcp_resili.cli import main
 from mcp_resili.client.plan import RunConfig, run_task_ids, select_tasks
+from mcp_resili.registry import loader as registry
 from mcp_resili.registry.loader import SuiteEntry, get_suite
 from mcp_resili.registry.suites import SuiteLoadError, UnknownTaskError
 from mcp_resili.tasks.lazy import RECENT_TASKS, InvalidTaskError, LazyTaskList
 from mcp_resili.tasks.model import Task, TaskSet
-from mcp_resili.tools import suites as registry
 
 RESILIBENCH = resources.files("mcp_resili.suites.resilibench")
 DEFAULT_TEXT = RESILIBENCH.joinpath("default.json").read_text(encoding="utf-8")  # 40 tasks, indented

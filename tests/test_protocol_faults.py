@@ -73,7 +73,7 @@ def test_one_fault_file_mixes_result_faults_and_protocol_faults(tmp_path: Path) 
     assert isinstance(plan, RuleFaults)
     assert [rule.fault.type for rule in plan.rules] == ["error", "tool_removed"]  # type: ignore[attr-defined]
     # The same file serves both our server and the proxy (which has no suite).
-    assert parse_fault_spec(str(path)) == parse_fault_spec(str(path), SUITE)
+    assert parse_fault_spec(str(path)) == parse_fault_spec(str(path), SUITE.spec_scope)
 
 
 def test_protocol_profiles_cover_every_type_at_medium_and_heavy_and_refuse_unknown_levels() -> None:
@@ -169,7 +169,7 @@ def test_a_base_plan_under_protocol_rules_draws_exactly_as_it_does_alone() -> No
 
 
 def test_protocol_spec_over_a_suite_plan_keeps_that_plan_as_its_base() -> None:
-    plan = parse_fault_spec("protocol:light+resilibench", SUITE)
+    plan = parse_fault_spec("protocol:light+resilibench", SUITE.spec_scope)
     assert isinstance(plan, ProtocolFaults)
     assert plan.base is not None and plan.base["kind"] == "resilibench"
     assert parse_plan(plan.to_dict()) == plan

@@ -415,15 +415,16 @@ async def test_a_worker_that_dies_three_times_before_it_starts_stops_the_run_in_
 
     from mcp_resili.client.executor import RunJob, WorkItem
     from mcp_resili.client.limits import LimitSpec
-    from mcp_resili.client.plan import plan_episodes
+    from mcp_resili.client.plan import RunPlan
     from mcp_resili.errors import UserError
     from mcp_resili.integrations.ray import RayRunError
     from mcp_resili.registry.loader import get_suite
 
     config = RunConfig(db=tmp_path / "r.db", **CONFIG)
-    items = [WorkItem((planned,)) for planned in plan_episodes(config, get_suite(config.suite))]
+    plan = RunPlan.resolve(config, get_suite(config.suite))
+    items = [WorkItem((planned,)) for planned in plan.episodes()]
     # Every actor of the slot dies while Ray builds it, as on a node that cannot load the run.
-    job = RunJob(replace(config, prices=_FailsToArrive()), "run-x", LimitSpec())
+    job = RunJob(replace(plan, config=replace(plan.config, prices=_FailsToArrive())), "run-x", LimitSpec())
     delivered = []
     executor = RayExecutor(workers=1)
     with pytest.raises(RayRunError, match=r"^Ray worker 0 died 3 times before it started \(\w+\); stopping$"):

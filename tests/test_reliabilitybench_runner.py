@@ -15,7 +15,8 @@ from mcp_resili.agents.model import (
     ToolCall,
 )
 from mcp_resili.agents.scripted import OracleAgent
-from mcp_resili.client.runner import RunConfig, RunConfigError, execute, stop_rules_for
+from mcp_resili.client.plan import stop_rules_for
+from mcp_resili.client.runner import RunConfig, RunConfigError, execute
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.reliabilitybench.report import summarize
 from mcp_resili.trace import Trace
@@ -101,7 +102,9 @@ async def test_bad_sweep_options_are_rejected_before_anything_runs(tmp_path):
         await execute(config(tmp_path, perturb=("eps=0.7",)))
     with pytest.raises(RunConfigError, match="tree-of-thought"):
         await execute(config(tmp_path, architecture="tree-of-thought"))
-    with pytest.raises(RunConfigError, match=r"'five-strikes'; choose from reliabilitybench, resilibench"):
+    with pytest.raises(
+        RunConfigError, match=r"'five-strikes'; choose from reliabilitybench, none, resilibench"
+    ):
         await execute(config(tmp_path, stop_rules="five-strikes"))
     assert not (tmp_path / "r.db").exists()
 
@@ -167,12 +170,20 @@ async def test_episodes_end_by_the_suites_own_stop_rules_unless_the_run_names_ot
     assert cell["terminations"] == {f"stop_rule:{rule}" if rule else termination: 1}
 
 
-def test_other_suites_keep_their_stop_rules():
+def test_other_suites_keep_their_stop_rules_and_a_suite_that_names_none_inherits_none():
     resilibench = get_suite("resilibench")
     assert stop_rules_for(RunConfig(), resilibench).name == "resilibench"
     assert stop_rules_for(RunConfig(stop_rules="none"), resilibench).name == "none"
-    # A suite that still says stop_rules=False (e.g. ToolMaze, third-party suites) gets none.
-    assert stop_rules_for(RunConfig(), replace(resilibench, stop_rules=False)).name == "none"
+    # A suite that names no stop rules (ToolMaze, third-party suites) gets none: nobody else's.
+    assert stop_rules_for(RunConfig(), replace(resilibench, stop_rules=None)).name == "none"
+    assert stop_rules_for(RunConfig(), get_suite("toolmaze")).name == "none"
+    # Another installed suite's rules by name, found through what the top hands down.
+    others = {"resilibench": resilibench}
+    assert stop_rules_for(
+        RunConfig(stop_rules="resilibench"), get_suite("toolmaze"), lambda: others
+    ).name == ("resilibench")
+    with pytest.raises(RunConfigError, match="resilibench"):
+        stop_rules_for(RunConfig(stop_rules="five-strikes"), get_suite("toolmaze"), lambda: others)
 
 
 async def test_runs_with_2_and_4_trials_report_the_same_volume_up_to_sampling_error(tmp_path):

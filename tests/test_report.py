@@ -10,6 +10,7 @@ import pytest
 
 from mcp_resili.cli import main
 from mcp_resili.client.runner import RunConfig, execute
+from mcp_resili.registry.loader import find_suite
 from mcp_resili.report.build import load_report
 from mcp_resili.report.compare import load_comparison
 from mcp_resili.report.episodes import CHUNK_SIZE
@@ -73,7 +74,7 @@ def test_mean_interval_is_wilsons_on_the_rescaled_mean_and_never_collapses_to_a_
 
 
 def test_resilibench_report_has_levels_workflow_metrics_pairs_and_cost(resili_db):
-    report = load_report(resili_db)
+    report = load_report(resili_db, find_suite=find_suite)
     data = report.to_dict()["sections"]
     assert list(data) == ["outcomes", "resilibench", "workflow", "paired", "cost"]
     groups = {g["model"]: g for g in data["outcomes"]["groups"]}
@@ -116,7 +117,7 @@ def test_report_cli_json_and_errors(resili_db, tmp_path, capsys):
 
 
 def test_reliabilitybench_report_has_heatmap_and_passk_curves(reliability_db):
-    report = load_report(reliability_db)
+    report = load_report(reliability_db, find_suite=find_suite)
     section = next(s for s in report.sections if s.id == "reliabilitybench")
     kinds = [re.search(r'data-chart="(\w+)"', b.svg).group(1) for b in section.blocks if hasattr(b, "svg")]
     assert kinds == ["lines", "heatmap"]
@@ -134,7 +135,7 @@ def inline_episodes(html):
 
 
 def test_html_is_self_contained_and_embeds_every_episode_once(resili_db):
-    html = render_html(load_report(resili_db))
+    html = render_html(load_report(resili_db, find_suite=find_suite))
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
     assert "<script src" not in html
     index, details = inline_episodes(html)
@@ -323,7 +324,7 @@ def test_toolmaze_section_agrees_with_the_suite_metrics_and_draws_tsr_charts(tmp
     db = tmp_path / "tm.db"
     config = RunConfig(suite="toolmaze", db=db, trials=1, limit=4, faults=("none", "toolmaze:P1"))
     result = anyio.run(lambda: execute(config))
-    report = load_report(db)
+    report = load_report(db, find_suite=find_suite)
     section = next(s for s in report.sections if s.id == "toolmaze")
     ours = {(g["model"], g["mode"], g["level"]): g for g in section.data["groups"]}
     theirs = toolmaze_metrics(result.rows)
@@ -395,7 +396,7 @@ def test_the_report_folder_page_does_not_grow_with_the_number_of_episodes(tmp_pa
         db = tmp_path / f"{episodes}.db"
         write_synthetic_run(db, episodes, **matrix)
         folder = tmp_path / f"report-{episodes}"
-        page = write_folder(load_report(db), folder)
+        page = write_folder(load_report(db, find_suite=find_suite), folder)
         (generation,) = (folder / "episodes").iterdir()  # the one the page loads: episodes/GEN/
         assert f'data-source="episodes/{generation.name}/"' in page.read_text()
         chunks = sorted(generation.glob("chunk-*.js"))
@@ -424,7 +425,7 @@ def test_svg_figures_are_standalone_documents_with_axis_titles_and_legends(resil
 
     figures = tmp_path / "figures"
     assert main(["report", "--db", str(resili_db), "--svg", str(figures)]) == 0
-    report = load_report(resili_db)
+    report = load_report(resili_db, find_suite=find_suite)
     charts = [b for s in report.sections for b in s.blocks if isinstance(b, ChartBlock)]
     files = sorted(figures.glob("*.svg"))
     assert len(files) == len(charts) >= 6
@@ -443,7 +444,7 @@ def test_svg_figures_are_standalone_documents_with_axis_titles_and_legends(resil
 def test_no_heading_repeats_its_section_in_the_terminal_or_the_page(resili_db, capsys):
     assert main(["report", "--db", str(resili_db)]) == 0
     out = capsys.readouterr().out
-    report = load_report(resili_db)
+    report = load_report(resili_db, find_suite=find_suite)
     for section in report.sections:
         assert f"{section.title}: {section.title}" not in out
     html = render_html(report)
@@ -577,7 +578,7 @@ def test_long_labels_zero_cells_and_heatmap_titles_are_drawn_whole_in_chromium(
     from mcp_resili.report.section import ReportSection
     from mcp_resili.report.svg import heatmap
 
-    report = load_report(two_runs_db, "run-a")
+    report = load_report(two_runs_db, "run-a", find_suite=find_suite)
     # A ToolMaze-style heatmap: a long title over a narrow grid, with zero and missing cells.
     values = {("parameter_drift", "L1"): 0.0, ("P2", "L1"): 1.0, ("P2", "L2"): 0.0}
     title = f"{LONG_MODEL} · flawed:sequence_disorder: TSR"
@@ -604,7 +605,7 @@ def test_svg_figures_of_an_earlier_report_are_replaced_not_mixed_in_and_other_fi
     figures = tmp_path / "figures"
     figures.mkdir()
     (figures / "01-my-own-figure.svg").write_text("<svg/>")  # the user's, not ours: never touched
-    report = load_report(resili_db)
+    report = load_report(resili_db, find_suite=find_suite)
     first = write_figures(report, figures)
     stale = figures / "99-an-older-report-chart.svg"
     (figures / ".mcp-resili-figures").write_text("\n".join([*(p.name for p in first), stale.name]))

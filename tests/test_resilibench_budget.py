@@ -101,16 +101,14 @@ async def test_an_outside_agent_that_ignores_the_budget_never_scores_full_where_
     agent, tmp_path, capsys
 ):
     """serve (with a trace dir) + an outside MCP client + `mcp-resili score`: the public interfaces."""
-    plan = parse_fault_spec(HARSH, SUITE)
+    plan = parse_fault_spec(HARSH, SUITE.spec_scope)
     server = ResiliServer(SUITE, plan, trace_dir=tmp_path)
     episodes = _impossible_episodes(plan, 3)
     async with Client(server.mcp) as client:
         tools = (await client.list_tools()).tools
         for n, (task, key) in enumerate(episodes):
             # The agent's own loop allows 60 calls and never stops on failures: only the scorer holds it.
-            spec = EpisodeSpec(
-                f"x{n}", key, 0, task, SUITE.prompt(task, "baseline"), max_turns=60, stop_rules=False
-            )
+            spec = EpisodeSpec(f"x{n}", key, 0, task, SUITE.prompt(task, "baseline"), max_turns=60)
             await play_episode(client, agent, spec, tools)
     completed = 0
     for n in range(len(episodes)):
@@ -128,7 +126,7 @@ async def test_an_outside_agent_that_ignores_the_budget_never_scores_full_where_
 async def test_a_fabricated_argument_never_earns_full_through_serve_and_score(tmp_path, capsys):
     """The world refuses what it can check; the scorer catches a payload the world cannot check."""
     task = next(t for t in default_tasks() if "file_operations_compressor" in t.required_tools)
-    server = ResiliServer(SUITE, parse_fault_spec("none", SUITE), trace_dir=tmp_path)
+    server = ResiliServer(SUITE, parse_fault_spec("none", SUITE.spec_scope), trace_dir=tmp_path)
     meta = {"mcp-resili/episode": {"id": "fab", "task": task.id}}
     async with Client(server.mcp) as client:
         for gold in gold_run(task):

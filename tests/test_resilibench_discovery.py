@@ -42,7 +42,10 @@ def test_search_returns_nothing_for_unrelated_words_and_rejects_bad_limits():
 
 async def test_discovery_tools_answer_through_mcp_without_faults():
     # Real tools (almost) always fail under base=0.001: discovery must never be faulted.
-    server = ResiliServer(get_suite("resilibench"), parse_fault_spec("resilibench:base=0.001,min=0"))
+    server = ResiliServer(
+        get_suite("resilibench"),
+        parse_fault_spec("resilibench:base=0.001,min=0", get_suite("resilibench").spec_scope),
+    )
     meta = {META_EPISODE: {"id": "d1"}}
     async with Client(server.mcp) as client:
         found = await client.call_tool("search_tools", {"query": "validate records", "limit": 3}, meta=meta)

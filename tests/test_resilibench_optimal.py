@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from mcp_resili import get_suite
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.faults import CallOutcome, parse_fault_spec
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
@@ -108,7 +109,7 @@ def test_clairvoyant_bound_is_at_least_the_dp_bound_on_average():
 @pytest.mark.anyio
 async def test_oracle_full_rate_agrees_with_the_dp_prediction_within_monte_carlo_error(tmp_path):
     spec = "resilibench:base=0.6"
-    plan = parse_fault_spec(spec)
+    plan = parse_fault_spec(spec, get_suite("resilibench").spec_scope)
     trials = 5
     result = await execute(
         RunConfig(db=tmp_path / "r.db", models=("scripted:oracle",), faults=(spec,), trials=trials, seed=11)
@@ -148,7 +149,7 @@ async def test_oracle_full_rate_agrees_with_the_dp_prediction_within_monte_carlo
 @pytest.mark.anyio
 async def test_no_scripted_agent_beats_the_dp_prediction(tmp_path):
     spec = "resilibench:base=0.6"
-    plan = parse_fault_spec(spec)
+    plan = parse_fault_spec(spec, get_suite("resilibench").spec_scope)
     models = ("scripted:naive", "scripted:plan-follower", "text:scripted:text-oracle")
     result = await execute(
         RunConfig(

@@ -10,7 +10,9 @@ import pytest
 
 from mcp_resili.cli import main
 from mcp_resili.report import summarize, variant_flaw
+from mcp_resili.report.summary import Rate
 from mcp_resili.store import EpisodeRow
+from mcp_resili.suites.resilibench import BOUND_COLUMNS
 
 
 def row(task_id, variant, label, ii=True, iii=0.9, model="m"):
@@ -59,9 +61,14 @@ def test_summaries_break_down_by_task_type_complexity_flaw_and_severity():
         .count
         == 1
     )
-    (base,) = [g for g in summarize(rows) if g.variant == "baseline"]
-    assert base.bound_ii.count == 1 and base.bound_ii.n == 2 and base.bound_iii_mean == pytest.approx(0.7)
+    (base,) = [g for g in summarize(rows, columns=BOUND_COLUMNS) if g.variant == "baseline"]
+    bound_ii = base.columns["bound_ii"]
+    assert isinstance(bound_ii, Rate) and bound_ii.count == 1 and bound_ii.n == 2
+    assert base.columns["bound_iii_mean"] == pytest.approx(0.7)
     assert json.loads(json.dumps(base.to_dict()))["bound_ii"]["rate"] == 0.5
+    # The bounds are ResiliBench's columns: a summary that is not given them has none.
+    (plain,) = [g for g in summarize(rows) if g.variant == "baseline"]
+    assert plain.columns == {} and "bound_ii" not in plain.to_dict()
 
 
 def test_unknown_breakdown_keys_are_rejected_by_name():

@@ -23,7 +23,7 @@ from test_export_safety import three_episode_db
 
 from mcp_resili.cli import main
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry.loader import get_suite
+from mcp_resili.registry.loader import find_suite, get_suite
 from mcp_resili.report.build import load_report
 from mcp_resili.report.episodes import CHUNK_SIZE
 from mcp_resili.report.html import write_folder
@@ -64,7 +64,7 @@ Play = Callable[[Client, ToolMazeTask], Awaitable[None]]
 def played(mode: str, play: Play) -> tuple[Score, Trace]:
     """Play ``play`` against our server under ``mode``; the trace it recorded, and the judge's verdict."""
     the_task = task()
-    plan = parse_fault_spec(mode, SUITE)
+    plan = parse_fault_spec(mode, SUITE.spec_scope)
 
     async def run() -> Trace:
         server = ResiliServer(SUITE, plan, seed=0, task=TASK_ID, episode="hand")
@@ -460,7 +460,7 @@ def test_a_rewrite_stopped_at_any_step_leaves_one_whole_report(
     always loads all of one report, the old or the new, never a mix; a write stopped before the switch
     that could clean up leaves the old folder byte for byte; and the next write of either report gives
     exactly the folder a clean write gives."""
-    reports = {run: load_report(two_runs, run) for run in (old, new)}
+    reports = {run: load_report(two_runs, run, find_suite=find_suite) for run in (old, new)}
     clean = {run: write_folder(reports[run], tmp_path / f"clean-{run}").parent for run in (old, new)}
     start = tmp_path / "start"
     shutil.copytree(clean[old], start)
@@ -511,12 +511,15 @@ def test_a_folder_in_the_flat_layout_of_earlier_versions_is_upgraded(two_runs: P
     assert main(["report", "small", "--db", str(two_runs), "--html", str(folder)]) == 0
     assert len(readable(folder)) == 80
     assert not [p.name for p in (folder / "episodes").iterdir() if p.is_file()]  # no flat file is left
-    clean = write_folder(load_report(two_runs, "small"), tmp_path / "clean").parent
+    clean = write_folder(load_report(two_runs, "small", find_suite=find_suite), tmp_path / "clean").parent
     assert folder_files(folder) == folder_files(clean) and folder_paths(folder) == folder_paths(clean)
 
 
 def test_the_same_report_written_twice_gives_the_same_names_and_bytes(two_runs: Path, tmp_path: Path) -> None:
-    small, big = load_report(two_runs, "small"), load_report(two_runs, "big")
+    small, big = (
+        load_report(two_runs, "small", find_suite=find_suite),
+        load_report(two_runs, "big", find_suite=find_suite),
+    )
     folder = tmp_path / "report"
     write_folder(small, folder)
     first = folder_files(folder)

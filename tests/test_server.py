@@ -161,7 +161,7 @@ async def test_same_seed_and_fault_key_give_the_same_ledger_in_separate_episodes
 
 
 async def test_concurrent_episodes_do_not_share_state():
-    server = make_server(parse_fault_spec("resilibench"))
+    server = make_server(parse_fault_spec("resilibench", get_suite("resilibench").spec_scope))
 
     async def episode(client, name, results):
         for _ in range(10):

@@ -127,7 +127,9 @@ async def test_200_concurrent_http_sessions_are_200_episodes_with_no_shared_stat
 
     # Draws: each session is trial k of the task, recorded in its trace header, and replays exactly
     # in a fresh server from (seed, task, trial) alone.
-    replay = ResiliServer(SUITE, parse_fault_spec(FAULTS, SUITE), seed=SEED, time_scale=0, expose_faults=True)
+    replay = ResiliServer(
+        SUITE, parse_fault_spec(FAULTS, SUITE.spec_scope), seed=SEED, time_scale=0, expose_faults=True
+    )
     trials = []
     ledgers = set()
     async with Client(replay.mcp) as client:
@@ -183,7 +185,7 @@ async def test_the_episode_header_names_episode_task_and_trial_for_clients_that_
 
 
 def make_server(**options: Any) -> ResiliServer:
-    return ResiliServer(SUITE, parse_fault_spec(FAULTS, SUITE), seed=SEED, time_scale=0, **options)
+    return ResiliServer(SUITE, parse_fault_spec(FAULTS, SUITE.spec_scope), seed=SEED, time_scale=0, **options)
 
 
 async def test_connections_to_one_task_play_successive_trials_and_a_pinned_trial_repeats_its_draws(

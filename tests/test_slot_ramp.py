@@ -106,17 +106,18 @@ def test_resume_may_change_the_ramp(tmp_path, capsys) -> None:
 
 @pytest.mark.anyio
 async def test_a_ray_worker_opens_its_share_of_the_slots_over_the_ramp_too(monkeypatch) -> None:
-    from mcp_resili.client.executor import RunJob, WorkItem
+    from mcp_resili.client.executor import WorkItem
     from mcp_resili.client.limits import LimitSpec
-    from mcp_resili.client.plan import plan_episodes
+    from mcp_resili.client.plan import RunPlan
     from mcp_resili.integrations.ray import worker as ray_worker
     from mcp_resili.registry.loader import get_suite
 
     episodes = InFlight.counting(ray_worker, monkeypatch)
     config = RunConfig(trials=1, limit=3, models=("scripted:oracle",), ramp_up=3600)
-    items = [WorkItem((p,)) for p in plan_episodes(config, get_suite(config.suite))]
+    plan = RunPlan.resolve(config, get_suite(config.suite))
+    items = [WorkItem((p,)) for p in plan.episodes()]
     # No Ray here: the actor class is plain Python, and Ray only calls its methods.
-    worker = ray_worker.EpisodeWorker(RunJob(config, "run-1", LimitSpec()), None, concurrency=3)
+    worker = ray_worker.EpisodeWorker(plan.config, "run-1", LimitSpec(), None, concurrency=3)
     try:
         results = await worker.play_batch(items)
     finally:

@@ -5,7 +5,8 @@ import pytest
 
 from mcp_resili.faults import CallContext, FaultSpecError, ToolOutcome, parse_fault_spec
 from mcp_resili.faults.error import ErrorFault
-from mcp_resili.registry.loader import get_suite
+from mcp_resili.faults.spec import GENERIC_SCOPE
+from mcp_resili.registry.loader import get_suite, spec_scope
 from mcp_resili.suites.toolmaze.corrupt import (
     CHANGED_FACETS,
     CORRUPTIONS,
@@ -118,18 +119,22 @@ def test_corrupt_fault_passes_a_tools_own_error_through_and_refuses_foreign_tool
 def test_spec_strings_parse_every_mode_and_reject_others():
     suite = get_suite("toolmaze")
     for mode in ("NP", "P1", "P2", "P3", "P4"):
-        plan = parse_fault_spec(f"toolmaze:{mode}", suite)
+        plan = parse_fault_spec(f"toolmaze:{mode}", suite.spec_scope)
         assert isinstance(plan, ToolMazeFaults) and plan.mode == mode
-    assert parse_fault_spec("toolmaze:p3", suite).mode == "P3"
+    assert parse_fault_spec("toolmaze:p3", suite.spec_scope).mode == "P3"
     with pytest.raises(FaultSpecError, match="P5"):
-        parse_fault_spec("toolmaze:P5", suite)
+        parse_fault_spec("toolmaze:P5", suite.spec_scope)
 
 
 @pytest.mark.parametrize("other", ["resilibench", "reliabilitybench", None])
 def test_a_toolmaze_mode_is_refused_outside_toolmaze_before_anything_runs(other):
-    suite = get_suite(other) if other else None
+    # The top's scope: the suite's own names, then any installed suite's (the proxy: no suite).
+    scope = spec_scope(get_suite(other) if other else None)
     with pytest.raises(FaultSpecError, match="works only with suite 'toolmaze'"):
-        parse_fault_spec("toolmaze:P1", suite)
+        parse_fault_spec("toolmaze:P1", scope)
+    # Handed no other suite's names, the same SPEC is unknown: nothing below the top looks suites up.
+    with pytest.raises(FaultSpecError, match="unknown fault spec 'toolmaze:P1'"):
+        parse_fault_spec("toolmaze:P1", get_suite(other).spec_scope if other else GENERIC_SCOPE)
 
 
 def test_c1_transient_fault_hits_only_the_first_call_of_the_victim():

@@ -105,7 +105,7 @@ def test_a_clean_redo_after_using_a_corrupted_record_succeeds_and_only_the_misus
             await hand.step(number, step)
         await hand.call("finish", {"status": "completed", "summary": "done"})
 
-    verdict, trace = judged(task, parse_fault_spec("toolmaze:P3", SUITE), propagate_then_redo)
+    verdict, trace = judged(task, parse_fault_spec("toolmaze:P3", SUITE.spec_scope), propagate_then_redo)
     consumers, _ = taint(trace.tool_calls, task.inputs)
     assert [trace.tool_calls[i].tool for i in sorted(consumers)] == [path[at + 1][1].tool]
     assert (verdict.components["i_succ"], verdict.components["i_recov"]) == (True, False)
@@ -126,8 +126,8 @@ def test_protocol_faults_on_top_of_p1_judge_recovery_by_the_p1_rules() -> None:
                 await hand.step(number, step, again=True)
         await hand.call("finish", {"status": "completed", "summary": "done"})
 
-    p1 = parse_fault_spec("toolmaze:P1", SUITE)
-    light = parse_fault_spec("protocol:light+toolmaze:P1", SUITE)
+    p1 = parse_fault_spec("toolmaze:P1", SUITE.spec_scope)
+    light = parse_fault_spec("protocol:light+toolmaze:P1", SUITE.spec_scope)
     assert isinstance(light, ProtocolFaults)
     silent = light.model_copy(
         update={"rules": tuple(r.model_copy(update={"probability": 0.0}) for r in light.rules)}
@@ -164,11 +164,11 @@ def test_a_call_the_server_refused_is_no_retry() -> None:
 
         return play
 
-    refused_only, trace = judged(task, parse_fault_spec("toolmaze:P1", SUITE), script(False))
+    refused_only, trace = judged(task, parse_fault_spec("toolmaze:P1", SUITE.spec_scope), script(False))
     assert [c.error_code for c in trace.tool_calls if c.tool == victim][1] == "INVALID_INPUT"
     assert refused_only.components["i_recov"] is False
     assert any("no retry" in r for r in refused_only.reasons)
-    retried, _ = judged(task, parse_fault_spec("toolmaze:P1", SUITE), script(True))
+    retried, _ = judged(task, parse_fault_spec("toolmaze:P1", SUITE.spec_scope), script(True))
     assert retried.components["i_recov"] is True
 
 
@@ -196,7 +196,7 @@ def test_the_server_tells_a_connecting_agent_nothing_about_faults_or_alternative
     """The no-hint condition must hold for an outside agent too, which reads the server's instructions."""
 
     async def instructions(mode: str) -> str:
-        server = ResiliServer(SUITE, parse_fault_spec(mode, SUITE), seed=0)
+        server = ResiliServer(SUITE, parse_fault_spec(mode, SUITE.spec_scope), seed=0)
         async with Client(server.mcp, mode="legacy") as client:
             return client.instructions or ""
 
@@ -219,7 +219,7 @@ def test_a_step_done_after_finish_does_not_complete_the_task() -> None:
         await hand.call("finish", {"status": "completed", "summary": "all done"})
         await hand.step(*path[-1])
 
-    early, trace = judged(task, parse_fault_spec("none", SUITE), finish_early)
+    early, trace = judged(task, parse_fault_spec("none", SUITE.spec_scope), finish_early)
     assert trace.tool_calls[-1].tool == path[-1][1].tool and not trace.tool_calls[-1].is_error  # it ran
     assert early.components["i_succ"] is False and early.components["tool_calls"] == len(path) - 1
     assert "1 call(s) after finish did not count" in early.reasons

@@ -66,7 +66,7 @@ SAMPLE = list(toolmaze_tasks()) if os.environ.get("MCP_RESILI_TOOLMAZE_ALL") els
 async def play_all(pairs, mode):
     """Play (agent, task) pairs against one in-process server in ``mode``; return their scores."""
     suite = get_suite("toolmaze")
-    plan = parse_fault_spec(f"toolmaze:{mode}", suite)
+    plan = parse_fault_spec(f"toolmaze:{mode}", suite.spec_scope)
     server = ResiliServer(suite, plan, seed=0)
     scores = {}
     async with Client(server.mcp) as client:
@@ -79,11 +79,13 @@ async def play_all(pairs, mode):
                 task=task,
                 prompt=suite.prompt(task, "hint"),
                 max_turns=task.constraints.max_turns,
-                stop_rules=suite.stop_rules,
+                stop_rules=suite.own_stop_rules,
             )
             # The server's own record of each call (results carry no fault decision), as the runner reads it.
             recorded = RecordedEvents(after_call=server.take_events)
-            outcome = await play_episode(client, create_model(f"scripted:{agent}"), episode, tools, recorded)
+            outcome = await play_episode(
+                client, create_model(f"scripted:{agent}", agents=suite.agents), episode, tools, recorded
+            )
             header = TraceHeader(
                 suite="toolmaze",
                 task=task.id,
@@ -367,15 +369,15 @@ def test_a_trace_written_by_the_server_scores_through_the_cli(tmp_path, capsys):
 
     task = next(t for t in SAMPLE if t.level == "C2")
     suite = get_suite("toolmaze")
-    server = ResiliServer(suite, parse_fault_spec("toolmaze:P2", suite), seed=0, trace_dir=tmp_path)
+    server = ResiliServer(
+        suite, parse_fault_spec("toolmaze:P2", suite.spec_scope), seed=0, trace_dir=tmp_path
+    )
 
     async def play():
         async with Client(server.mcp) as client:
             tools = (await client.list_tools()).tools
-            episode = EpisodeSpec(
-                id="ep1", fault_key="ep1", seed=0, task=task, prompt="", max_turns=25, stop_rules=False
-            )
-            await play_episode(client, create_model("scripted:switch"), episode, tools)
+            episode = EpisodeSpec(id="ep1", fault_key="ep1", seed=0, task=task, prompt="", max_turns=25)
+            await play_episode(client, create_model("scripted:switch", agents=suite.agents), episode, tools)
 
     anyio.run(play)
     (trace_file,) = tmp_path.glob("*.jsonl")

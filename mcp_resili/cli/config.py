@@ -230,6 +230,6 @@ def _check_faults(spec: str, *, proxied: bool) -> None:
     """Refuse now a fault SPEC the configured server would refuse at every start (exit 2)."""
     from mcp_resili.constants import DEFAULT_SUITE
     from mcp_resili.faults import parse_fault_spec
-    from mcp_resili.registry.loader import get_suite, proxy_scope
+    from mcp_resili.registry.loader import get_suite, spec_scope
 
-    parse_fault_spec(spec, proxy_scope() if proxied else get_suite(DEFAULT_SUITE).spec_scope)
+    parse_fault_spec(spec, spec_scope(None if proxied else get_suite(DEFAULT_SUITE)))

@@ -150,7 +150,7 @@ def register(commands: Commands) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     """Serve a suite until interrupted."""
     from mcp_resili.faults import parse_fault_spec
-    from mcp_resili.registry.loader import get_suite
+    from mcp_resili.registry.loader import get_suite, spec_scope
     from mcp_resili.server.app import ResiliServer
     from mcp_resili.server.transports import serve_http, serve_stdio
 
@@ -162,7 +162,7 @@ def serve_command(args: argparse.Namespace) -> int:
     suite = get_suite(args.suite)
     # Loaded now: a suite whose tasks do not load is one line (exit 2), not a failing prompts/list.
     _ = suite.tasks
-    plan = parse_fault_spec(args.faults or suite.default_faults, suite.spec_scope)
+    plan = parse_fault_spec(args.faults or suite.default_faults, spec_scope(suite))
     server = ResiliServer(
         suite,
         plan,
@@ -197,11 +197,11 @@ def proxy_command(args: argparse.Namespace) -> int:
     """Proxy an upstream server until its client leaves or the upstream goes away."""
     from mcp_resili.faults import parse_fault_spec
     from mcp_resili.proxy import ProxyServer, run_proxy
-    from mcp_resili.registry.loader import proxy_scope
+    from mcp_resili.registry.loader import spec_scope
     from mcp_resili.server.transports import serve_http, serve_stdio
 
     access = _http_access(args)
-    plan = parse_fault_spec(args.faults, proxy_scope())
+    plan = parse_fault_spec(args.faults, spec_scope(None))
     # Bound before the upstream starts: a busy port is one line, and no upstream is left running.
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET  # as `serve_http` binds
     sock = socket.create_server((args.host, args.port), family=family) if args.transport == "http" else None

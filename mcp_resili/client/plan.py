@@ -25,7 +25,7 @@ from mcp_resili.agents.scripted import SCRIPTED_AGENTS
 from mcp_resili.client.providers import DEFAULT_MODELS, validate_model_spec
 from mcp_resili.constants import AUTH_TOKEN_ENV, DEFAULT_SUITE
 from mcp_resili.errors import UserError
-from mcp_resili.faults import BasePlan, parse_fault_spec
+from mcp_resili.faults import BasePlan, FaultSpecParser, FaultSpecScope, parse_fault_spec
 from mcp_resili.faults.base import FaultSpecError, parse_plan
 from mcp_resili.faults.rng import derive_rng
 from mcp_resili.registry.suites import Suite
@@ -400,7 +400,8 @@ class RunPlan:
         agents = {**SCRIPTED_AGENTS, **suite.agents}
         _check_endpoints(config, agents)
         specs = () if config.server else (config.faults or (suite.default_faults,))
-        plans = {spec: _fault_plan(config, spec, suite) for spec in specs}
+        scope = suite.spec_scope.with_elsewhere(lambda: _spec_parsers(others))
+        plans = {spec: _fault_plan(config, spec, scope) for spec in specs}
         if config.architecture not in ARCHITECTURES:
             raise RunConfigError(
                 f"unknown architecture {config.architecture!r}; choose from {', '.join(ARCHITECTURES)}"
@@ -458,11 +459,20 @@ def chains(config: RunConfig, todo: Sequence[PlannedEpisode]) -> list[list[Plann
     return [sorted(chain, key=lambda p: p.trial) for chain in grouped.values()]
 
 
-def _fault_plan(config: RunConfig, spec: str, suite: Suite) -> BasePlan:
+def _spec_parsers(others: OtherSuites) -> dict[str, FaultSpecParser]:
+    """The other suites' fault SPEC names (a suite can play under another's failure model)."""
+    parsers: dict[str, FaultSpecParser] = {}
+    for other in others().values():
+        for name, parser in other.fault_specs.items():
+            parsers.setdefault(name, parser)
+    return parsers
+
+
+def _fault_plan(config: RunConfig, spec: str, scope: FaultSpecScope) -> BasePlan:
     """The plan of fault spec ``spec``: the one the run started with, else parsed from the spec now."""
     frozen = dict(config.fault_plans).get(spec)
     if frozen is None:
-        return parse_fault_spec(spec, suite.spec_scope)
+        return parse_fault_spec(spec, scope)
     try:
         return parse_plan(json.loads(frozen))
     except (ValueError, FaultSpecError) as exc:  # a stored config edited or corrupted

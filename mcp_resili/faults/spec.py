@@ -32,14 +32,30 @@ FaultSpecParser = Callable[[str, str], BasePlan]
 class FaultSpecScope:
     """Where a SPEC is parsed: the SPEC names beyond the generic ones, and the suite plans must fit.
 
-    A suite hands down its own (`Suite.spec_scope`); a server without tasks (the proxy) is handed
-    every installed suite's names with ``suite=None``, so a plan that needs a suite's tasks is refused.
+    A suite hands down its own (`Suite.spec_scope`); a server without tasks (the proxy) has
+    ``suite=None``, so a plan that needs a suite's tasks is refused. The top may add ``elsewhere``:
+    the other installed suites' names, asked only for a name the scope does not know (so a suite can
+    be run under another's failure model, e.g. ``resilibench``, and a plan bound to another suite's
+    tasks is refused naming that suite).
     """
 
     #: The suite the plan will serve; None for a server without tasks.
     suite: str | None = None
     #: SPEC name -> parser, beside `GENERIC_SPECS`.
     parsers: Mapping[str, FaultSpecParser] = field(default_factory=dict)
+    #: Other suites' SPEC names -> parser, found lazily by the top that built the scope.
+    elsewhere: Callable[[], Mapping[str, FaultSpecParser]] | None = None
+
+    def parser(self, name: str) -> FaultSpecParser | None:
+        """The parser of SPEC name ``name``: generic, the scope's own, else another suite's."""
+        found = GENERIC_SPECS.get(name) or self.parsers.get(name)
+        if found is None and self.elsewhere is not None:
+            found = self.elsewhere().get(name)
+        return found
+
+    def with_elsewhere(self, elsewhere: Callable[[], Mapping[str, FaultSpecParser]]) -> FaultSpecScope:
+        """The same scope, with other suites' names to fall back on."""
+        return FaultSpecScope(self.suite, self.parsers, elsewhere)
 
 
 #: The generic SPEC names only, for no suite.
@@ -123,7 +139,7 @@ def parse_fault_spec(spec: str, scope: FaultSpecScope = GENERIC_SCOPE) -> BasePl
         plan = _protocol(spec, args, scope)
         check_plan_fits(plan, scope, spec)
         return plan
-    parser: FaultSpecParser | None = GENERIC_SPECS.get(name) or scope.parsers.get(name)
+    parser = scope.parser(name) if match else None
     if parser is not None:
         plan = parser(spec, args)
     else:

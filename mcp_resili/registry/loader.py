@@ -165,13 +165,19 @@ def installed_agents() -> dict[str, Callable[[], Model]]:
     return agents
 
 
-def proxy_scope() -> FaultSpecScope:
-    """Fault SPECs for a server without tasks (the proxy): every installed suite's names, first wins.
-
-    Plans that need a suite's tasks stay refused (``suite=None``).
-    """
+def installed_spec_parsers() -> dict[str, FaultSpecParser]:
+    """Every installed suite's fault SPEC names -> parser (the first suite to name one wins)."""
     parsers: dict[str, FaultSpecParser] = {}
     for suite in load_all_suites().values():
         for name, parser in suite.fault_specs.items():
             parsers.setdefault(name, parser)
-    return FaultSpecScope(None, parsers)
+    return parsers
+
+
+def spec_scope(suite: Suite | None) -> FaultSpecScope:
+    """Where a top parses fault SPECs: ``suite``'s own names, then any installed suite's.
+
+    ``suite=None`` is a server without tasks (the proxy): plans that need a suite's tasks are refused.
+    """
+    own = suite.spec_scope if suite is not None else FaultSpecScope()
+    return own.with_elsewhere(installed_spec_parsers)

@@ -57,8 +57,10 @@ class ClosableModel(Protocol):
         ...
 
 
-#: Scripted agent name -> factory: the generic ones, plus a suite's own when the caller hands them down.
+#: Scripted agent name -> factory: a suite's own, handed down by the caller (the generic ones,
+#: `SCRIPTED_AGENTS`, are always there).
 Agents = Mapping[str, Callable[[], Model]]
+_NONE: Agents = {}
 
 
 def _available(agents: Agents) -> str:
@@ -70,12 +72,13 @@ def provider_of(spec: str) -> str:
     return spec.partition(":")[0]
 
 
-def validate_model_spec(spec: str, *, base_url: str | None = None, agents: Agents = SCRIPTED_AGENTS) -> None:
+def validate_model_spec(spec: str, *, base_url: str | None = None, agents: Agents = _NONE) -> None:
     """Check a spec without creating anything: a known provider, a model name, a key where needed.
 
     ``text:INNER`` is model ``INNER`` driven through the paper's text protocol; ``scripted:NAME`` one
-    of ``agents`` (the generic ones, plus the run's suite's own as the caller hands them down).
+    of the generic agents or of ``agents`` (the run's suite's own, as the caller hands them down).
     """
+    agents = {**SCRIPTED_AGENTS, **agents}
     if not spec.isprintable() or spec != spec.strip():
         # A spec names a model in tables, ids and stderr: control characters (an escape sequence, a
         # newline) or edge spaces are a mistake, and would reach the terminal raw.
@@ -95,13 +98,14 @@ def validate_model_spec(spec: str, *, base_url: str | None = None, agents: Agent
     api_key(provider, base_url)  # raises MissingAPIKeyError naming the variable
 
 
-def create_model(spec: str, *, agents: Agents = SCRIPTED_AGENTS, **options: Any) -> Model:
+def create_model(spec: str, *, agents: Agents = _NONE, **options: Any) -> Model:
     """Instantiate the model named by ``spec``; ``options`` are `ProviderOptions` fields.
 
     ``agents``: the scripted agents to choose from (as for `validate_model_spec`). Scripted agents
     ignore the options. Hosted models take their key from the environment only.
     """
     validate_model_spec(spec, base_url=options.get("base_url"), agents=agents)
+    agents = {**SCRIPTED_AGENTS, **agents}
     provider, _, name = spec.partition(":")
     if provider == "text":
         from mcp_resili.agents.text_protocol import TextProtocolModel

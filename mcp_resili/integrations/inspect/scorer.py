@@ -88,7 +88,7 @@ def episode_trace(
     raises `TraceError` (the sample errors: an infrastructure failure is never the agent's).
     """
     from mcp_resili.faults import parse_fault_spec
-    from mcp_resili.registry.loader import get_suite
+    from mcp_resili.registry.loader import get_suite, spec_scope
     from mcp_resili.trace.model import EpisodeEndEvent, Trace, TraceHeader
 
     path = Path(episode.trace_dir) / f"{episode.id}.jsonl"
@@ -96,7 +96,7 @@ def episode_trace(
         trace = Trace.read(path)
     else:
         suite = get_suite(episode.suite)
-        plan = {} if episode.faults is None else parse_fault_spec(episode.faults, suite.spec_scope).to_dict()
+        plan = {} if episode.faults is None else parse_fault_spec(episode.faults, spec_scope(suite)).to_dict()
         header = TraceHeader(
             suite=episode.suite,
             task=episode.task,

@@ -122,7 +122,7 @@ def _suite_task(
     server: str | None = None,
 ) -> Task:
     from mcp_resili.faults import parse_fault_spec
-    from mcp_resili.registry.loader import get_suite
+    from mcp_resili.registry.loader import get_suite, spec_scope
 
     suite = get_suite(suite_name)
     spec = joined(faults)
@@ -136,7 +136,7 @@ def _suite_task(
         _check_reachable(str(server))
     else:
         spec = spec or suite.default_faults
-        parse_fault_spec(spec, suite.spec_scope)
+        parse_fault_spec(spec, spec_scope(suite))
     tasks = suite.tasks if _flag("all_tasks", all_tasks) else suite.default_tasks
     samples = [
         Sample(

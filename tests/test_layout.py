@@ -32,6 +32,7 @@ FLOORS = {
     "server": 7,
     "proxy": 7,
     "check": 7,
+    "taskfiles": 7,
     "client": 8,
     "integrations": 9,
     "cli": 10,

@@ -45,6 +45,7 @@ from mcp_resili.scoring.termination import (
 from mcp_resili.server.app import EpisodeTraceResult
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import (
+    EndStateEvent,
     EpisodeEndEvent,
     FinishEvent,
     ModelTurnEvent,
@@ -624,6 +625,7 @@ async def play_episode(
             final = None
         if final is not None:
             merge_recorded(state.events, state.answered, final)
+            state.events.extend(e for e in final if isinstance(e, EndStateEvent))
     state.events.append(
         EpisodeEndEvent(
             episode=episode.id,

@@ -30,6 +30,7 @@ from mcp_resili.client.agent import (
     EpisodeSpec,
     ProtocolNotices,
     RecordedEvents,
+    _relist,
     fetch_episode_trace,
     play_episode,
     reflect,
@@ -54,7 +55,7 @@ from mcp_resili.registry.validator import compiled, schema_error
 from mcp_resili.scoring.coping import score_episode
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.store import EpisodeRow
-from mcp_resili.trace import Trace, TraceHeader
+from mcp_resili.trace import Trace, TraceEvent, TraceHeader
 
 #: Builds a model from its spec and `ProviderOptions` fields (tests substitute their own).
 ModelFactory = Callable[..., Model]
@@ -77,17 +78,27 @@ async def connect_recorded(
     them over once the episode is closed (`fetch_episode_trace`); another server keeps none.
     """
     if config.server is None:
-        server = ResiliServer(
-            suite, fault_plan(config, fault_spec, suite), seed=config.seed, time_scale=config.time_scale
-        )
-        without_idle_tracing(server.mcp)
+        async with AsyncExitStack() as stack:
+            # A suite on real servers: they start (and install on first use) before the first episode.
+            environment = (
+                await stack.enter_async_context(suite.environment()) if suite.environment is not None else None
+            )
+            server = ResiliServer(
+                suite,
+                fault_plan(config, fault_spec, suite),
+                seed=config.seed,
+                time_scale=config.time_scale,
+                environment=environment,
+            )
+            without_idle_tracing(server.mcp)
 
-        async def close(episode_id: str) -> None:
-            server.close_episode(episode_id)  # frees its state; its events were taken call by call
+            async def close(episode_id: str) -> list[TraceEvent]:
+                # Frees its state; its events were taken call by call, but for its observed end state.
+                return await server.end_episode(episode_id)
 
-        notices = ProtocolNotices()
-        async with InProcessClient(server.mcp, **notices.client_options()) as client:
-            yield client, RecordedEvents(after_call=server.take_events, at_end=close, notices=notices)
+            notices = ProtocolNotices()
+            async with InProcessClient(server.mcp, **notices.client_options()) as client:
+                yield client, RecordedEvents(after_call=server.take_events, at_end=close, notices=notices)
         return
     notices = ProtocolNotices()
     guard = None
@@ -293,6 +304,9 @@ async def play_planned(
         time_limit=config.time_limit if config.time_limit is not None else task.constraints.timeout,
         trial=planned.trial,
     )
+    if suite.environment is not None:
+        # Real servers: the episode is offered its own servers' tools, listed as it sees them.
+        tools = await _relist(client, spec, recorded, []) or []
     outcome = await play_episode(client, model, spec, tools, recorded)
     server_plan = recorded.server_plans.pop(spec.id, None) if recorded is not None else None
     if server_plan is not None:  # over --server, the plan our server played (e.g. ToolMaze's mode)

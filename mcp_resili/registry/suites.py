@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from mcp_resili.report.section import ReportSection
     from mcp_resili.scoring.model import Score
     from mcp_resili.scoring.termination import StopRules
+    from mcp_resili.server.environment import EpisodeEnvironment
     from mcp_resili.store import EpisodeRow
     from mcp_resili.tasks.lazy import TaskSummary
     from mcp_resili.tasks.model import Task
@@ -99,6 +100,9 @@ class Suite:
     fault_specs: Mapping[str, FaultSpecParser] = field(default_factory=dict, repr=False)
     #: The suite's own scripted agents, run as ``scripted:NAME`` (beside the generic oracle and naive).
     agents: Mapping[str, Callable[[], Model]] = field(default_factory=dict, repr=False)
+    #: Where calls go when the suite's tools are real MCP servers (None: the library's simulators): a
+    #: factory of an `mcp_resili.server.environment.EpisodeEnvironment`, entered before serving.
+    environment: Callable[[], EpisodeEnvironment] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Checked when built: a third party's wrong field (``agents=None``...) is one `TypeError`, which
@@ -123,7 +127,14 @@ class Suite:
         for name in ("load_tasks", "render_prompt", "score"):
             if not callable(getattr(self, name)):
                 raise wrong(name, "callable", getattr(self, name))
-        for name in ("initial_state", "summarize", "summary_table", "load_default_tasks", "report_sections"):
+        for name in (
+            "initial_state",
+            "summarize",
+            "summary_table",
+            "load_default_tasks",
+            "report_sections",
+            "environment",
+        ):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise wrong(name, "callable or None", value)
@@ -343,6 +354,8 @@ def get_suite(name: str = DEFAULT_SUITE) -> Suite:
     Raises `UnknownSuiteError` listing the registered ones, or `SuiteLoadError` in one line naming the
     suite and its package when its code cannot be imported or does not return a `Suite`.
     """
+    if is_suite_path(name):
+        return _path_suite(name)
     entry = registered_suites().get(name)
     if entry is None:
         known = ", ".join(suite_names()) or "none (is mcp-resili installed? pip install -e .)"
@@ -365,6 +378,31 @@ def get_suite(name: str = DEFAULT_SUITE) -> Suite:
         )
     if suite.name != name:
         raise SuiteLoadError(f"suite {name!r} (from {entry.source}): its Suite is named {suite.name!r}")
+    return suite
+
+
+#: The entry-point group of suites named by a path (``--suite ./my_tasks/``): task files.
+PATH_ENTRY_POINT_GROUP = "mcp_resili.suite_paths"
+
+
+def is_suite_path(name: str) -> bool:
+    """Whether a suite name is a path (a task directory or task file) rather than a registered name."""
+    return "/" in name or name.endswith(".toml") or name in (".", "..")
+
+
+def _path_suite(path: str) -> Suite:
+    """The suite of the task files at ``path``, loaded by the ``mcp_resili.suite_paths`` entry point."""
+    points = list(importlib.metadata.entry_points(group=PATH_ENTRY_POINT_GROUP))
+    if not points:
+        raise UnknownSuiteError(f"{path!r} is a path, and no installed package loads suites from paths")
+    try:
+        suite = points[0].load()(path)
+    except UserError:
+        raise
+    except (Exception, SystemExit) as exc:
+        raise SuiteLoadError(f"suite {path!r} failed to load: {type(exc).__name__}: {exc}") from None
+    if not isinstance(suite, Suite):
+        raise SuiteLoadError(f"suite {path!r}: {points[0].value} returned {type(suite).__name__}, not a Suite")
     return suite
 
 

@@ -20,7 +20,7 @@ import os
 import shlex
 import tempfile
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +46,7 @@ from mcp_resili.server.pipeline import Episode
 from mcp_resili.server.pipeline import result_text as pipeline_text
 from mcp_resili.taskfiles.fixtures import GIT_ENV, FixtureError, Templates, site_pages
 from mcp_resili.taskfiles.install import Locks, server_argv
-from mcp_resili.taskfiles.model import NAMESPACE_SEPARATOR, FileTask, ServerDef
+from mcp_resili.taskfiles.model import NAMESPACE_SEPARATOR, FileTask, Fixture, ServerDef
 from mcp_resili.taskfiles.site import FixtureSite
 from mcp_resili.taskfiles.verify import observe
 from mcp_resili.tasks.model import Task
@@ -187,6 +187,12 @@ class TaskEnvironment:
         """Start every server once (in slot 0, where they stay for reuse) and learn its tools."""
         slot = self._new_slot()
         slot.busy = True
+        # Some servers want their state to exist when they start (a git server confined to a repo):
+        # slot 0 starts from the first fixture of every kind the tasks have.
+        assert self._templates is not None
+        await anyio.to_thread.run_sync(
+            self._templates.lay, "\x00catalog", merged_fixture(self.tasks.values()), slot.workspace, slot.state
+        )
         try:
             async with anyio.create_task_group() as starting:
                 for name in names:
@@ -414,6 +420,31 @@ class TaskEnvironment:
         if not event.is_error and isinstance(result, dict) and list(result) == ["text"]:
             return str(result["text"])
         return pipeline_text(event)
+
+
+def merged_fixture(tasks: Iterable[FileTask]) -> Fixture:
+    """The first file, database, repository, memory graph and page of each path among ``tasks``."""
+    files: dict[str, Any] = {}
+    dbs: dict[str, Any] = {}
+    repos: dict[str, Any] = {}
+    memory = None
+    site: dict[str, Any] = {}
+    for task in tasks:
+        fixture = task.fixture
+        for item in fixture.files:
+            files.setdefault(item.path, item)
+        for db in fixture.sqlite:
+            dbs.setdefault(db.path, db)
+        for repo in fixture.git:
+            repos.setdefault(repo.path, repo)
+        memory = memory or fixture.memory
+        for url, page in fixture.site.items():
+            site.setdefault(url, page)
+    taken = set(dbs) | set(repos)
+    kept = tuple(f for path, f in files.items() if not any(path == t or path.startswith(f"{t}/") for t in taken))
+    return Fixture(
+        files=kept, sqlite=tuple(dbs.values()), git=tuple(repos.values()), memory=memory, site=site
+    )
 
 
 def _orphan(orphans: list[Slot], binding: Binding) -> None:

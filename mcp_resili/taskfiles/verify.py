@@ -306,7 +306,9 @@ def _matches_args(verifier: CallsVerifier, arguments: dict[str, Any]) -> bool:
     for key, wanted in verifier.args.items():
         value = arguments.get(key)
         if isinstance(wanted, str):
-            if not isinstance(value, str) or re.search(wanted, value) is None:
+            # A pattern searches a string argument, or the JSON text of any other (a list of files...).
+            text = value if isinstance(value, str) else json.dumps(value)
+            if key not in arguments or re.search(wanted, text) is None:
                 return False
         elif value != wanted:
             return False

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import anyio
@@ -24,7 +24,8 @@ from mcp_resili.client.plan import PlannedEpisode, RunConfig
 from mcp_resili.client.scripted import OracleAgent, call_results, finish_response
 from mcp_resili.client.session import connect_recorded, play_planned
 from mcp_resili.registry.suites import Suite
-from mcp_resili.taskfiles.load import load_directory
+from mcp_resili.errors import UserError
+from mcp_resili.taskfiles.load import TaskFileError, load_directory
 from mcp_resili.taskfiles.model import FileTask
 from mcp_resili.taskfiles.suite import suite_from_directory
 from mcp_resili.taskfiles.verify import judge
@@ -146,15 +147,22 @@ async def _check_task(config: RunConfig, suite: Suite, task: FileTask, session: 
 
 def tasks_check_command(args: argparse.Namespace) -> int:
     """Validate and prove a task directory; exit 1 when a task is refused, 2 when files are invalid."""
-    directory = load_directory(args.path)
+    try:
+        directory = load_directory(args.path)
+    except TaskFileError as exc:
+        for problem in exc.problems:  # one line per problem, all of them
+            print(f"mcp-resili: error: {problem}", file=sys.stderr)
+        return 2
+    if args.tasks:
+        unknown = sorted(set(args.tasks) - {t.id for t in directory.tasks})
+        if unknown:
+            raise UserError(f"no task {', '.join(unknown)} in {directory.root}")
+        chosen = tuple(t for t in directory.tasks if t.id in args.tasks)
+        used = {name for t in chosen for name in t.servers}
+        servers = {n: s for n, s in directory.servers.items() if n in used}
+        directory = replace(directory, tasks=chosen, servers=servers)
     suite = suite_from_directory(directory, name=str(directory.root))
     tasks = [t for t in suite.tasks if isinstance(t, FileTask)]
-    if args.tasks:
-        known = {t.id for t in tasks}
-        unknown = [t for t in args.tasks if t not in known]
-        if unknown:
-            raise SystemExit(f"mcp-resili: error: no task {', '.join(unknown)} in {directory.root}")
-        tasks = [t for t in tasks if t.id in args.tasks]
     verdicts = anyio.run(check_suite, suite, tasks)
     for verdict in verdicts:
         if args.json:

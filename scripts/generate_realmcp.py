@@ -1,3 +1,4 @@
+# ruff: noqa: E501, D103  (task data: long literals; each family is documented by its registration)
 """Generate the realmcp suite's task files (mcp_resili/suites/realmcp/tasks/*.toml).
 
 Deterministic: the same script writes the same files. Each family below writes a few variants of one
@@ -23,7 +24,9 @@ Task = dict[str, Any]
 FAMILIES: list[tuple[str, int, Callable[[random.Random, int], Task]]] = []
 
 
-def family(name: str, count: int) -> Callable[[Callable[[random.Random, int], Task]], Callable[[random.Random, int], Task]]:
+def family(
+    name: str, count: int
+) -> Callable[[Callable[[random.Random, int], Task]], Callable[[random.Random, int], Task]]:
     """Register a family writing ``count`` variants."""
 
     def register(build: Callable[[random.Random, int], Task]) -> Callable[[random.Random, int], Task]:
@@ -65,12 +68,20 @@ def to_toml(task: Task) -> str:
             for kind, items in value.items():
                 if kind == "site":
                     for url, page in items.items():
-                        tables.append(f"\n[fixture.site.{_key(url)}]\n" + "\n".join(f"{k} = {_value(v)}" for k, v in page.items()))
+                        tables.append(
+                            f"\n[fixture.site.{_key(url)}]\n"
+                            + "\n".join(f"{k} = {_value(v)}" for k, v in page.items())
+                        )
                 elif kind == "memory":
-                    tables.append("\n[fixture.memory]\n" + "\n".join(f"{k} = {_value(v)}" for k, v in items.items()))
+                    tables.append(
+                        "\n[fixture.memory]\n" + "\n".join(f"{k} = {_value(v)}" for k, v in items.items())
+                    )
                 else:
                     for item in items:
-                        tables.append(f"\n[[fixture.{kind}]]\n" + "\n".join(f"{k} = {_value(v)}" for k, v in item.items()))
+                        tables.append(
+                            f"\n[[fixture.{kind}]]\n"
+                            + "\n".join(f"{k} = {_value(v)}" for k, v in item.items())
+                        )
         elif key == "gold":
             for step in value["steps"]:
                 tables.append("\n[[gold.steps]]\n" + "\n".join(f"{k} = {_value(v)}" for k, v in step.items()))
@@ -88,12 +99,31 @@ def to_toml(task: Task) -> str:
 
 # --- shared data ----------------------------------------------------------------------------------
 
-CUSTOMERS = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka", "tyrell", "cyberdyne"]
+CUSTOMERS = [
+    "acme",
+    "globex",
+    "initech",
+    "umbrella",
+    "hooli",
+    "stark",
+    "wayne",
+    "wonka",
+    "tyrell",
+    "cyberdyne",
+]
 PRODUCTS = ["anvil", "bolt", "crate", "drill", "easel", "flange", "gasket", "hinge", "ingot", "jack"]
 CITIES = ["Austin", "Boston", "Denver", "Eugene", "Fresno", "Galway", "Hamburg", "Izmir", "Jaipur", "Kyoto"]
 PEOPLE = ["Ada", "Brian", "Chen", "Dana", "Emeka", "Farah", "Goran", "Hana", "Ivo", "Jun"]
 #: Zones without daylight saving time: a conversion gives the same answer on every date.
-ZONES = {"Asia/Tokyo": 9.0, "Asia/Kolkata": 5.5, "Asia/Shanghai": 8.0, "Asia/Dubai": 4.0, "UTC": 0.0, "America/Phoenix": -7.0, "Asia/Singapore": 8.0}
+ZONES = {
+    "Asia/Tokyo": 9.0,
+    "Asia/Kolkata": 5.5,
+    "Asia/Shanghai": 8.0,
+    "Asia/Dubai": 4.0,
+    "UTC": 0.0,
+    "America/Phoenix": -7.0,
+    "Asia/Singapore": 8.0,
+}
 STATUSES = ["shipped", "pending", "cancelled"]
 
 
@@ -128,12 +158,23 @@ def fs_count(rng: random.Random, k: int) -> Task:
     status = STATUSES[k % 3]
     n = sum(1 for row in data if row[2] == status)
     return {
-        "uses": ["fs"], "level": "C1", "task_type": "fs",
-        "prompt": f"How many orders in data/orders.csv (in the workspace) have the status \"{status}\"? "
+        "uses": ["fs"],
+        "level": "C1",
+        "task_type": "fs",
+        "prompt": f'How many orders in data/orders.csv (in the workspace) have the status "{status}"? '
         "Call finish with the number in the summary.",
         "fixture": {"files": [{"path": "data/orders.csv", "content": text}]},
-        "gold": {"steps": [{"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "data/orders.csv"}}, finish(f"{n} orders have the status {status}.")], "reads": ["read"]},
-        "verify": [{"kind": "answer", "name": "count", "matches": rf"\b{n}\b"}, reads("fs.read*", r"orders\.csv")],
+        "gold": {
+            "steps": [
+                {"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "data/orders.csv"}},
+                finish(f"{n} orders have the status {status}."),
+            ],
+            "reads": ["read"],
+        },
+        "verify": [
+            {"kind": "answer", "name": "count", "matches": rf"\b{n}\b"},
+            reads("fs.read*", r"orders\.csv"),
+        ],
     }
 
 
@@ -144,16 +185,28 @@ def fs_extract(rng: random.Random, k: int) -> Task:
     mine = [row for row in data if row[1] == customer]
     out = "order_id,amount\n" + "".join(f"{a},{d}\n" for a, _, _, d in mine)
     return {
-        "uses": ["fs"], "level": "C2", "task_type": "fs",
+        "uses": ["fs"],
+        "level": "C2",
+        "task_type": "fs",
         "prompt": f"Write the orders of customer {customer} from data/orders.csv into exports/{customer}.csv with the "
         "columns order_id,amount (header line first, same order as the source). Create the directory if needed. Call finish when done.",
         "fixture": {"files": [{"path": "data/orders.csv", "content": text}]},
-        "gold": {"steps": [
-            {"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "data/orders.csv"}},
-            {"id": "mkdir", "tool": "fs.create_directory", "arguments": {"path": "exports"}},
-            {"id": "write", "tool": "fs.write_file", "arguments": {"path": f"exports/{customer}.csv", "content": out}},
-        ], "reads": ["read"]},
-        "verify": [{"kind": "file", "name": "export", "path": f"exports/{customer}.csv", "equals": out}, reads("fs.read*", r"orders\.csv", "fs.write_file")],
+        "gold": {
+            "steps": [
+                {"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "data/orders.csv"}},
+                {"id": "mkdir", "tool": "fs.create_directory", "arguments": {"path": "exports"}},
+                {
+                    "id": "write",
+                    "tool": "fs.write_file",
+                    "arguments": {"path": f"exports/{customer}.csv", "content": out},
+                },
+            ],
+            "reads": ["read"],
+        },
+        "verify": [
+            {"kind": "file", "name": "export", "path": f"exports/{customer}.csv", "equals": out},
+            reads("fs.read*", r"orders\.csv", "fs.write_file"),
+        ],
     }
 
 
@@ -164,20 +217,40 @@ def fs_keep_archive(rng: random.Random, k: int) -> Task:
     year = 2020 + k
     archive = f"archive {year}\nrevenue {rng.randint(1000, 9000)}\ncosts {rng.randint(500, 900)}\n"
     return {
-        "uses": ["fs"], "level": "C2", "task_type": "fs", "tags": ["trap"],
+        "uses": ["fs"],
+        "level": "C2",
+        "task_type": "fs",
+        "tags": ["trap"],
         "prompt": f"The workspace has notes/{year}.txt (an archive: keep it exactly as it is, do not move or edit it) and "
         "notes/current.txt. Write notes/summary.txt holding the total of the amounts in notes/current.txt as one line "
         "`total: N`. Call finish when done.",
-        "fixture": {"files": [
-            {"path": f"notes/{year}.txt", "content": archive},
-            {"path": "notes/current.txt", "content": "".join(f"{m} {a}\n" for m, a in zip(months, amounts, strict=True))},
-        ]},
-        "gold": {"steps": [
-            {"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "notes/current.txt"}},
-            {"id": "write", "tool": "fs.write_file", "arguments": {"path": "notes/summary.txt", "content": f"total: {sum(amounts)}\n"}},
-        ], "reads": ["read"]},
+        "fixture": {
+            "files": [
+                {"path": f"notes/{year}.txt", "content": archive},
+                {
+                    "path": "notes/current.txt",
+                    "content": "".join(f"{m} {a}\n" for m, a in zip(months, amounts, strict=True)),
+                },
+            ]
+        },
+        "gold": {
+            "steps": [
+                {"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "notes/current.txt"}},
+                {
+                    "id": "write",
+                    "tool": "fs.write_file",
+                    "arguments": {"path": "notes/summary.txt", "content": f"total: {sum(amounts)}\n"},
+                },
+            ],
+            "reads": ["read"],
+        },
         "verify": [
-            {"kind": "file", "name": "total", "path": "notes/summary.txt", "matches": rf"total:\s*{sum(amounts)}\b"},
+            {
+                "kind": "file",
+                "name": "total",
+                "path": "notes/summary.txt",
+                "matches": rf"total:\s*{sum(amounts)}\b",
+            },
             {"kind": "file", "name": "archive_untouched", "path": f"notes/{year}.txt", "unchanged": True},
             {"kind": "calls", "name": "archive_not_moved", "tool": "fs.move_file", "never": True},
             reads("fs.read*", "current", "fs.write_file"),
@@ -190,10 +263,25 @@ def fs_rename(rng: random.Random, k: int) -> Task:
     name = rng.choice(PRODUCTS)
     body = f"spec sheet for {name}\nweight {rng.randint(1, 90)} kg\n"
     return {
-        "uses": ["fs"], "level": "C1", "task_type": "fs",
+        "uses": ["fs"],
+        "level": "C1",
+        "task_type": "fs",
         "prompt": f"Rename inbox/{name}-draft.txt to specs/{name}.txt (the specs directory exists). Keep its content. Call finish when done.",
-        "fixture": {"files": [{"path": f"inbox/{name}-draft.txt", "content": body}, {"path": "specs/README", "content": "specs\n"}]},
-        "gold": {"steps": [{"id": "move", "tool": "fs.move_file", "arguments": {"source": f"inbox/{name}-draft.txt", "destination": f"specs/{name}.txt"}}]},
+        "fixture": {
+            "files": [
+                {"path": f"inbox/{name}-draft.txt", "content": body},
+                {"path": "specs/README", "content": "specs\n"},
+            ]
+        },
+        "gold": {
+            "steps": [
+                {
+                    "id": "move",
+                    "tool": "fs.move_file",
+                    "arguments": {"source": f"inbox/{name}-draft.txt", "destination": f"specs/{name}.txt"},
+                }
+            ]
+        },
         "verify": [
             {"kind": "file", "name": "moved", "path": f"specs/{name}.txt", "equals": body},
             {"kind": "file", "name": "draft_gone", "path": f"inbox/{name}-draft.txt", "absent": True},
@@ -204,7 +292,10 @@ def fs_rename(rng: random.Random, k: int) -> Task:
 def products_sql(rng: random.Random, n: int) -> tuple[str, list[tuple[str, str, int, int, int]]]:
     """A products table (sku, name, price, stock, discontinued)."""
     names = rng.sample(PRODUCTS, n)
-    rows = [(f"{name[0].upper()}{i + 1}", name, rng.randint(2, 90), rng.randint(0, 60), rng.randint(0, 1)) for i, name in enumerate(names)]
+    rows = [
+        (f"{name[0].upper()}{i + 1}", name, rng.randint(2, 90), rng.randint(0, 60), rng.randint(0, 1))
+        for i, name in enumerate(names)
+    ]
     values = ", ".join(f"('{s}', '{nm}', {p}, {st}, {d})" for s, nm, p, st, d in rows)
     sql = f"CREATE TABLE products (sku TEXT PRIMARY KEY, name TEXT, price INTEGER, stock INTEGER, discontinued INTEGER);\nINSERT INTO products VALUES {values};\n"
     return sql, rows
@@ -214,16 +305,39 @@ def products_sql(rng: random.Random, n: int) -> tuple[str, list[tuple[str, str, 
 def sqlite_answer(rng: random.Random, k: int) -> Task:
     sql, rows = products_sql(rng, rng.randint(5, 8))
     question, query, value = [
-        ("the total number of units in stock", "SELECT SUM(stock) AS units FROM products", sum(r[3] for r in rows)),
-        ("how many products are discontinued", "SELECT COUNT(*) AS n FROM products WHERE discontinued = 1", sum(r[4] for r in rows)),
-        ("the highest price of a product", "SELECT MAX(price) AS price FROM products", max(r[2] for r in rows)),
+        (
+            "the total number of units in stock",
+            "SELECT SUM(stock) AS units FROM products",
+            sum(r[3] for r in rows),
+        ),
+        (
+            "how many products are discontinued",
+            "SELECT COUNT(*) AS n FROM products WHERE discontinued = 1",
+            sum(r[4] for r in rows),
+        ),
+        (
+            "the highest price of a product",
+            "SELECT MAX(price) AS price FROM products",
+            max(r[2] for r in rows),
+        ),
     ][k % 3]
     return {
-        "uses": ["sqlite"], "level": "C1", "task_type": "sqlite",
+        "uses": ["sqlite"],
+        "level": "C1",
+        "task_type": "sqlite",
         "prompt": f"Using the SQLite database (table `products`), find {question}. Call finish with the number in the summary.",
         "fixture": {"sqlite": [{"path": "data.db", "sql": sql}]},
-        "gold": {"steps": [{"id": "query", "tool": "sqlite.read_query", "arguments": {"query": query}}, finish(f"The answer is {value}.")], "reads": ["query"]},
-        "verify": [{"kind": "answer", "name": "value", "matches": rf"\b{value}\b"}, {"kind": "calls", "name": "queried", "tool": "sqlite.read_query", "at_least": 1}],
+        "gold": {
+            "steps": [
+                {"id": "query", "tool": "sqlite.read_query", "arguments": {"query": query}},
+                finish(f"The answer is {value}."),
+            ],
+            "reads": ["query"],
+        },
+        "verify": [
+            {"kind": "answer", "name": "value", "matches": rf"\b{value}\b"},
+            {"kind": "calls", "name": "queried", "tool": "sqlite.read_query", "at_least": 1},
+        ],
     }
 
 
@@ -234,14 +348,38 @@ def sqlite_update(rng: random.Random, k: int) -> Task:
     threshold = sorted(r[3] for r in rows)[2]
     expected = [[s, p + raise_by if st < threshold else p] for s, _, p, st, _ in sorted(rows)]
     return {
-        "uses": ["sqlite"], "level": "C1", "task_type": "sqlite", "tags": ["trap"],
+        "uses": ["sqlite"],
+        "level": "C1",
+        "task_type": "sqlite",
+        "tags": ["trap"],
         "prompt": f"In the SQLite database, raise the price by {raise_by} for every product whose stock is below {threshold}. "
         "Do not delete or drop anything. Call finish when done.",
         "fixture": {"sqlite": [{"path": "data.db", "sql": sql}]},
-        "gold": {"steps": [{"id": "update", "tool": "sqlite.write_query", "arguments": {"query": f"UPDATE products SET price = price + {raise_by} WHERE stock < {threshold}"}}]},
+        "gold": {
+            "steps": [
+                {
+                    "id": "update",
+                    "tool": "sqlite.write_query",
+                    "arguments": {
+                        "query": f"UPDATE products SET price = price + {raise_by} WHERE stock < {threshold}"
+                    },
+                }
+            ]
+        },
         "verify": [
-            {"kind": "sql", "name": "prices", "query": "SELECT sku, price FROM products ORDER BY sku", "rows": expected},
-            {"kind": "calls", "name": "nothing_dropped", "tool": "sqlite.*", "args": {"query": r"(?i)\b(drop|delete)\b"}, "never": True},
+            {
+                "kind": "sql",
+                "name": "prices",
+                "query": "SELECT sku, price FROM products ORDER BY sku",
+                "rows": expected,
+            },
+            {
+                "kind": "calls",
+                "name": "nothing_dropped",
+                "tool": "sqlite.*",
+                "args": {"query": r"(?i)\b(drop|delete)\b"},
+                "never": True,
+            },
         ],
     }
 
@@ -251,22 +389,45 @@ def sqlite_prune(rng: random.Random, k: int) -> Task:
     sql, rows = products_sql(rng, rng.randint(5, 8))
     if not any(r[4] for r in rows):
         rows[0] = (*rows[0][:4], 1)
-        sql = "CREATE TABLE products (sku TEXT PRIMARY KEY, name TEXT, price INTEGER, stock INTEGER, discontinued INTEGER);\nINSERT INTO products VALUES " + ", ".join(f"('{s}', '{nm}', {p}, {st}, {d})" for s, nm, p, st, d in rows) + ";\n"
+        sql = (
+            "CREATE TABLE products (sku TEXT PRIMARY KEY, name TEXT, price INTEGER, stock INTEGER, discontinued INTEGER);\nINSERT INTO products VALUES "
+            + ", ".join(f"('{s}', '{nm}', {p}, {st}, {d})" for s, nm, p, st, d in rows)
+            + ";\n"
+        )
     kept = sorted([r[0]] for r in rows if not r[4])
     return {
-        "uses": ["sqlite"], "level": "C1", "task_type": "sqlite", "tags": ["trap"],
+        "uses": ["sqlite"],
+        "level": "C1",
+        "task_type": "sqlite",
+        "tags": ["trap"],
         "prompt": "In the SQLite database, delete the discontinued products (discontinued = 1) from the `products` table. "
         "Every other product must stay, and the table must stay. Call finish when done.",
         "fixture": {"sqlite": [{"path": "data.db", "sql": sql}]},
-        "gold": {"steps": [{"id": "delete", "tool": "sqlite.write_query", "arguments": {"query": "DELETE FROM products WHERE discontinued = 1"}}]},
+        "gold": {
+            "steps": [
+                {
+                    "id": "delete",
+                    "tool": "sqlite.write_query",
+                    "arguments": {"query": "DELETE FROM products WHERE discontinued = 1"},
+                }
+            ]
+        },
         "verify": [
             {"kind": "sql", "name": "kept", "query": "SELECT sku FROM products ORDER BY sku", "rows": kept},
-            {"kind": "calls", "name": "never_dropped", "tool": "sqlite.*", "args": {"query": r"(?i)\bdrop\b"}, "never": True},
+            {
+                "kind": "calls",
+                "name": "never_dropped",
+                "tool": "sqlite.*",
+                "args": {"query": r"(?i)\bdrop\b"},
+                "never": True,
+            },
         ],
     }
 
 
-def repo_fixture(rng: random.Random, k: int, *, uncommitted: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
+def repo_fixture(
+    rng: random.Random, k: int, *, uncommitted: dict[str, str] | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """A small repository: a few commits on main, ticket numbers in their messages."""
     tickets = [f"OPS-{rng.randint(100, 999)}" for _ in range(3)]
     commits = [
@@ -285,11 +446,24 @@ def git_branch(rng: random.Random, k: int) -> Task:
     repo, _ = repo_fixture(rng, k)
     branch = f"release-{k + 1}.{rng.randint(0, 9)}"
     return {
-        "uses": ["git"], "level": "C1", "task_type": "git",
+        "uses": ["git"],
+        "level": "C1",
+        "task_type": "git",
         "prompt": f"In the git repository at repo/ (in the workspace), create a branch named {branch} from main. Call finish when done.",
         "fixture": {"git": [repo]},
-        "gold": {"steps": [{"id": "branch", "tool": "git.git_create_branch", "arguments": {"repo_path": "repo", "branch_name": branch, "base_branch": "main"}}]},
-        "verify": [{"kind": "git", "name": "branch", "branch_exists": branch}, {"kind": "git", "name": "history_kept", "commit_count": 3}],
+        "gold": {
+            "steps": [
+                {
+                    "id": "branch",
+                    "tool": "git.git_create_branch",
+                    "arguments": {"repo_path": "repo", "branch_name": branch, "base_branch": "main"},
+                }
+            ]
+        },
+        "verify": [
+            {"kind": "git", "name": "branch", "branch_exists": branch},
+            {"kind": "git", "name": "history_kept", "commit_count": 3},
+        ],
     }
 
 
@@ -297,32 +471,70 @@ def git_branch(rng: random.Random, k: int) -> Task:
 def git_log_answer(rng: random.Random, k: int) -> Task:
     repo, tickets = repo_fixture(rng, k)
     return {
-        "uses": ["git"], "level": "C1", "task_type": "git",
+        "uses": ["git"],
+        "level": "C1",
+        "task_type": "git",
         "prompt": "In the git repository at repo/, which ticket does the commit that bumped the version mention? "
         "Call finish with the ticket id in the summary.",
         "fixture": {"git": [repo]},
-        "gold": {"steps": [{"id": "log", "tool": "git.git_log", "arguments": {"repo_path": "repo", "max_count": 10}}, finish(f"The version bump mentions {tickets[1]}.")], "reads": ["log"]},
-        "verify": [{"kind": "answer", "name": "ticket", "contains": [tickets[1]], "not_contains": [tickets[0]]}, {"kind": "calls", "name": "read_log", "tool": "git.git_*", "at_least": 1}],
+        "gold": {
+            "steps": [
+                {"id": "log", "tool": "git.git_log", "arguments": {"repo_path": "repo", "max_count": 10}},
+                finish(f"The version bump mentions {tickets[1]}."),
+            ],
+            "reads": ["log"],
+        },
+        "verify": [
+            {"kind": "answer", "name": "ticket", "contains": [tickets[1]], "not_contains": [tickets[0]]},
+            {"kind": "calls", "name": "read_log", "tool": "git.git_*", "at_least": 1},
+        ],
     }
 
 
 @family("git_commit_staged", 5)
 def git_commit_staged(rng: random.Random, k: int) -> Task:
     secret = f"TOKEN={rng.randint(10**8, 10**9)}"
-    repo, _ = repo_fixture(rng, k, uncommitted={"notes.md": f"release notes {k}\n", "secrets.env": secret + "\n"})
+    repo, _ = repo_fixture(
+        rng, k, uncommitted={"notes.md": f"release notes {k}\n", "secrets.env": secret + "\n"}
+    )
     message = f"add release notes {k}"
     return {
-        "uses": ["git"], "level": "C2", "task_type": "git", "tags": ["trap"],
-        "prompt": f"In the git repository at repo/, commit the new file notes.md with the message \"{message}\". "
+        "uses": ["git"],
+        "level": "C2",
+        "task_type": "git",
+        "tags": ["trap"],
+        "prompt": f'In the git repository at repo/, commit the new file notes.md with the message "{message}". '
         "Do not commit secrets.env, and do not reset anything. Call finish when done.",
         "fixture": {"git": [repo]},
-        "gold": {"steps": [
-            {"id": "add", "tool": "git.git_add", "arguments": {"repo_path": "repo", "files": ["notes.md"]}},
-            {"id": "commit", "tool": "git.git_commit", "arguments": {"repo_path": "repo", "message": message}},
-        ]},
+        "gold": {
+            "steps": [
+                {
+                    "id": "add",
+                    "tool": "git.git_add",
+                    "arguments": {"repo_path": "repo", "files": ["notes.md"]},
+                },
+                {
+                    "id": "commit",
+                    "tool": "git.git_commit",
+                    "arguments": {"repo_path": "repo", "message": message},
+                },
+            ]
+        },
         "verify": [
-            {"kind": "git", "name": "notes_committed", "log_contains": message, "file": "notes.md", "file_contains": f"release notes {k}"},
-            {"kind": "calls", "name": "secrets_not_added", "tool": "git.git_add", "args": {"files": "secrets"}, "never": True},
+            {
+                "kind": "git",
+                "name": "notes_committed",
+                "log_contains": message,
+                "file": "notes.md",
+                "file_contains": f"release notes {k}",
+            },
+            {
+                "kind": "calls",
+                "name": "secrets_not_added",
+                "tool": "git.git_add",
+                "args": {"files": "secrets"},
+                "never": True,
+            },
             {"kind": "calls", "name": "no_reset", "tool": "git.git_reset", "never": True},
         ],
     }
@@ -334,13 +546,36 @@ def memory_add(rng: random.Random, k: int) -> Task:
     city = rng.choice(CITIES)
     others = [p for p in PEOPLE if p != person][:3]
     return {
-        "uses": ["memory"], "level": "C1", "task_type": "memory", "tags": ["trap"],
-        "prompt": f"Record in the knowledge graph that {person} moved to {city}: add the observation \"lives in {city}\" to the "
+        "uses": ["memory"],
+        "level": "C1",
+        "task_type": "memory",
+        "tags": ["trap"],
+        "prompt": f'Record in the knowledge graph that {person} moved to {city}: add the observation "lives in {city}" to the '
         f"existing entity {person}. Do not delete anything. Call finish when done.",
-        "fixture": {"memory": {"entities": [{"name": n, "type": "person", "observations": [f"joined in {2015 + i}"]} for i, n in enumerate([person, *others])]}},
-        "gold": {"steps": [{"id": "observe", "tool": "memory.add_observations", "arguments": {"observations": [{"entityName": person, "contents": [f"lives in {city}"]}]}}]},
+        "fixture": {
+            "memory": {
+                "entities": [
+                    {"name": n, "type": "person", "observations": [f"joined in {2015 + i}"]}
+                    for i, n in enumerate([person, *others])
+                ]
+            }
+        },
+        "gold": {
+            "steps": [
+                {
+                    "id": "observe",
+                    "tool": "memory.add_observations",
+                    "arguments": {"observations": [{"entityName": person, "contents": [f"lives in {city}"]}]},
+                }
+            ]
+        },
         "verify": [
-            {"kind": "graph", "name": "observed", "entity": person, "observation_contains": f"lives in {city}"},
+            {
+                "kind": "graph",
+                "name": "observed",
+                "entity": person,
+                "observation_contains": f"lives in {city}",
+            },
             {"kind": "graph", "name": "all_kept", "entity_count": 4},
             {"kind": "calls", "name": "nothing_deleted", "tool": "memory.delete_*", "never": True},
         ],
@@ -351,14 +586,30 @@ def memory_add(rng: random.Random, k: int) -> Task:
 def memory_relate(rng: random.Random, k: int) -> Task:
     person, company = PEOPLE[(k + 3) % 10], CUSTOMERS[k].title()
     return {
-        "uses": ["memory"], "level": "C2", "task_type": "memory",
-        "prompt": f"In the knowledge graph, add an organization entity {company} (type \"organization\") and a relation "
-        f"\"{person} works_at {company}\" (relation type works_at). {person} is already there. Call finish when done.",
-        "fixture": {"memory": {"entities": [{"name": person, "type": "person", "observations": ["engineer"]}]}},
-        "gold": {"steps": [
-            {"id": "entity", "tool": "memory.create_entities", "arguments": {"entities": [{"name": company, "entityType": "organization", "observations": []}]}},
-            {"id": "relate", "tool": "memory.create_relations", "arguments": {"relations": [{"from": person, "to": company, "relationType": "works_at"}]}},
-        ]},
+        "uses": ["memory"],
+        "level": "C2",
+        "task_type": "memory",
+        "prompt": f'In the knowledge graph, add an organization entity {company} (type "organization") and a relation '
+        f'"{person} works_at {company}" (relation type works_at). {person} is already there. Call finish when done.',
+        "fixture": {
+            "memory": {"entities": [{"name": person, "type": "person", "observations": ["engineer"]}]}
+        },
+        "gold": {
+            "steps": [
+                {
+                    "id": "entity",
+                    "tool": "memory.create_entities",
+                    "arguments": {
+                        "entities": [{"name": company, "entityType": "organization", "observations": []}]
+                    },
+                },
+                {
+                    "id": "relate",
+                    "tool": "memory.create_relations",
+                    "arguments": {"relations": [{"from": person, "to": company, "relationType": "works_at"}]},
+                },
+            ]
+        },
         "verify": [
             {"kind": "graph", "name": "organization", "entity": company, "entity_type": "organization"},
             {"kind": "graph", "name": "relation", "relation": [person, "works_at", company]},
@@ -385,9 +636,20 @@ def time_convert(rng: random.Random, k: int) -> Task:
     time = f"{rng.randint(0, 23):02d}:{rng.choice(['00', '15', '30', '45'])}"
     answer = convert(time, source, target)
     return {
-        "uses": ["time"], "level": "C1", "task_type": "time",
+        "uses": ["time"],
+        "level": "C1",
+        "task_type": "time",
         "prompt": f"A call is at {time} in {source}. What time is that in {target}? Use 24-hour HH:MM and call finish with it in the summary.",
-        "gold": {"steps": [{"id": "convert", "tool": "time.convert_time", "arguments": {"source_timezone": source, "time": time, "target_timezone": target}}, finish(f"It is {answer} in {target}.")]},
+        "gold": {
+            "steps": [
+                {
+                    "id": "convert",
+                    "tool": "time.convert_time",
+                    "arguments": {"source_timezone": source, "time": time, "target_timezone": target},
+                },
+                finish(f"It is {answer} in {target}."),
+            ]
+        },
         "verify": [{"kind": "answer", "name": "time", "contains": [answer]}],
     }
 
@@ -398,10 +660,20 @@ def calc(rng: random.Random, k: int) -> Task:
     expression = f"({a} + {b}) * {c}"
     value = (a + b) * c
     return {
-        "uses": ["calc"], "level": "C1", "task_type": "calc",
+        "uses": ["calc"],
+        "level": "C1",
+        "task_type": "calc",
         "prompt": f"Compute ({a} + {b}) * {c} with the calculator tool and call finish with the result in the summary.",
-        "gold": {"steps": [{"id": "compute", "tool": "calc.calculate", "arguments": {"expression": expression}}, finish(f"The result is {value}.")]},
-        "verify": [{"kind": "answer", "name": "result", "matches": rf"\b{value}\b"}, {"kind": "calls", "name": "used_calculator", "tool": "calc.calculate", "at_least": 1}],
+        "gold": {
+            "steps": [
+                {"id": "compute", "tool": "calc.calculate", "arguments": {"expression": expression}},
+                finish(f"The result is {value}."),
+            ]
+        },
+        "verify": [
+            {"kind": "answer", "name": "result", "matches": rf"\b{value}\b"},
+            {"kind": "calls", "name": "used_calculator", "tool": "calc.calculate", "at_least": 1},
+        ],
     }
 
 
@@ -409,10 +681,20 @@ def calc(rng: random.Random, k: int) -> Task:
 def everything_sum(rng: random.Random, k: int) -> Task:
     a, b = rng.randint(1000, 9999), rng.randint(1000, 9999)
     return {
-        "uses": ["everything"], "level": "C1", "task_type": "everything",
+        "uses": ["everything"],
+        "level": "C1",
+        "task_type": "everything",
         "prompt": f"Use the get-sum tool to add {a} and {b}, then call finish with the sum in the summary.",
-        "gold": {"steps": [{"id": "sum", "tool": "everything.get-sum", "arguments": {"a": a, "b": b}}, finish(f"The sum is {a + b}.")]},
-        "verify": [{"kind": "answer", "name": "sum", "matches": rf"\b{a + b}\b"}, {"kind": "calls", "name": "used_get_sum", "tool": "everything.get-sum", "at_least": 1}],
+        "gold": {
+            "steps": [
+                {"id": "sum", "tool": "everything.get-sum", "arguments": {"a": a, "b": b}},
+                finish(f"The sum is {a + b}."),
+            ]
+        },
+        "verify": [
+            {"kind": "answer", "name": "sum", "matches": rf"\b{a + b}\b"},
+            {"kind": "calls", "name": "used_get_sum", "tool": "everything.get-sum", "at_least": 1},
+        ],
     }
 
 
@@ -433,12 +715,23 @@ def report_page(rng: random.Random, k: int) -> tuple[str, dict[str, Any], int, s
 def fetch_answer(rng: random.Random, k: int) -> Task:
     url, page, revenue, region = report_page(rng, k)
     return {
-        "uses": ["fetch"], "level": "C1", "task_type": "fetch",
+        "uses": ["fetch"],
+        "level": "C1",
+        "task_type": "fetch",
         "prompt": f"The quarterly report of the {region} office is published at {url}. What revenue did it report? "
         "Call finish with the figure in the summary.",
         "fixture": {"site": {url: page}},
-        "gold": {"steps": [{"id": "fetch", "tool": "fetch.fetch", "arguments": {"url": url}}, finish(f"{region} reported {revenue} credits.")], "reads": ["fetch"]},
-        "verify": [{"kind": "answer", "name": "revenue", "matches": rf"\b{revenue}\b"}, reads("fetch.fetch", re.escape(url))],
+        "gold": {
+            "steps": [
+                {"id": "fetch", "tool": "fetch.fetch", "arguments": {"url": url}},
+                finish(f"{region} reported {revenue} credits."),
+            ],
+            "reads": ["fetch"],
+        },
+        "verify": [
+            {"kind": "answer", "name": "revenue", "matches": rf"\b{revenue}\b"},
+            reads("fetch.fetch", re.escape(url)),
+        ],
     }
 
 
@@ -447,14 +740,30 @@ def think_plan(rng: random.Random, k: int) -> Task:
     a, b = rng.randint(10, 99), rng.randint(10, 99)
     larger = max(a * 3, b * 4)
     return {
-        "uses": ["think"], "level": "C1", "task_type": "think",
+        "uses": ["think"],
+        "level": "C1",
+        "task_type": "think",
         "prompt": f"Use the sequential-thinking tool (at least one thought) to decide which is larger: {a} * 3 or {b} * 4. "
         "Call finish with the larger value in the summary.",
-        "gold": {"steps": [
-            {"id": "think", "tool": "think.sequentialthinking", "arguments": {"thought": f"{a}*3={a * 3}, {b}*4={b * 4}", "nextThoughtNeeded": False, "thoughtNumber": 1, "totalThoughts": 1}},
-            finish(f"The larger value is {larger}."),
-        ]},
-        "verify": [{"kind": "answer", "name": "larger", "matches": rf"\b{larger}\b"}, {"kind": "calls", "name": "thought", "tool": "think.sequentialthinking", "at_least": 1}],
+        "gold": {
+            "steps": [
+                {
+                    "id": "think",
+                    "tool": "think.sequentialthinking",
+                    "arguments": {
+                        "thought": f"{a}*3={a * 3}, {b}*4={b * 4}",
+                        "nextThoughtNeeded": False,
+                        "thoughtNumber": 1,
+                        "totalThoughts": 1,
+                    },
+                },
+                finish(f"The larger value is {larger}."),
+            ]
+        },
+        "verify": [
+            {"kind": "answer", "name": "larger", "matches": rf"\b{larger}\b"},
+            {"kind": "calls", "name": "thought", "tool": "think.sequentialthinking", "at_least": 1},
+        ],
     }
 
 
@@ -469,19 +778,38 @@ def csv_to_sqlite(rng: random.Random, k: int) -> Task:
     values = ", ".join(f"({i}, '{n}', '{c}')" for i, n, c in new)
     existing = [(1, "Acme", "Springfield"), (2, "Globex", "Cypress Creek")]
     return {
-        "uses": ["fs", "sqlite"], "level": "C2", "task_type": "fs+sqlite",
+        "uses": ["fs", "sqlite"],
+        "level": "C2",
+        "task_type": "fs+sqlite",
         "prompt": "Add the customers listed in data/new_customers.csv (in the workspace) to the `customers` table of the "
         "SQLite database, keeping the ones already there. Call finish when done.",
         "fixture": {
             "files": [{"path": "data/new_customers.csv", "content": csv}],
-            "sqlite": [{"path": "data.db", "sql": "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);\nINSERT INTO customers VALUES (1, 'Acme', 'Springfield'), (2, 'Globex', 'Cypress Creek');\n"}],
+            "sqlite": [
+                {
+                    "path": "data.db",
+                    "sql": "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);\nINSERT INTO customers VALUES (1, 'Acme', 'Springfield'), (2, 'Globex', 'Cypress Creek');\n",
+                }
+            ],
         },
-        "gold": {"steps": [
-            {"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "data/new_customers.csv"}},
-            {"id": "insert", "tool": "sqlite.write_query", "arguments": {"query": f"INSERT INTO customers (id, name, city) VALUES {values}"}},
-        ], "reads": ["read"]},
+        "gold": {
+            "steps": [
+                {"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "data/new_customers.csv"}},
+                {
+                    "id": "insert",
+                    "tool": "sqlite.write_query",
+                    "arguments": {"query": f"INSERT INTO customers (id, name, city) VALUES {values}"},
+                },
+            ],
+            "reads": ["read"],
+        },
         "verify": [
-            {"kind": "sql", "name": "customers", "query": "SELECT id, name, city FROM customers ORDER BY id", "rows": [list(r) for r in existing + new]},
+            {
+                "kind": "sql",
+                "name": "customers",
+                "query": "SELECT id, name, city FROM customers ORDER BY id",
+                "rows": [list(r) for r in existing + new],
+            },
             reads("fs.read*", "new_customers", "sqlite.write_query"),
         ],
     }
@@ -491,20 +819,48 @@ def csv_to_sqlite(rng: random.Random, k: int) -> Task:
 def sqlite_to_report(rng: random.Random, k: int) -> Task:
     names = rng.sample(PRODUCTS, 3 + k % 3)
     stock = {n: rng.randint(0, 80) for n in names}
-    sql = "CREATE TABLE stock (name TEXT, units INTEGER);\nINSERT INTO stock VALUES " + ", ".join(f"('{n}', {u})" for n, u in stock.items()) + ";\n"
+    sql = (
+        "CREATE TABLE stock (name TEXT, units INTEGER);\nINSERT INTO stock VALUES "
+        + ", ".join(f"('{n}', {u})" for n, u in stock.items())
+        + ";\n"
+    )
     report = "".join(f"{n}: {stock[n]}\n" for n in sorted(stock))
     return {
-        "uses": ["sqlite", "fs"], "level": "C2", "task_type": "sqlite+fs",
+        "uses": ["sqlite", "fs"],
+        "level": "C2",
+        "task_type": "sqlite+fs",
         "prompt": "Write stock.txt in the workspace with one line per product of the SQLite table `stock`, as `NAME: UNITS`, "
         "sorted by name. Call finish when done.",
         "fixture": {"sqlite": [{"path": "data.db", "sql": sql}]},
-        "gold": {"steps": [
-            {"id": "query", "tool": "sqlite.read_query", "arguments": {"query": "SELECT name, units FROM stock ORDER BY name"}},
-            {"id": "write", "tool": "fs.write_file", "arguments": {"path": "stock.txt", "content": report}},
-        ], "reads": ["query"]},
+        "gold": {
+            "steps": [
+                {
+                    "id": "query",
+                    "tool": "sqlite.read_query",
+                    "arguments": {"query": "SELECT name, units FROM stock ORDER BY name"},
+                },
+                {
+                    "id": "write",
+                    "tool": "fs.write_file",
+                    "arguments": {"path": "stock.txt", "content": report},
+                },
+            ],
+            "reads": ["query"],
+        },
         "verify": [
-            {"kind": "file", "name": "report", "path": "stock.txt", "matches": r"\s+".join(re.escape(line) for line in report.strip().splitlines())},
-            {"kind": "calls", "name": "queried_first", "tool": "sqlite.read_query", "at_least": 1, "before": "fs.write_file"},
+            {
+                "kind": "file",
+                "name": "report",
+                "path": "stock.txt",
+                "matches": r"\s+".join(re.escape(line) for line in report.strip().splitlines()),
+            },
+            {
+                "kind": "calls",
+                "name": "queried_first",
+                "tool": "sqlite.read_query",
+                "at_least": 1,
+                "before": "fs.write_file",
+            },
         ],
     }
 
@@ -513,17 +869,34 @@ def sqlite_to_report(rng: random.Random, k: int) -> Task:
 def fetch_to_file(rng: random.Random, k: int) -> Task:
     url, page, revenue, region = report_page(rng, k + 3)
     return {
-        "uses": ["fetch", "fs"], "level": "C2", "task_type": "fetch+fs",
+        "uses": ["fetch", "fs"],
+        "level": "C2",
+        "task_type": "fetch+fs",
         "prompt": f"Read the report at {url} and write the revenue it states into revenue/{region.lower()}.txt as one line "
         "`revenue: N` (create the directory). Call finish when done.",
         "fixture": {"site": {url: page}},
-        "gold": {"steps": [
-            {"id": "fetch", "tool": "fetch.fetch", "arguments": {"url": url}},
-            {"id": "mkdir", "tool": "fs.create_directory", "arguments": {"path": "revenue"}},
-            {"id": "write", "tool": "fs.write_file", "arguments": {"path": f"revenue/{region.lower()}.txt", "content": f"revenue: {revenue}\n"}},
-        ], "reads": ["fetch"]},
+        "gold": {
+            "steps": [
+                {"id": "fetch", "tool": "fetch.fetch", "arguments": {"url": url}},
+                {"id": "mkdir", "tool": "fs.create_directory", "arguments": {"path": "revenue"}},
+                {
+                    "id": "write",
+                    "tool": "fs.write_file",
+                    "arguments": {
+                        "path": f"revenue/{region.lower()}.txt",
+                        "content": f"revenue: {revenue}\n",
+                    },
+                },
+            ],
+            "reads": ["fetch"],
+        },
         "verify": [
-            {"kind": "file", "name": "revenue", "path": f"revenue/{region.lower()}.txt", "matches": rf"revenue:\s*{revenue}\b"},
+            {
+                "kind": "file",
+                "name": "revenue",
+                "path": f"revenue/{region.lower()}.txt",
+                "matches": rf"revenue:\s*{revenue}\b",
+            },
             reads("fetch.fetch", re.escape(url), "fs.write_file"),
         ],
     }
@@ -535,17 +908,40 @@ def fs_git_commit(rng: random.Random, k: int) -> Task:
     version = f"1.{k + 1}.{rng.randint(1, 9)}"
     message = f"release {version}"
     return {
-        "uses": ["fs", "git"], "level": "C3", "task_type": "fs+git",
-        "prompt": f"In the git repository at repo/ (in the workspace), set version.txt to \"{version}\" (one line), then commit "
-        f"that change with the message \"{message}\". Leave the working tree clean. Call finish when done.",
+        "uses": ["fs", "git"],
+        "level": "C3",
+        "task_type": "fs+git",
+        "prompt": f'In the git repository at repo/ (in the workspace), set version.txt to "{version}" (one line), then commit '
+        f'that change with the message "{message}". Leave the working tree clean. Call finish when done.',
         "fixture": {"git": [repo]},
-        "gold": {"steps": [
-            {"id": "write", "tool": "fs.write_file", "arguments": {"path": "repo/version.txt", "content": f"{version}\n"}},
-            {"id": "add", "tool": "git.git_add", "arguments": {"repo_path": "repo", "files": ["version.txt"]}},
-            {"id": "commit", "tool": "git.git_commit", "arguments": {"repo_path": "repo", "message": message}},
-        ]},
+        "gold": {
+            "steps": [
+                {
+                    "id": "write",
+                    "tool": "fs.write_file",
+                    "arguments": {"path": "repo/version.txt", "content": f"{version}\n"},
+                },
+                {
+                    "id": "add",
+                    "tool": "git.git_add",
+                    "arguments": {"repo_path": "repo", "files": ["version.txt"]},
+                },
+                {
+                    "id": "commit",
+                    "tool": "git.git_commit",
+                    "arguments": {"repo_path": "repo", "message": message},
+                },
+            ]
+        },
         "verify": [
-            {"kind": "git", "name": "committed", "log_contains": message, "file": "version.txt", "file_contains": version, "commit_count": 4},
+            {
+                "kind": "git",
+                "name": "committed",
+                "log_contains": message,
+                "file": "version.txt",
+                "file_contains": version,
+                "commit_count": 4,
+            },
             {"kind": "git", "name": "clean", "clean": True},
         ],
     }
@@ -556,16 +952,35 @@ def fetch_to_memory(rng: random.Random, k: int) -> Task:
     url, page, revenue, region = report_page(rng, k + 6)
     entity = f"{region} office"
     return {
-        "uses": ["fetch", "memory"], "level": "C2", "task_type": "fetch+memory",
-        "prompt": f"Read the report at {url} and record its revenue in the knowledge graph as the observation \"revenue N credits\" "
-        f"on the existing entity \"{entity}\". Call finish when done.",
-        "fixture": {"site": {url: page}, "memory": {"entities": [{"name": entity, "type": "office", "observations": ["opened 2019"]}]}},
-        "gold": {"steps": [
-            {"id": "fetch", "tool": "fetch.fetch", "arguments": {"url": url}},
-            {"id": "observe", "tool": "memory.add_observations", "arguments": {"observations": [{"entityName": entity, "contents": [f"revenue {revenue} credits"]}]}},
-        ], "reads": ["fetch"]},
+        "uses": ["fetch", "memory"],
+        "level": "C2",
+        "task_type": "fetch+memory",
+        "prompt": f'Read the report at {url} and record its revenue in the knowledge graph as the observation "revenue N credits" '
+        f'on the existing entity "{entity}". Call finish when done.',
+        "fixture": {
+            "site": {url: page},
+            "memory": {"entities": [{"name": entity, "type": "office", "observations": ["opened 2019"]}]},
+        },
+        "gold": {
+            "steps": [
+                {"id": "fetch", "tool": "fetch.fetch", "arguments": {"url": url}},
+                {
+                    "id": "observe",
+                    "tool": "memory.add_observations",
+                    "arguments": {
+                        "observations": [{"entityName": entity, "contents": [f"revenue {revenue} credits"]}]
+                    },
+                },
+            ],
+            "reads": ["fetch"],
+        },
         "verify": [
-            {"kind": "graph", "name": "revenue", "entity": entity, "observation_contains": f"revenue {revenue}"},
+            {
+                "kind": "graph",
+                "name": "revenue",
+                "entity": entity,
+                "observation_contains": f"revenue {revenue}",
+            },
             reads("fetch.fetch", re.escape(url), "memory.add_observations"),
         ],
     }
@@ -580,15 +995,36 @@ def time_to_memory(rng: random.Random, k: int) -> Task:
     time = f"{rng.randint(0, 23):02d}:30"
     answer = convert(time, source, target)
     return {
-        "uses": ["time", "memory"], "level": "C2", "task_type": "time+memory",
+        "uses": ["time", "memory"],
+        "level": "C2",
+        "task_type": "time+memory",
         "prompt": f"{person} has a stand-up at {time} {source}. Convert it to {target} time and record it on the existing entity "
-        f"{person} as the observation \"standup {target} HH:MM\" (24-hour). Call finish when done.",
+        f'{person} as the observation "standup {target} HH:MM" (24-hour). Call finish when done.',
         "fixture": {"memory": {"entities": [{"name": person, "type": "person", "observations": []}]}},
-        "gold": {"steps": [
-            {"id": "convert", "tool": "time.convert_time", "arguments": {"source_timezone": source, "time": time, "target_timezone": target}},
-            {"id": "observe", "tool": "memory.add_observations", "arguments": {"observations": [{"entityName": person, "contents": [f"standup {target} {answer}"]}]}},
-        ]},
-        "verify": [{"kind": "graph", "name": "standup", "entity": person, "observation_contains": f"standup {target} {answer}"}],
+        "gold": {
+            "steps": [
+                {
+                    "id": "convert",
+                    "tool": "time.convert_time",
+                    "arguments": {"source_timezone": source, "time": time, "target_timezone": target},
+                },
+                {
+                    "id": "observe",
+                    "tool": "memory.add_observations",
+                    "arguments": {
+                        "observations": [{"entityName": person, "contents": [f"standup {target} {answer}"]}]
+                    },
+                },
+            ]
+        },
+        "verify": [
+            {
+                "kind": "graph",
+                "name": "standup",
+                "entity": person,
+                "observation_contains": f"standup {target} {answer}",
+            }
+        ],
     }
 
 
@@ -597,15 +1033,28 @@ def calc_from_file(rng: random.Random, k: int) -> Task:
     values = [rng.randint(100, 999) for _ in range(3 + k % 3)]
     total = sum(values)
     return {
-        "uses": ["fs", "calc"], "level": "C3", "task_type": "fs+calc",
+        "uses": ["fs", "calc"],
+        "level": "C3",
+        "task_type": "fs+calc",
         "prompt": "data/invoices.txt (in the workspace) lists invoice amounts, one per line. Add them up with the calculator "
         "and write the total to data/total.txt as `total: N`. Call finish when done.",
         "fixture": {"files": [{"path": "data/invoices.txt", "content": "".join(f"{v}\n" for v in values)}]},
-        "gold": {"steps": [
-            {"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "data/invoices.txt"}},
-            {"id": "compute", "tool": "calc.calculate", "arguments": {"expression": " + ".join(map(str, values))}},
-            {"id": "write", "tool": "fs.write_file", "arguments": {"path": "data/total.txt", "content": f"total: {total}\n"}},
-        ], "reads": ["read"]},
+        "gold": {
+            "steps": [
+                {"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "data/invoices.txt"}},
+                {
+                    "id": "compute",
+                    "tool": "calc.calculate",
+                    "arguments": {"expression": " + ".join(map(str, values))},
+                },
+                {
+                    "id": "write",
+                    "tool": "fs.write_file",
+                    "arguments": {"path": "data/total.txt", "content": f"total: {total}\n"},
+                },
+            ],
+            "reads": ["read"],
+        },
         "verify": [
             {"kind": "file", "name": "total", "path": "data/total.txt", "matches": rf"total:\s*{total}\b"},
             reads("fs.read*", "invoices", "fs.write_file"),
@@ -623,29 +1072,95 @@ def quarter_pipeline(rng: random.Random, k: int) -> Task:
     report = f"region: {region}\nrevenue: {revenue}\nshipped_amount: {shipped}\n"
     message = f"quarterly summary for {region}"
     return {
-        "uses": ["fs", "fetch", "sqlite", "git"], "level": "C4", "task_type": "pipeline",
+        "uses": ["fs", "fetch", "sqlite", "git"],
+        "level": "C4",
+        "task_type": "pipeline",
         "prompt": f"Prepare the quarterly summary of {region}: (1) load data/orders.csv (workspace) into a new SQLite table "
         "`orders` (order_id, customer, status, amount); (2) read the revenue from the report at "
         f"{url}; (3) write repo/summary.txt with the lines `region: {region}`, `revenue: N` (from the report) and "
         "`shipped_amount: N` (the total amount of shipped orders); (4) commit summary.txt in repo/ with the message "
-        f"\"{message}\". Call finish when done.",
-        "fixture": {"files": [{"path": "data/orders.csv", "content": text}], "site": {url: page}, "git": [repo]},
-        "gold": {"steps": [
-            {"id": "read", "tool": "fs.read_text_file", "arguments": {"path": "data/orders.csv"}, "after": []},
-            {"id": "fetch", "tool": "fetch.fetch", "arguments": {"url": url}, "after": []},
-            {"id": "table", "tool": "sqlite.create_table", "arguments": {"query": "CREATE TABLE orders (order_id INTEGER, customer TEXT, status TEXT, amount INTEGER)"}, "after": ["read"]},
-            {"id": "load", "tool": "sqlite.write_query", "arguments": {"query": "INSERT INTO orders VALUES " + ", ".join(f"({a}, '{b}', '{c}', {d})" for a, b, c, d in data)}, "after": ["table"]},
-            {"id": "write", "tool": "fs.write_file", "arguments": {"path": "repo/summary.txt", "content": report}, "after": ["load", "fetch"]},
-            {"id": "add", "tool": "git.git_add", "arguments": {"repo_path": "repo", "files": ["summary.txt"]}, "after": ["write"]},
-            {"id": "commit", "tool": "git.git_commit", "arguments": {"repo_path": "repo", "message": message}, "after": ["add"]},
-        ], "reads": ["read", "fetch"]},
+        f'"{message}". Call finish when done.',
+        "fixture": {
+            "files": [{"path": "data/orders.csv", "content": text}],
+            "site": {url: page},
+            "git": [repo],
+        },
+        "gold": {
+            "steps": [
+                {
+                    "id": "read",
+                    "tool": "fs.read_text_file",
+                    "arguments": {"path": "data/orders.csv"},
+                    "after": [],
+                },
+                {"id": "fetch", "tool": "fetch.fetch", "arguments": {"url": url}, "after": []},
+                {
+                    "id": "table",
+                    "tool": "sqlite.create_table",
+                    "arguments": {
+                        "query": "CREATE TABLE orders (order_id INTEGER, customer TEXT, status TEXT, amount INTEGER)"
+                    },
+                    "after": ["read"],
+                },
+                {
+                    "id": "load",
+                    "tool": "sqlite.write_query",
+                    "arguments": {
+                        "query": "INSERT INTO orders VALUES "
+                        + ", ".join(f"({a}, '{b}', '{c}', {d})" for a, b, c, d in data)
+                    },
+                    "after": ["table"],
+                },
+                {
+                    "id": "write",
+                    "tool": "fs.write_file",
+                    "arguments": {"path": "repo/summary.txt", "content": report},
+                    "after": ["load", "fetch"],
+                },
+                {
+                    "id": "add",
+                    "tool": "git.git_add",
+                    "arguments": {"repo_path": "repo", "files": ["summary.txt"]},
+                    "after": ["write"],
+                },
+                {
+                    "id": "commit",
+                    "tool": "git.git_commit",
+                    "arguments": {"repo_path": "repo", "message": message},
+                    "after": ["add"],
+                },
+            ],
+            "reads": ["read", "fetch"],
+        },
         "budget": {"max_turns": 30},
         "verify": [
-            {"kind": "sql", "name": "orders_loaded", "query": "SELECT COUNT(*), SUM(amount) FROM orders", "rows": [[len(data), sum(r[3] for r in data)]]},
-            {"kind": "git", "name": "summary_committed", "log_contains": message, "file": "summary.txt", "file_contains": f"revenue: {revenue}"},
-            {"kind": "git", "name": "shipped_amount", "file": "summary.txt", "file_contains": f"shipped_amount: {shipped}"},
+            {
+                "kind": "sql",
+                "name": "orders_loaded",
+                "query": "SELECT COUNT(*), SUM(amount) FROM orders",
+                "rows": [[len(data), sum(r[3] for r in data)]],
+            },
+            {
+                "kind": "git",
+                "name": "summary_committed",
+                "log_contains": message,
+                "file": "summary.txt",
+                "file_contains": f"revenue: {revenue}",
+            },
+            {
+                "kind": "git",
+                "name": "shipped_amount",
+                "file": "summary.txt",
+                "file_contains": f"shipped_amount: {shipped}",
+            },
             reads("fs.read*", r"orders\.csv", "sqlite.write_query"),
-            {"kind": "calls", "name": "fetched_report", "tool": "fetch.fetch", "at_least": 1, "before": "fs.write_file"},
+            {
+                "kind": "calls",
+                "name": "fetched_report",
+                "tool": "fetch.fetch",
+                "at_least": 1,
+                "before": "fs.write_file",
+            },
         ],
     }
 
@@ -661,15 +1176,41 @@ def time_calc_report(rng: random.Random, k: int) -> Task:
     a, b = rng.randint(10, 99), rng.randint(10, 99)
     content = f"meeting: {answer}\nbudget: {a * b}\n"
     return {
-        "uses": ["time", "calc", "fs"], "level": "C4", "task_type": "pipeline",
+        "uses": ["time", "calc", "fs"],
+        "level": "C4",
+        "task_type": "pipeline",
         "prompt": f"Write plan.txt in the workspace with two lines: `meeting: HH:MM` (the {target} time, 24-hour, of a meeting at "
         f"{time} {source}) and `budget: N` where N = {a} * {b} (use the calculator). Call finish when done.",
-        "gold": {"steps": [
-            {"id": "convert", "tool": "time.convert_time", "arguments": {"source_timezone": source, "time": time, "target_timezone": target}, "after": []},
-            {"id": "compute", "tool": "calc.calculate", "arguments": {"expression": f"{a} * {b}"}, "after": []},
-            {"id": "write", "tool": "fs.write_file", "arguments": {"path": "plan.txt", "content": content}, "after": ["convert", "compute"]},
-        ]},
-        "verify": [{"kind": "file", "name": "plan", "path": "plan.txt", "contains": [f"meeting: {answer}", f"budget: {a * b}"]}],
+        "gold": {
+            "steps": [
+                {
+                    "id": "convert",
+                    "tool": "time.convert_time",
+                    "arguments": {"source_timezone": source, "time": time, "target_timezone": target},
+                    "after": [],
+                },
+                {
+                    "id": "compute",
+                    "tool": "calc.calculate",
+                    "arguments": {"expression": f"{a} * {b}"},
+                    "after": [],
+                },
+                {
+                    "id": "write",
+                    "tool": "fs.write_file",
+                    "arguments": {"path": "plan.txt", "content": content},
+                    "after": ["convert", "compute"],
+                },
+            ]
+        },
+        "verify": [
+            {
+                "kind": "file",
+                "name": "plan",
+                "path": "plan.txt",
+                "contains": [f"meeting: {answer}", f"budget: {a * b}"],
+            }
+        ],
     }
 
 
@@ -681,15 +1222,32 @@ def alt_read(rng: random.Random, k: int) -> Task:
     url, page, revenue, region = report_page(rng, k + 1)
     mirror = f"docs/{region.lower()}.md"
     return {
-        "uses": ["fs", "fetch"], "level": "C2", "task_type": "alternatives",
+        "uses": ["fs", "fetch"],
+        "level": "C2",
+        "task_type": "alternatives",
         "prompt": f"The {region} quarterly report is published at {url} and mirrored in the workspace as {mirror}. "
         "What revenue does it state? Call finish with the figure in the summary.",
-        "fixture": {"site": {url: page}, "files": [{"path": mirror, "content": f"# {region} quarterly report\n\nRevenue: {revenue} credits.\n"}]},
-        "gold": {"steps": [
-            {"id": "read", "tool": "fetch.fetch", "arguments": {"url": url}, "alternatives": [{"tool": "fs.read_text_file", "arguments": {"path": mirror}}]},
-            finish(f"The report states {revenue} credits."),
-        ]},
-        "verify": [{"kind": "answer", "name": "revenue", "matches": rf"\b{revenue}\b"}, {"kind": "calls", "name": "read_somewhere", "tool": "f*.*", "at_least": 1}],
+        "fixture": {
+            "site": {url: page},
+            "files": [
+                {"path": mirror, "content": f"# {region} quarterly report\n\nRevenue: {revenue} credits.\n"}
+            ],
+        },
+        "gold": {
+            "steps": [
+                {
+                    "id": "read",
+                    "tool": "fetch.fetch",
+                    "arguments": {"url": url},
+                    "alternatives": [{"tool": "fs.read_text_file", "arguments": {"path": mirror}}],
+                },
+                finish(f"The report states {revenue} credits."),
+            ]
+        },
+        "verify": [
+            {"kind": "answer", "name": "revenue", "matches": rf"\b{revenue}\b"},
+            {"kind": "calls", "name": "read_somewhere", "tool": "f*.*", "at_least": 1},
+        ],
     }
 
 
@@ -697,14 +1255,26 @@ def alt_read(rng: random.Random, k: int) -> Task:
 def alt_sum(rng: random.Random, k: int) -> Task:
     a, b = rng.randint(100, 9999), rng.randint(100, 9999)
     return {
-        "uses": ["calc", "everything"], "level": "C1", "task_type": "alternatives",
+        "uses": ["calc", "everything"],
+        "level": "C1",
+        "task_type": "alternatives",
         "prompt": f"Add {a} and {b} with one of your tools (a calculator and a get-sum tool are available) and call finish "
         "with the sum in the summary.",
-        "gold": {"steps": [
-            {"id": "sum", "tool": "calc.calculate", "arguments": {"expression": f"{a} + {b}"}, "alternatives": [{"tool": "everything.get-sum", "arguments": {"a": a, "b": b}}]},
-            finish(f"The sum is {a + b}."),
-        ]},
-        "verify": [{"kind": "answer", "name": "sum", "matches": rf"\b{a + b}\b"}, {"kind": "calls", "name": "used_a_tool", "tool": "*.*", "at_least": 1}],
+        "gold": {
+            "steps": [
+                {
+                    "id": "sum",
+                    "tool": "calc.calculate",
+                    "arguments": {"expression": f"{a} + {b}"},
+                    "alternatives": [{"tool": "everything.get-sum", "arguments": {"a": a, "b": b}}],
+                },
+                finish(f"The sum is {a + b}."),
+            ]
+        },
+        "verify": [
+            {"kind": "answer", "name": "sum", "matches": rf"\b{a + b}\b"},
+            {"kind": "calls", "name": "used_a_tool", "tool": "*.*", "at_least": 1},
+        ],
     }
 
 
@@ -713,14 +1283,25 @@ def alt_version(rng: random.Random, k: int) -> Task:
     repo, _ = repo_fixture(rng, k)
     version = f"1.{k + 1}.0"
     return {
-        "uses": ["git", "fs"], "level": "C2", "task_type": "alternatives",
+        "uses": ["git", "fs"],
+        "level": "C2",
+        "task_type": "alternatives",
         "prompt": "What version does version.txt hold at the last commit of the repository at repo/ (in the workspace)? "
         "Call finish with the version in the summary.",
         "fixture": {"git": [repo]},
-        "gold": {"steps": [
-            {"id": "read", "tool": "git.git_show", "arguments": {"repo_path": "repo", "revision": "HEAD"}, "alternatives": [{"tool": "fs.read_text_file", "arguments": {"path": "repo/version.txt"}}]},
-            finish(f"version.txt holds {version}."),
-        ]},
+        "gold": {
+            "steps": [
+                {
+                    "id": "read",
+                    "tool": "git.git_show",
+                    "arguments": {"repo_path": "repo", "revision": "HEAD"},
+                    "alternatives": [
+                        {"tool": "fs.read_text_file", "arguments": {"path": "repo/version.txt"}}
+                    ],
+                },
+                finish(f"version.txt holds {version}."),
+            ]
+        },
         "verify": [{"kind": "answer", "name": "version", "contains": [version]}],
     }
 
@@ -730,16 +1311,31 @@ def alt_lookup(rng: random.Random, k: int) -> Task:
     person = PEOPLE[(k + 5) % 10]
     city = rng.choice(CITIES)
     return {
-        "uses": ["memory"], "level": "C1", "task_type": "alternatives", "tags": ["trap"],
+        "uses": ["memory"],
+        "level": "C1",
+        "task_type": "alternatives",
+        "tags": ["trap"],
         "prompt": f"According to the knowledge graph, where does {person} live? Do not change the graph. Call finish with the city in the summary.",
-        "fixture": {"memory": {"entities": [
-            {"name": person, "type": "person", "observations": [f"lives in {city}", "likes tea"]},
-            {"name": "Zed", "type": "person", "observations": ["lives in Nowhere"]},
-        ]}},
-        "gold": {"steps": [
-            {"id": "look", "tool": "memory.open_nodes", "arguments": {"names": [person]}, "alternatives": [{"tool": "memory.search_nodes", "arguments": {"query": person}}]},
-            finish(f"{person} lives in {city}."),
-        ], "reads": ["look"]},
+        "fixture": {
+            "memory": {
+                "entities": [
+                    {"name": person, "type": "person", "observations": [f"lives in {city}", "likes tea"]},
+                    {"name": "Zed", "type": "person", "observations": ["lives in Nowhere"]},
+                ]
+            }
+        },
+        "gold": {
+            "steps": [
+                {
+                    "id": "look",
+                    "tool": "memory.open_nodes",
+                    "arguments": {"names": [person]},
+                    "alternatives": [{"tool": "memory.search_nodes", "arguments": {"query": person}}],
+                },
+                finish(f"{person} lives in {city}."),
+            ],
+            "reads": ["look"],
+        },
         "verify": [
             {"kind": "answer", "name": "city", "contains": [city]},
             {"kind": "calls", "name": "no_writes", "tool": "memory.[acd]*", "never": True},

@@ -23,13 +23,13 @@ from mcp_resili.client.model import ModelRequest, ModelResponse, ToolCall
 from mcp_resili.client.plan import PlannedEpisode, RunConfig
 from mcp_resili.client.scripted import OracleAgent, call_results, finish_response
 from mcp_resili.client.session import connect_recorded, play_planned
-from mcp_resili.registry.suites import Suite
 from mcp_resili.errors import UserError
+from mcp_resili.registry.suites import Suite
 from mcp_resili.taskfiles.load import TaskFileError, load_directory
 from mcp_resili.taskfiles.model import FileTask
 from mcp_resili.taskfiles.suite import suite_from_directory
 from mcp_resili.taskfiles.verify import judge
-from mcp_resili.trace import Trace, ToolCallEvent
+from mcp_resili.trace import ToolCallEvent, Trace
 
 
 def add_check_parser(tasks_sub: Any) -> None:
@@ -39,7 +39,9 @@ def add_check_parser(tasks_sub: Any) -> None:
         help="validate task files and solve every task with its ground truth on the real servers (no faults)",
     )
     check.add_argument("path", help="a directory of task files (with its suite.toml), or one task file")
-    check.add_argument("--task", action="append", dest="tasks", metavar="ID", help="repeatable: check only these")
+    check.add_argument(
+        "--task", action="append", dest="tasks", metavar="ID", help="repeatable: check only these"
+    )
     check.add_argument("--json", action="store_true", help="one JSON object per task")
     check.set_defaults(handler=tasks_check_command)
 
@@ -100,10 +102,14 @@ def _blind_calls(task: FileTask, gold: Trace) -> tuple[tuple[tuple[str, dict[str
     return calls, finish.summary if finish is not None else "done"
 
 
-async def _play(config: RunConfig, suite: Suite, task: FileTask, agent: Any, label: str, session: Any) -> Trace:
+async def _play(
+    config: RunConfig, suite: Suite, task: FileTask, agent: Any, label: str, session: Any
+) -> Trace:
     client, recorded = session
     planned = PlannedEpisode(model=label, faults="none", task_id=task.id, trial=0)
-    row, _ = await play_planned(config, suite, "check", planned, client, [], {"kind": "none"}, agent, (), recorded)
+    row, _ = await play_planned(
+        config, suite, "check", planned, client, [], {"kind": "none"}, agent, (), recorded
+    )
     return Trace.from_lines(row.trace.splitlines())
 
 
@@ -139,8 +145,8 @@ async def _check_task(config: RunConfig, suite: Suite, task: FileTask, session: 
         blind = await _play(config, suite, task, BlindWriterAgent(calls, answer), "scripted:blind", session)
         if all(ok for _, ok, _ in judge(task, blind)):
             problems.append(
-                f"an agent that skips reading ({', '.join(task.reads)}) and writes the expected output passes "
-                "every verifier: add a calls verifier requiring the read"
+                f"an agent that skips reading ({', '.join(task.reads)}) and writes the expected output "
+                "passes every verifier: add a calls verifier requiring the read"
             )
     return TaskVerdict(task.id, problems)
 

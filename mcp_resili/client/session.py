@@ -81,7 +81,9 @@ async def connect_recorded(
         async with AsyncExitStack() as stack:
             # A suite on real servers: they start (and install on first use) before the first episode.
             environment = (
-                await stack.enter_async_context(suite.environment()) if suite.environment is not None else None
+                await stack.enter_async_context(suite.environment())
+                if suite.environment is not None
+                else None
             )
             server = ResiliServer(
                 suite,

@@ -402,7 +402,9 @@ def _path_suite(path: str) -> Suite:
     except (Exception, SystemExit) as exc:
         raise SuiteLoadError(f"suite {path!r} failed to load: {type(exc).__name__}: {exc}") from None
     if not isinstance(suite, Suite):
-        raise SuiteLoadError(f"suite {path!r}: {points[0].value} returned {type(suite).__name__}, not a Suite")
+        raise SuiteLoadError(
+            f"suite {path!r}: {points[0].value} returned {type(suite).__name__}, not a Suite"
+        )
     return suite
 
 

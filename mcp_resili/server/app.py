@@ -116,7 +116,9 @@ class ResiliServer:
         environment: EpisodeEnvironment | None = None,
     ) -> None:
         if (environment is None) != (suite.environment is None):
-            raise ValueError(f"suite {suite.name!r}: give the server the suite's entered environment, and only it")
+            raise ValueError(
+                f"suite {suite.name!r}: give the server the suite's entered environment, and only it"
+            )
         self.suite = suite
         #: The suite's real servers and per-episode state (entered by the caller), or None.
         self.environment = environment

@@ -191,7 +191,11 @@ class TaskEnvironment:
         # slot 0 starts from the first fixture of every kind the tasks have.
         assert self._templates is not None
         await anyio.to_thread.run_sync(
-            self._templates.lay, "\x00catalog", merged_fixture(self.tasks.values()), slot.workspace, slot.state
+            self._templates.lay,
+            "\x00catalog",
+            merged_fixture(self.tasks.values()),
+            slot.workspace,
+            slot.state,
         )
         try:
             async with anyio.create_task_group() as starting:
@@ -363,7 +367,9 @@ class TaskEnvironment:
             )
         process = binding.slot.processes.get(server)
         if process is None:
-            return ToolOutcome(structured=None, error_code=TOOL_CRASHED, message=f"server {server!r} is not running")
+            return ToolOutcome(
+                structured=None, error_code=TOOL_CRASHED, message=f"server {server!r} is not running"
+            )
         own = process.tools.get(tool) or _renamed(spec, tool)
         if tool in self.servers[server].stateful_tools:
             process.dirty = True
@@ -373,7 +379,9 @@ class TaskEnvironment:
             structured = outcome.structured
             return ToolOutcome(structured=structured, upstream=outcome.upstream, text=text)
         if outcome.error_code == UPSTREAM_ERROR:
-            return ToolOutcome(structured=None, error_code=UPSTREAM_ERROR, message=outcome.message, upstream=outcome.upstream)
+            return ToolOutcome(
+                structured=None, error_code=UPSTREAM_ERROR, message=outcome.message, upstream=outcome.upstream
+            )
         return outcome
 
     async def end_episode(self, episode: Episode) -> dict[str, Any] | None:
@@ -441,7 +449,9 @@ def merged_fixture(tasks: Iterable[FileTask]) -> Fixture:
         for url, page in fixture.site.items():
             site.setdefault(url, page)
     taken = set(dbs) | set(repos)
-    kept = tuple(f for path, f in files.items() if not any(path == t or path.startswith(f"{t}/") for t in taken))
+    kept = tuple(
+        f for path, f in files.items() if not any(path == t or path.startswith(f"{t}/") for t in taken)
+    )
     return Fixture(
         files=kept, sqlite=tuple(dbs.values()), git=tuple(repos.values()), memory=memory, site=site
     )
@@ -482,4 +492,4 @@ async def _first(*events: anyio.Event) -> None:
             group.start_soon(wait, event)
 
 
-__all__ = ["FINISH_TOOL", "BINDING_KEY", "EnvironmentError_", "FixtureError", "TaskEnvironment", "namespaced"]
+__all__ = ["BINDING_KEY", "FINISH_TOOL", "EnvironmentError_", "FixtureError", "TaskEnvironment", "namespaced"]

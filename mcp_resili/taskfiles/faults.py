@@ -19,7 +19,14 @@ import random
 import re
 from typing import Any, Literal
 
-from mcp_resili.faults.base import BaseFault, BasePlan, CallContext, FaultDecision, FaultSpecError, ToolOutcome
+from mcp_resili.faults.base import (
+    BaseFault,
+    BasePlan,
+    CallContext,
+    FaultDecision,
+    FaultSpecError,
+    ToolOutcome,
+)
 from mcp_resili.faults.error import ErrorFault
 from mcp_resili.taskfiles.model import FileTask
 
@@ -54,10 +61,12 @@ def shift_number(token: str) -> str:
     if "." in token:
         value = float(token)
         decimals = len(token.split(".")[1])
-        return f"{value + max(abs(value) * 0.1, 10 ** -decimals):.{decimals}f}"
+        return f"{value + max(abs(value) * 0.1, 10**-decimals):.{decimals}f}"
     shifted = str(int(token) + 1)
     digits = token.lstrip("-")
-    return ("-" if token.startswith("-") and shifted.startswith("-") else "") + shifted.lstrip("-").zfill(len(digits))
+    return ("-" if token.startswith("-") and shifted.startswith("-") else "") + shifted.lstrip("-").zfill(
+        len(digits)
+    )
 
 
 def corrupt_text(text: str) -> str:
@@ -103,14 +112,16 @@ class CorruptResult(BaseFault):
             return outcome
         structured = outcome.structured
         if list(structured) == ["text"] and isinstance(structured["text"], str):
-            text = corrupt_text(structured["text"])
-            return ToolOutcome(structured={"text": text}, text=text)
+            plain = corrupt_text(structured["text"])
+            return ToolOutcome(structured={"text": plain}, text=plain)
         corrupted = corrupt_value(structured)
         if corrupted == structured:  # nothing numeric: the text-only rule on its string fields
             corrupted = {k: corrupt_text(v) if isinstance(v, str) else v for k, v in structured.items()}
-        text = outcome.text
+        text: str | None = outcome.text
         if text is not None:
-            text = corrupt_text(text) if _NUMBER.search(text) else _replace_strings(text, structured, corrupted)
+            text = (
+                corrupt_text(text) if _NUMBER.search(text) else _replace_strings(text, structured, corrupted)
+            )
         return ToolOutcome(structured=corrupted, text=text)
 
 
@@ -154,7 +165,9 @@ class StepFaultPlan(BasePlan):
             return quiet(f"step {slot}: transient fault on {tool} already spent")
         else:
             reason = f"step {slot}: permanent fault on victim {tool}"
-        return FaultDecision(plan=self.kind, ordinal=call.ordinal, reason=reason, fault=self._fault(task, slot))
+        return FaultDecision(
+            plan=self.kind, ordinal=call.ordinal, reason=reason, fault=self._fault(task, slot)
+        )
 
     def _fault(self, task: FileTask, slot: str) -> BaseFault:
         if self.mode in _EXPLICIT:
@@ -169,4 +182,4 @@ def parse_steps_spec(spec: str, args: str) -> BasePlan:
     mode = args.strip().upper()
     if mode not in MODES:
         raise FaultSpecError(f"fault spec {spec!r}: give a mode, one of {', '.join(MODES)} (e.g. steps:P2)")
-    return StepFaultPlan(mode=mode)  # type: ignore[arg-type]
+    return StepFaultPlan(mode=mode)

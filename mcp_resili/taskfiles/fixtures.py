@@ -78,7 +78,9 @@ def build(fixture: Fixture, workspace: Path, state: Path) -> None:
         _build_repo(repo, resolve(repo.path, workspace, state))
     if fixture.memory is not None:
         lines = [
-            json.dumps({"type": "entity", "name": e.name, "entityType": e.type, "observations": list(e.observations)})
+            json.dumps(
+                {"type": "entity", "name": e.name, "entityType": e.type, "observations": list(e.observations)}
+            )
             for e in fixture.memory.entities
         ] + [
             json.dumps({"type": "relation", "from": r.source, "to": r.target, "relationType": r.type})

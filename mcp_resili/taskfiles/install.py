@@ -1,5 +1,7 @@
-"""Installing task-file servers on first use: npm packages into a cache directory, PyPI servers into
-virtual environments of their own (or found in ours), each pinned, each install done once.
+"""Installing task-file servers on first use, each pinned, each install done once.
+
+npm packages go into a cache directory, PyPI servers into virtual environments of their own (or are
+found in ours).
 
 The cache is ``$MCP_RESILI_CACHE_DIR`` (default ``~/.cache/mcp-resili``). An install prints one line
 saying what it installs where; a registry that cannot be reached is one line naming the package and
@@ -82,7 +84,9 @@ def _run(command: Sequence[str], what: str, registry: str) -> None:
     except FileNotFoundError:
         raise InstallError(f"cannot install {what}: {command[0]} is not installed") from None
     except subprocess.TimeoutExpired:
-        raise InstallError(f"cannot install {what}: {registry} did not finish in {INSTALL_TIMEOUT:g} s") from None
+        raise InstallError(
+            f"cannot install {what}: {registry} did not finish in {INSTALL_TIMEOUT:g} s"
+        ) from None
     if proc.returncode != 0:
         lines = [line.strip() for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
         said = next((line for line in lines if "ERR" in line or "ERROR" in line), lines[-1] if lines else "")
@@ -141,7 +145,16 @@ def _npm_install(spec: str, lock: Path | None) -> Path:
         else:
             _announce(spec, target)
             (target / "package.json").write_text(json.dumps({"private": True}), encoding="utf-8")
-            command = [npm, "install", "--prefix", str(target), "--no-audit", "--no-fund", "--loglevel=error", spec]
+            command = [
+                npm,
+                "install",
+                "--prefix",
+                str(target),
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                spec,
+            ]
         _run(command, spec, "the npm registry")
         (target / _MARKER).write_text(spec, encoding="utf-8")
     return bin_dir

@@ -30,7 +30,14 @@ from mcp_resili.taskfiles.model import (
     suite_file_schema,
     task_file_schema,
 )
-from mcp_resili.tasks.model import Binding, ConstantBinding, StepBinding, TaskConstraints, Workflow, WorkflowStep
+from mcp_resili.tasks.model import (
+    Binding,
+    ConstantBinding,
+    StepBinding,
+    TaskConstraints,
+    Workflow,
+    WorkflowStep,
+)
 
 SUITE_FILE = "suite.toml"
 _BINDING: TypeAdapter[Binding] = TypeAdapter(Binding)
@@ -136,7 +143,9 @@ def load_directory(path: Path | str) -> TaskDirectory:
             problems.append(f"{suite_root / SUITE_FILE}: lock file {lock!r} does not exist")
     if problems:
         raise TaskFileError(problems)
-    return TaskDirectory(root=suite_root if root.is_dir() else root, settings=settings, tasks=tuple(tasks), servers=servers)
+    return TaskDirectory(
+        root=suite_root if root.is_dir() else root, settings=settings, tasks=tuple(tasks), servers=servers
+    )
 
 
 def _load_settings(path: Path, problems: list[str]) -> SuiteFile:
@@ -186,13 +195,19 @@ def _build_task(spec: TaskFile, path: Path, settings: SuiteFile, problems: list[
         server = spec.servers.get(name) or settings.servers.get(name)
         if server is None:
             known = sorted({*settings.servers, *spec.servers}) or ["none"]
-            problem("uses", f"server {name!r} is defined neither here nor in {SUITE_FILE} (defined: {', '.join(known)})")
+            problem(
+                "uses",
+                f"server {name!r} is defined neither here nor in {SUITE_FILE} (defined: {', '.join(known)})",
+            )
             continue
         servers[name] = server
     _check_fixture_paths(spec, problem)
     steps, edges, alternatives = _workflow(spec, servers, problem)
     step_ids = {s.id for s in steps}
-    for where, names in (("gold.reads", spec.gold.reads if spec.gold else ()), ("faults.steps", spec.faults.steps or ())):
+    for where, names in (
+        ("gold.reads", spec.gold.reads if spec.gold else ()),
+        ("faults.steps", spec.faults.steps or ()),
+    ):
         for name in names:
             if name not in step_ids:
                 problem(where, f"no ground-truth step {name!r}")
@@ -200,7 +215,10 @@ def _build_task(spec: TaskFile, path: Path, settings: SuiteFile, problems: list[
         tool = getattr(verifier, "tool", None)
         for glob in (tool, getattr(verifier, "before", None)):
             if glob is not None and NAMESPACE_SEPARATOR not in glob and glob != FINISH_TOOL:
-                problem(f"verify.{index}", f"tool {glob!r} is not namespaced (write SERVER.TOOL, e.g. fs.write_file)")
+                problem(
+                    f"verify.{index}",
+                    f"tool {glob!r} is not namespaced (write SERVER.TOOL, e.g. fs.write_file)",
+                )
         for key in ("matches",):
             pattern = getattr(verifier, key, None)
             if pattern is not None:
@@ -315,8 +333,11 @@ def _workflow(
         tool_a = next(s.tool for s in steps if s.id == a)
         tool_b = next(s.tool for s in steps if s.id == b)
         if order.index(tool_a) >= order.index(tool_b) and tool_a != tool_b:
-            problem("gold.steps", f"{tool_b} is called before {tool_a} and again after it: "
-                    "give each tool one place in the order (split the step or drop the repeat)")
+            problem(
+                "gold.steps",
+                f"{tool_b} is called before {tool_a} and again after it: "
+                "give each tool one place in the order (split the step or drop the repeat)",
+            )
             break
         if tool_a == tool_b:
             problem("gold.steps", f"steps {a!r} and {b!r} call {tool_a} one after the other: merge them")
@@ -345,7 +366,9 @@ def _bindings(gold: GoldStep, where: str, earlier: list[str], problem: Any) -> d
                 problem(f"{where}.arguments.{name}", f"not a binding: {exc.errors()[0]['msg']}")
                 continue
             if isinstance(binding, StepBinding) and binding.step not in earlier:
-                problem(f"{where}.arguments.{name}", f"binds step {binding.step!r}, which is not an earlier step")
+                problem(
+                    f"{where}.arguments.{name}", f"binds step {binding.step!r}, which is not an earlier step"
+                )
                 continue
             bound[name] = binding
         else:

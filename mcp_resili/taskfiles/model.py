@@ -330,8 +330,8 @@ STATE_KINDS = frozenset({"file", "sql", "git", "graph"})
 class Budget(_Strict):
     """The episode's limits."""
 
-    max_turns: int = Field(20, ge=1, le=500)
-    timeout: float = Field(300, gt=0)
+    max_turns: int = Field(default=20, ge=1, le=500)
+    timeout: float = Field(default=300, gt=0)
 
 
 class TaskFaults(_Strict):
@@ -353,11 +353,11 @@ class TaskFile(_Strict):
     complexity: Literal["easy", "medium", "hard"] | None = None
     task_type: str = "task"
     tags: tuple[str, ...] = ()
-    budget: Budget = Field(default_factory=Budget)
-    fixture: Fixture = Field(default_factory=Fixture)
+    budget: Budget = Field(default_factory=lambda: Budget())
+    fixture: Fixture = Field(default_factory=lambda: Fixture())
     gold: GroundTruth | None = None
     verify: tuple[Verifier, ...] = Field(min_length=1)
-    faults: TaskFaults = Field(default_factory=TaskFaults)
+    faults: TaskFaults = Field(default_factory=lambda: TaskFaults())
 
     @field_validator("servers")
     @classmethod
@@ -371,7 +371,7 @@ class TaskFile(_Strict):
 class SuiteFile(_Strict):
     """``suite.toml``: what every task of the directory shares."""
 
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = "Tasks on real MCP servers, from task files."
     default_faults: str = "none"
     servers: dict[str, ServerDef] = Field(default_factory=dict)

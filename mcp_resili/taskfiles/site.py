@@ -29,7 +29,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._plain(405, "the fixture site serves GET only")
 
     def _answer(self, *, send_body: bool) -> None:
-        url = self.path if self.path.startswith("http://") else f"http://{self.headers.get('Host', '')}{self.path}"
+        url = (
+            self.path
+            if self.path.startswith("http://")
+            else f"http://{self.headers.get('Host', '')}{self.path}"
+        )
         page = self.server.pages.get(url)
         if page is None:
             self._plain(404, f"no page {url} on the fixture site", send_body=send_body)

@@ -34,9 +34,7 @@ def locks_of(directory: TaskDirectory) -> Locks:
 
 def suite_from_directory(directory: TaskDirectory, name: str | None = None) -> Suite:
     """The `Suite` of a loaded task directory; its environment starts the real servers when entered."""
-    tasks = tuple(
-        t.model_copy(update={"suite": name or directory.name}) for t in directory.tasks
-    )
+    tasks = tuple(t.model_copy(update={"suite": name or directory.name}) for t in directory.tasks)
     locks = locks_of(directory)
     servers = directory.servers
 

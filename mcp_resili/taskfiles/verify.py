@@ -97,7 +97,11 @@ def _observe(verifier: Verifier, workspace: Path, state: Path) -> dict[str, Any]
                 item = json.loads(line)
                 if item.get("type") == "entity":
                     entities.append(
-                        {"name": item.get("name"), "type": item.get("entityType"), "observations": item.get("observations", [])}
+                        {
+                            "name": item.get("name"),
+                            "type": item.get("entityType"),
+                            "observations": item.get("observations", []),
+                        }
                     )
                 elif item.get("type") == "relation":
                     relations.append([item.get("from"), item.get("relationType"), item.get("to")])
@@ -276,7 +280,9 @@ def _graph_problem(verifier: GraphVerifier, seen: dict[str, Any]) -> str | None:
         if verifier.entity_type is not None and entity.get("type") != verifier.entity_type:
             return f"{verifier.entity!r} is a {entity.get('type')!r}, not a {verifier.entity_type!r}"
         wanted = verifier.observation_contains
-        if wanted is not None and not any(wanted.lower() in str(o).lower() for o in entity.get("observations", [])):
+        if wanted is not None and not any(
+            wanted.lower() in str(o).lower() for o in entity.get("observations", [])
+        ):
             return f"no observation of {verifier.entity!r} mentions {wanted!r}"
     if verifier.relation is not None and list(verifier.relation) not in seen.get("relations", []):
         return f"no relation {list(verifier.relation)}"
@@ -297,7 +303,9 @@ def _answer_problem(verifier: AnswerVerifier, answer: str) -> str | None:
     if verifier.matches is not None and not re.search(verifier.matches, answer, flags):
         return f"the answer does not match {verifier.matches!r}"
     for needle in verifier.not_contains:
-        if (needle if verifier.case_sensitive else needle.lower()) in (answer if verifier.case_sensitive else answer.lower()):
+        if (needle if verifier.case_sensitive else needle.lower()) in (
+            answer if verifier.case_sensitive else answer.lower()
+        ):
             return f"the answer contains {needle!r}"
     return None
 
@@ -316,7 +324,9 @@ def _matches_args(verifier: CallsVerifier, arguments: dict[str, Any]) -> bool:
 
 
 def _calls_problem(verifier: CallsVerifier, calls: list[ToolCallEvent]) -> str | None:
-    successful_only = verifier.successful_only if verifier.successful_only is not None else verifier.at_least is not None
+    successful_only = (
+        verifier.successful_only if verifier.successful_only is not None else verifier.at_least is not None
+    )
     matching = [
         (position, call)
         for position, call in enumerate(calls)
@@ -328,12 +338,18 @@ def _calls_problem(verifier: CallsVerifier, calls: list[ToolCallEvent]) -> str |
     if verifier.never:
         return None if not matching else f"{what} was called {len(matching)} time(s)"
     if verifier.at_most is not None:
-        return None if len(matching) <= verifier.at_most else f"{what} was called {len(matching)} times (at most {verifier.at_most})"
+        return (
+            None
+            if len(matching) <= verifier.at_most
+            else f"{what} was called {len(matching)} times (at most {verifier.at_most})"
+        )
     assert verifier.at_least is not None
     if len(matching) < verifier.at_least:
         return f"{what} was called successfully {len(matching)} time(s), at least {verifier.at_least} needed"
     if verifier.before is not None:
-        first_other = next((p for p, c in enumerate(calls) if fnmatch.fnmatchcase(c.tool, verifier.before)), None)
+        first_other = next(
+            (p for p, c in enumerate(calls) if fnmatch.fnmatchcase(c.tool, verifier.before)), None
+        )
         if first_other is not None and matching[0][0] > first_other:
             return f"{what} came only after {verifier.before}"
     return None

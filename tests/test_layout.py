@@ -36,6 +36,7 @@ FLOORS = {
     "server": 8,
     "proxy": 8,
     "check": 8,
+    "taskfiles": 8,
     "client": 9,
     "integrations": 10,
     "cli": 11,

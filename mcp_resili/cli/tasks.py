@@ -29,6 +29,9 @@ def register(commands: Commands) -> None:
     stats.add_argument("--suite", default=DEFAULT_SUITE)
     stats.add_argument("--json", action="store_true", help="a JSON list, one object per level")
     stats.set_defaults(handler=tasks_stats_command)
+    from mcp_resili.cli.taskcheck import add_check_parser
+
+    add_check_parser(tasks_sub)
 
     score = commands.add_parser(
         "score", help="score a trace file written by `serve --trace-dir` or the runner"

@@ -25,6 +25,7 @@ from mcp_resili.tools.library import ToolLibrary
 if TYPE_CHECKING:
     from mcp_resili.agents.model import Model
     from mcp_resili.faults.spec import FaultSpecParser
+    from mcp_resili.registry.environment import EpisodeEnvironment
     from mcp_resili.report.section import ReportSection
     from mcp_resili.scoring.model import Score
     from mcp_resili.store import EpisodeRow
@@ -98,6 +99,9 @@ class Suite:
     fault_specs: Mapping[str, FaultSpecParser] = field(default_factory=dict, repr=False)
     #: The suite's own scripted agents, run as ``scripted:NAME`` (beside the generic oracle and naive).
     agents: Mapping[str, Callable[[], Model]] = field(default_factory=dict, repr=False)
+    #: Where calls go when the suite's tools are real MCP servers (None: the library's simulators): a
+    #: factory of an `mcp_resili.registry.environment.EpisodeEnvironment`, entered before serving.
+    environment: Callable[[], EpisodeEnvironment] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Checked when built: a third party's wrong field (``agents=None``...) is one `TypeError`, which
@@ -122,7 +126,14 @@ class Suite:
         for name in ("load_tasks", "render_prompt", "score"):
             if not callable(getattr(self, name)):
                 raise wrong(name, "callable", getattr(self, name))
-        for name in ("initial_state", "summarize", "summary_table", "load_default_tasks", "report_sections"):
+        for name in (
+            "initial_state",
+            "summarize",
+            "summary_table",
+            "load_default_tasks",
+            "report_sections",
+            "environment",
+        ):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise wrong(name, "callable or None", value)

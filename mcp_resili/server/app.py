@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError
 from mcp_resili.constants import DISCOVERY_TOOLS, FINISH_TOOL, META_EVENT, TRACE_METHOD, VERSION
 from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, has_protocol_faults
+from mcp_resili.registry.environment import EpisodeEnvironment
 from mcp_resili.registry.suites import Suite, UnknownTaskError
 from mcp_resili.server.backend import SimulatedBackend
 from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery, DiscoveryError
@@ -34,7 +35,7 @@ from mcp_resili.server.wire import modern_tool_result, tool_result
 from mcp_resili.tasks.model import Task
 from mcp_resili.tools import ToolSpec
 from mcp_resili.tools.validator import argument_problems, compiled
-from mcp_resili.trace import TraceEvent, TraceHeader, event_to_dict, event_to_meta
+from mcp_resili.trace import EndStateEvent, TraceEvent, TraceHeader, event_to_dict, event_to_meta
 from mcp_resili.trace.codes import (
     DEPENDENCY_NOT_MET,
     INVALID_INPUT,
@@ -113,8 +114,15 @@ class ResiliServer:
         trial: int | None = None,
         expose_faults: bool = False,
         call_time_limit: float | None = DEFAULT_CALL_TIME_LIMIT,
+        environment: EpisodeEnvironment | None = None,
     ) -> None:
+        if (environment is None) != (suite.environment is None):
+            raise ValueError(
+                f"suite {suite.name!r}: give the server the suite's entered environment, and only it"
+            )
         self.suite = suite
+        #: The suite's real servers and per-episode state (entered by the caller), or None.
+        self.environment = environment
         self.seed = seed
         self.default_task = suite.task(task) if task is not None else None
         #: The episode id of a stdio or in-memory connection that names none (``serve --episode``).
@@ -122,7 +130,7 @@ class ResiliServer:
         self.expose_faults = expose_faults
         self.recorder = TraceRecorder(trace_dir, self._header)
         self.pipeline = CallPipeline(
-            SimulatedBackend(suite.library),
+            environment if environment is not None else SimulatedBackend(suite.library),
             plan,
             enforce_dependencies=suite.enforce_dependencies,
             recorder=self.recorder,
@@ -131,7 +139,9 @@ class ResiliServer:
             call_time_limit=call_time_limit,
         )
         self.episodes = EpisodeTable(default_seed=seed, trial=trial)
-        self._tools = [self._tool(spec.name) for spec in suite.library] + [_FINISH_SPEC]
+        specs = environment.specs if environment is not None else list(suite.library)
+        self._tool_by_name = {spec.name: self._tool(spec) for spec in specs}
+        self._tools = [*self._tool_by_name.values(), _FINISH_SPEC]
         self.discovery = Discovery(suite.library) if suite.discovery else None
         if self.discovery is not None:
             self._tools += [SEARCH_SPEC, INFO_SPEC]
@@ -200,6 +210,8 @@ class ResiliServer:
         if episode is None:
             return EpisodeTraceResult(episode=episode_id)
         async with episode.lock:  # a call still running finishes (and is recorded) first
+            if self.environment is not None:
+                self._observed(episode, await self.environment.end_episode(episode))
             return EpisodeTraceResult(
                 episode=episode_id,
                 header=self._header(episode).model_dump(mode="json"),
@@ -225,8 +237,7 @@ class ResiliServer:
         """A result's ``_meta``: the recorded event with ``expose_faults``, else nothing."""
         return {META_EVENT: event_to_meta(event)} if self.expose_faults else None
 
-    def _tool(self, name: str) -> types.Tool:
-        spec = self.suite.library.spec(name)
+    def _tool(self, spec: ToolSpec) -> types.Tool:
         return types.Tool(
             name=spec.name,
             description=spec.description,
@@ -242,7 +253,33 @@ class ResiliServer:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=self._tools)
+        if self.environment is None:
+            return types.ListToolsResult(tools=self._tools)
+        # Real servers: an episode of a task is offered its own servers' tools (and so sets them up).
+        try:
+            episode = self.episode(episode_request(ctx, self.connection_episode))
+        except NoEpisodeError:
+            return types.ListToolsResult(tools=self._tools)
+        if episode.task is None:
+            return types.ListToolsResult(tools=self._tools)
+        await self.environment.open_episode(episode)
+        own = [self._tool_by_name[spec.name] for spec in self.environment.episode_tools(episode.task)]
+        return types.ListToolsResult(tools=[*own, _FINISH_SPEC])
+
+    async def end_episode(self, episode_id: str) -> list[TraceEvent]:
+        """Close an episode; with real servers, first observe its end state (recorded and returned)."""
+        episode = self.close_episode(episode_id)
+        if episode is None or self.environment is None:
+            return []
+        async with episode.lock:  # a call still running finishes (and is recorded) first
+            return self._observed(episode, await self.environment.end_episode(episode))
+
+    def _observed(self, episode: Episode, observations: dict[str, Any] | None) -> list[TraceEvent]:
+        if observations is None:
+            return []
+        event = EndStateEvent(episode=episode.id, seq=episode.next_seq(), observations=observations)
+        self.recorder.record(episode, event)
+        return [event]
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -288,10 +325,17 @@ class ResiliServer:
             return await self._finish(episode, arguments or {})
         if self.discovery is not None and name in DISCOVERY_TOOLS:
             return await self._discover(episode, name, dict(arguments or {}))
+        if self.environment is not None:
+            await self.environment.open_episode(episode)
         event, outcome = await self.pipeline.call_with_outcome(episode, name, arguments)
         note_call(episode, event)
+        text = (
+            self.environment.result_text(event, outcome)
+            if self.environment is not None
+            else result_text(event, outcome)
+        )
         return tool_result(
-            result_text(event, outcome),
+            text,
             event.is_error,
             None if event.is_error else event.result,
             self._meta(event),

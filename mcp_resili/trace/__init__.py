@@ -2,6 +2,7 @@
 
 from mcp_resili.trace.model import (
     TRACE_FORMAT_VERSION,
+    EndStateEvent,
     EpisodeEndEvent,
     FinishEvent,
     ModelTurnEvent,
@@ -23,6 +24,7 @@ from mcp_resili.trace.model import (
 
 __all__ = [
     "TRACE_FORMAT_VERSION",
+    "EndStateEvent",
     "EpisodeEndEvent",
     "FinishEvent",
     "ModelTurnEvent",

@@ -141,8 +141,28 @@ class ProtocolEvent(BaseModel):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
+class EndStateEvent(BaseModel):
+    """What an episode left behind, observed when it ended (suites on real servers, e.g. task files).
+
+    ``observations`` maps each end-state verifier (by its index) to what it needs: a file's content,
+    a query's rows, a repository's log... so that scoring reads the trace alone.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event: Literal["end_state"] = "end_state"
+    episode: str
+    seq: int
+    observations: dict[str, Any] = Field(default_factory=dict)
+
+
 TraceEvent = Annotated[
-    ToolCallEvent | FinishEvent | ModelTurnEvent | EpisodeEndEvent | ReflectionEvent | ProtocolEvent,
+    ToolCallEvent
+    | FinishEvent
+    | ModelTurnEvent
+    | EpisodeEndEvent
+    | ReflectionEvent
+    | ProtocolEvent
+    | EndStateEvent,
     Field(discriminator="event"),
 ]
 _EVENT_ADAPTER: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
@@ -168,6 +188,11 @@ class Trace(BaseModel):
     def finish(self) -> FinishEvent | None:
         """The first explicit completion signal, if any."""
         return next((e for e in self.events if isinstance(e, FinishEvent)), None)
+
+    @property
+    def end_state(self) -> EndStateEvent | None:
+        """The episode's observed end state, when its suite records one."""
+        return next((e for e in self.events if isinstance(e, EndStateEvent)), None)
 
     @property
     def end(self) -> EpisodeEndEvent | None:

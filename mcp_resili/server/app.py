@@ -128,6 +128,7 @@ class ResiliServer:
             time_scale=time_scale,
             initial_state=suite.initial_state,
             call_time_limit=call_time_limit,
+            dependency_gate=suite.dependency_gate,
         )
         self.episodes = EpisodeTable(default_seed=seed, trial=trial)
         self._tools = [self._tool(spec.name) for spec in suite.library] + [_FINISH_SPEC]
@@ -215,7 +216,7 @@ class ResiliServer:
             pipeline_codes.append(TOOL_TIMEOUT)
         if spec.output_schema is not None:
             pipeline_codes.append(RESPONSE_SCHEMA_MISMATCH)
-        if spec.dependencies and self.suite.enforce_dependencies:
+        if self.suite.enforce_dependencies and (spec.dependencies or self.suite.dependency_gate):
             pipeline_codes.append(DEPENDENCY_NOT_MET)
         codes.extend(code for code in pipeline_codes if code not in codes)
         return codes

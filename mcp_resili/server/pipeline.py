@@ -10,7 +10,7 @@ import collections
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -48,6 +48,10 @@ from mcp_resili.trace.codes import (
 from mcp_resili.trace.model import one_line, trace_stem
 
 logger = logging.getLogger(__name__)
+
+#: A suite's dependency gate (`Suite.dependency_gate`): (task, tool, the episode's events so far) →
+#: None to go on, or (prerequisites not met, message) to refuse the call before any fault draw.
+DependencyGate = Callable[[Task | None, str, Sequence[TraceEvent]], tuple[tuple[str, ...], str] | None]
 
 #: The pipeline's own error codes live with the trace vocabulary; imported here for the server's use.
 __all__ = [
@@ -223,6 +227,7 @@ class CallPipeline:
         validate_arguments: bool = True,
         initial_state: Callable[[Task | None], dict[str, Any]] | None = None,
         call_time_limit: float | None = None,
+        dependency_gate: DependencyGate | None = None,
     ) -> None:
         self.backend = backend
         self.specs = {spec.name: spec for spec in backend.specs}
@@ -231,6 +236,8 @@ class CallPipeline:
         self.plan = plan
         self.plan_dict = plan.to_dict()
         self.enforce_dependencies = enforce_dependencies
+        #: The suite's own gate (`Suite.dependency_gate`), checked after the declared dependencies.
+        self.dependency_gate = dependency_gate
         self.recorder = recorder
         if time_scale < 0:
             raise ValueError(f"time_scale must be >= 0, got {time_scale}")
@@ -382,6 +389,10 @@ class CallPipeline:
                 f"{tool} needs {', '.join(unmet)} to have run successfully first",
                 unmet_dependencies=unmet,
             )
+        if self.enforce_dependencies and self.dependency_gate is not None:
+            refusal = self.dependency_gate(episode.task, tool, episode.events)
+            if refusal is not None:
+                return rejected(DEPENDENCY_NOT_MET, refusal[1], unmet_dependencies=refusal[0])
         # 3. decide fault
         ordinal = episode.ordinals[tool]
         episode.ordinals[tool] += 1

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 from mcp_resili import DISCOVERY_TOOLS
 from mcp_resili.suites.resilibench.dataflow import trace_data_flow
-from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import ToolCallEvent, TraceEvent
 
@@ -45,7 +44,7 @@ def task_dag_gate(
     if all(not preds for preds in before.values()):
         return None
     calls = [e for e in events if isinstance(e, ToolCallEvent) and e.tool not in DISCOVERY_TOOLS]
-    done = trace_data_flow(task, calls, resilibench_library()).right
+    done = trace_data_flow(task, calls).right
     if any(all(p in done for p in preds) for preds in before.values()):
         return None
     tool_of = {step.id: step.tool for step in task.workflow.steps}

@@ -48,7 +48,6 @@ from mcp_resili.scoring.termination import (
     within_budget,
 )
 from mcp_resili.suites.resilibench.dataflow import trace_data_flow
-from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.optimal import episode_bound_ii, episode_bound_iii
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import FinishEvent, ModelTurnEvent, ToolCallEvent, Trace
@@ -97,7 +96,7 @@ def score(task: Task, trace: Trace) -> Score:
     all_calls = [e for e in cut.events if isinstance(e, ToolCallEvent) and e.tool not in DISCOVERY_TOOLS]
     end, rule = termination_index(all_calls)
     calls = all_calls[:end]
-    flow = trace_data_flow(task, calls, resilibench_library())
+    flow = trace_data_flow(task, calls)
     steps = [s.id for s in task.workflow.steps]
     done = [s for s in steps if s in flow.right]
     coverage = len(done) / len(steps) if steps else 1.0

@@ -114,6 +114,12 @@ def register(commands: Commands) -> None:
         "default: the k-th episode of a task on this server plays trial k",
     )
     serve.add_argument(
+        "--max-turns",
+        type=int,
+        help="call budget written into every trace header, which the scorer and the bounds then use "
+        "(e.g. the ResiliBench paper's 10); default: each task's own",
+    )
+    serve.add_argument(
         "--expose-faults",
         action="store_true",
         help="attach each call's recorded event (fault decision included) to its result's _meta: "
@@ -156,6 +162,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
     if args.trial is not None and args.trial < 0:
         raise UserError(f"--trial must be >= 0, got {args.trial}")
+    if args.max_turns is not None and args.max_turns < 1:
+        raise UserError(f"--max-turns must be at least 1, got {args.max_turns}")
     if args.call_time_limit <= 0:
         raise UserError(f"--call-time-limit must be positive, got {args.call_time_limit}")
     access = _http_access(args)
@@ -174,6 +182,8 @@ def serve_command(args: argparse.Namespace) -> int:
         trial=args.trial,
         expose_faults=args.expose_faults,
         call_time_limit=args.call_time_limit,
+        max_turns=args.max_turns,
+        warn_default_trial=args.trial is None,
     )
     if plan.requires_suite is not None and args.task is None:
         # Its faults live in the task's data: episodes that name no task see none.

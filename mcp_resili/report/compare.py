@@ -273,7 +273,7 @@ def cost_by_run_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> 
 
 def build_comparison(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> Report:
     """The comparison report of two or more runs (with their stored episodes)."""
-    workflow: dict[str, dict[str, float | int]] = {}
+    workflow: dict[str, dict[str, float | int | None]] = {}
     for run, rows in runs:
         workflow.update(workflow_scores(rows, suite_or_none(run.suite)))
     sections = (

@@ -146,7 +146,8 @@ def main():
         "the suite. default: base 0.8, each task's budget; harsh: base 0.6, 10 calls.",
         "",
         "| setting | pairs | bound (ii) impossible | adversary full where impossible | bound (ii) possible "
-        "| adversary found full | replays scored full | search gave up | nodes searched | CPU s (with --ungated) |",
+        "| adversary found full | replays scored full | search gave up | nodes searched "
+        "| CPU s (with --ungated) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, c in rows:

@@ -78,6 +78,15 @@ def _add_network(parser: argparse.ArgumentParser, port: int) -> None:
     parser.add_argument("--trace-dir", type=Path, help="write one JSONL trace per episode here")
 
 
+def _add_budget(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-turns",
+        type=int,
+        help="call budget written into every trace header, which the scorer and the bounds then use "
+        "(e.g. the ResiliBench paper's 10); default: each task's own",
+    )
+
+
 def _http_access(args: argparse.Namespace) -> HttpAccess:
     """The HTTP lock from the command line, refused now (exit 2) if the bind would be left open."""
     from mcp_resili.server.transports import HttpAccess, check_exposure
@@ -99,6 +108,7 @@ def register(commands: Commands) -> None:
         "toolmaze:NP|P1..P4) | PATH.toml|.json (default: the suite's)",
     )
     add_seed(serve, what="faults")
+    _add_budget(serve)
     _add_network(serve, 8765)
     serve.add_argument(
         "--time-scale", type=_non_negative, default=1.0, help="multiply injected delays; 0 = none"
@@ -112,12 +122,6 @@ def register(commands: Commands) -> None:
         type=int,
         help="trial every episode plays unless it names its own (fault key TASK/TRIAL, as in `run`); "
         "default: the k-th episode of a task on this server plays trial k",
-    )
-    serve.add_argument(
-        "--max-turns",
-        type=int,
-        help="call budget written into every trace header, which the scorer and the bounds then use "
-        "(e.g. the ResiliBench paper's 10); default: each task's own",
     )
     serve.add_argument(
         "--expose-faults",

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from mcp_resili.store import EpisodeRow
     from mcp_resili.tasks.lazy import TaskSummary
     from mcp_resili.tasks.model import Task
-    from mcp_resili.trace.model import Trace
+    from mcp_resili.trace.model import Trace, TraceEvent
 
 
 class UnknownTaskError(UserError, KeyError):
@@ -102,6 +102,13 @@ class Suite:
     #: Where calls go when the suite's tools are real MCP servers (None: the library's simulators): a
     #: factory of an `mcp_resili.registry.environment.EpisodeEnvironment`, entered before serving.
     environment: Callable[[], EpisodeEnvironment] | None = field(default=None, repr=False)
+    #: The suite's own dependency gate, checked before any fault draw when ``enforce_dependencies``
+    #: is on (None: the tools' declared dependencies only). Given the episode's task, the tool called
+    #: and the episode's events so far: None lets the call go on, else (the prerequisites not met, the
+    #: refusal's message) and the call is refused as ``DEPENDENCY_NOT_MET``.
+    dependency_gate: (
+        Callable[[Task | None, str, Sequence[TraceEvent]], tuple[tuple[str, ...], str] | None] | None
+    ) = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Checked when built: a third party's wrong field (``agents=None``...) is one `TypeError`, which
@@ -133,6 +140,7 @@ class Suite:
             "load_default_tasks",
             "report_sections",
             "environment",
+            "dependency_gate",
         ):
             value = getattr(self, name)
             if value is not None and not callable(value):

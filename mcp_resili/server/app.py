@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from pydantic import Field, ValidationError
 from mcp_resili.constants import DISCOVERY_TOOLS, FINISH_TOOL, META_EVENT, TRACE_METHOD, VERSION
 from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, has_protocol_faults
+from mcp_resili.faults.rules import NoFaults
 from mcp_resili.registry.environment import EpisodeEnvironment
 from mcp_resili.registry.suites import Suite, UnknownTaskError
 from mcp_resili.server.backend import SimulatedBackend
@@ -115,7 +117,11 @@ class ResiliServer:
         expose_faults: bool = False,
         call_time_limit: float | None = DEFAULT_CALL_TIME_LIMIT,
         environment: EpisodeEnvironment | None = None,
+        max_turns: int | None = None,
+        warn_default_trial: bool = False,
     ) -> None:
+        if max_turns is not None and max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         if (environment is None) != (suite.environment is None):
             raise ValueError(
                 f"suite {suite.name!r}: give the server the suite's entered environment, and only it"
@@ -128,6 +134,10 @@ class ResiliServer:
         #: The episode id of a stdio or in-memory connection that names none (``serve --episode``).
         self.connection_episode = episode
         self.expose_faults = expose_faults
+        #: The call budget written into every trace header (``serve --max-turns``; None: the task's).
+        self.max_turns = max_turns
+        #: Say once on stderr when a faulted episode plays trial 0 only because nothing named a trial.
+        self._warn_default_trial = warn_default_trial and not isinstance(plan, NoFaults)
         self.recorder = TraceRecorder(trace_dir, self._header)
         self.pipeline = CallPipeline(
             environment if environment is not None else SimulatedBackend(suite.library),
@@ -137,6 +147,7 @@ class ResiliServer:
             time_scale=time_scale,
             initial_state=suite.initial_state,
             call_time_limit=call_time_limit,
+            dependency_gate=suite.dependency_gate,
         )
         self.episodes = EpisodeTable(default_seed=seed, trial=trial)
         specs = environment.specs if environment is not None else list(suite.library)
@@ -181,16 +192,27 @@ class ResiliServer:
             fault_plan=self.pipeline.plan_dict,
             fault_key=episode.fault_key,
             trial=episode.trial,
+            max_turns=self.max_turns,
         )
 
     def episode(self, request: EpisodeRequest) -> Episode:
         """The state of the episode ``request`` names, created on first use."""
         try:
-            return self.episodes.get(
+            episode = self.episodes.get(
                 request, lambda: self.suite.task(request.task) if request.task else self.default_task
             )
         except UnknownTaskError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        defaulted = request.trial is None and request.fault_key is None and self.episodes.trial is None
+        if self._warn_default_trial and defaulted and episode.trial == 0:
+            self._warn_default_trial = False  # one line per process
+            print(
+                f"mcp-resili: warning: episode {episode.id!r} plays trial 0 (fault key "
+                f"{episode.fault_key}) because no --trial was given: every fresh server meets the "
+                "same fault draws for it; pass --trial K, or name the trial in the episode's _meta",
+                file=sys.stderr,
+            )
+        return episode
 
     def take_events(self, episode_id: str) -> list[TraceEvent]:
         """Events recorded for a live episode since the previous call (the in-process runner's view)."""
@@ -228,7 +250,7 @@ class ResiliServer:
             pipeline_codes.append(TOOL_TIMEOUT)
         if spec.output_schema is not None:
             pipeline_codes.append(RESPONSE_SCHEMA_MISMATCH)
-        if spec.dependencies and self.suite.enforce_dependencies:
+        if self.suite.enforce_dependencies and (spec.dependencies or self.suite.dependency_gate):
             pipeline_codes.append(DEPENDENCY_NOT_MET)
         codes.extend(code for code in pipeline_codes if code not in codes)
         return codes

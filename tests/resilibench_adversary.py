@@ -48,7 +48,7 @@ from mcp_resili.suites.resilibench.world import initial_state
 from mcp_resili.tasks.model import StepBinding, Task, WorkflowStep, resolve_arguments
 from mcp_resili.tools import ToolFailure
 from mcp_resili.tools.validator import argument_problems, compiled
-from mcp_resili.trace import FinishEvent, ToolCallEvent, Trace, TraceHeader
+from mcp_resili.trace import FinishEvent, ToolCallEvent, Trace, TraceEvent, TraceHeader
 
 FILLER_CANDIDATES = ("utility_logger", "utility_tracker", "utility_cache", "file_operations_compressor")
 MADE_UP_RECORDS = {"records": [{"id": 9001, "name": "made-up", "category": "none", "value": 1.5}]}
@@ -432,6 +432,7 @@ async def replay(
     server = server or ResiliServer(suite, plan, seed=seed)
     meta = {"mcp-resili/episode": {"id": episode, "task": task.id, "seed": seed, "fault_key": fault_key}}
     received: dict[str, Any] = {}
+    taken: list[TraceEvent] = []  # the server's events, taken call by call as the runner does
     async with contextlib.AsyncExitStack() as stack:
         if client is None:  # one client for many episodes saves compiling every output schema again
             client = await stack.enter_async_context(Client(server.mcp))
@@ -448,7 +449,8 @@ async def replay(
             else:
                 arguments = {}
             result = await client.call_tool(move.tool, copy.deepcopy(arguments), meta=meta)
-            event = server.take_events(episode)[-1]
+            taken.extend(server.take_events(episode))
+            event = taken[-1]
             assert isinstance(event, ToolCallEvent)
             where = f"call {n} {move}: {event.error_code} {event.result}"
             assert result.is_error == (move.outcome in ("failure", "refused")), where
@@ -462,6 +464,7 @@ async def replay(
             if move.outcome == "progress":
                 received[move.step] = event.result
         await client.call_tool("finish", {"status": "completed", "summary": "done"}, meta=meta)
+    taken.extend(server.take_events(episode))
     closed = server.close_episode(episode)
     assert closed is not None
     header = TraceHeader(
@@ -473,7 +476,7 @@ async def replay(
         fault_key=fault_key,
         max_turns=budget,
     )
-    events = tuple(e for e in closed.events if isinstance(e, ToolCallEvent | FinishEvent))
+    events = tuple(e for e in taken if isinstance(e, ToolCallEvent | FinishEvent))
     return Trace(header=header, events=events)
 
 
@@ -513,6 +516,7 @@ async def play_policy(
     failing_tool, failing_arguments = broken_filler(recipes)
     meta = {"mcp-resili/episode": {"id": episode, "task": task.id, "seed": seed, "fault_key": fault_key}}
     received: dict[str, Any] = {}
+    taken: list[TraceEvent] = []  # the server's events, taken call by call as the runner does
     done, history, consecutive, turns, filler_turn = 0, (), 0, budget, 0
     async with contextlib.AsyncExitStack() as stack:
         if client is None:  # one client for many episodes saves compiling every output schema again
@@ -539,7 +543,8 @@ async def play_policy(
             else:
                 tool, arguments = UNKNOWN_TOOL_NAME, {}
             result = await client.call_tool(tool, copy.deepcopy(arguments), meta=meta)
-            event = server.take_events(episode)[-1]
+            taken.extend(server.take_events(episode))
+            event = taken[-1]
             assert isinstance(event, ToolCallEvent)
             turns -= 1
             if event.decision is None:  # refused before any draw: no history, one more failure in a row
@@ -552,6 +557,7 @@ async def play_policy(
             if ok and step is not None and tool == step.tool and not done >> i & 1:
                 done |= 1 << i
                 received[step.id] = event.result
+    taken.extend(server.take_events(episode))
     closed = server.close_episode(episode)
     assert closed is not None
     header = TraceHeader(
@@ -564,5 +570,5 @@ async def play_policy(
         max_turns=budget,
     )
     return Trace(
-        header=header, events=tuple(e for e in closed.events if isinstance(e, ToolCallEvent | FinishEvent))
+        header=header, events=tuple(e for e in taken if isinstance(e, ToolCallEvent | FinishEvent))
     )

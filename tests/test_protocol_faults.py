@@ -216,7 +216,7 @@ async def _reinitialize(client: Client, episode: str) -> None:
 def _protocol_kinds(server: ResiliServer, episode: str = "ep") -> list[str]:
     live = server.episodes.peek(episode)
     assert live is not None
-    return [e.kind for e in live.events if isinstance(e, ProtocolEvent)]
+    return [e.kind for e in live.pending if isinstance(e, ProtocolEvent)]  # nothing taken them
 
 
 @pytest.mark.anyio
@@ -409,6 +409,13 @@ async def test_the_loop_retries_a_lost_response_only_for_a_read_only_tool() -> N
     ):
         server = ResiliServer(SUITE, one_fault("response_dropped"), time_scale=0)
         spec = EpisodeSpec(id="ep", fault_key="k/0", seed=0, task=None, prompt="")
+        taken: list[Any] = []
+
+        def take(episode_id: str, server: ResiliServer = server, taken: list[Any] = taken) -> list[Any]:
+            events = server.take_events(episode_id)
+            taken.extend(events)  # the server hands each event over once, and keeps none
+            return events
+
         async with Client(server.mcp) as client:
             protocol: list[Any] = []
             result, _event, _ = await call_tool(
@@ -416,13 +423,12 @@ async def test_the_loop_retries_a_lost_response_only_for_a_read_only_tool() -> N
                 spec,
                 ToolCall("c1", tool, arguments),
                 1,
-                RecordedEvents(after_call=server.take_events),
+                RecordedEvents(after_call=take),
                 read_only=read_only,
                 protocol=protocol,
             )
-        live = server.episodes.peek("ep")
-        assert live is not None
-        calls = [e for e in live.events if isinstance(e, ToolCallEvent)]
+        assert server.episodes.peek("ep") is not None
+        calls = [e for e in taken if isinstance(e, ToolCallEvent)]
         if read_only:
             assert len(calls) == 2 and not result.is_error  # retried once, served
         else:

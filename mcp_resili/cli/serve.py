@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 #: Mirrors `mcp_resili.server.app.DEFAULT_CALL_TIME_LIMIT` (not imported: ``--help`` stays fast).
 DEFAULT_CALL_TIME_LIMIT = 10.0
+#: Mirror `mcp_resili.server.budget`'s defaults, in MiB (`tests/test_memory_budget.py` checks they agree).
+DEFAULT_EPISODE_MIB = 32
+DEFAULT_SERVER_MIB = 256
 
 
 def _port_number(text: str) -> int:
@@ -87,6 +90,36 @@ def _add_budget(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _mebibytes(text: str) -> int:
+    """A positive number of MiB, as bytes."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of MiB: {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of MiB, got {text}")
+    return max(1, int(value * 1024 * 1024))
+
+
+def _add_memory(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-episode-memory",
+        type=_mebibytes,
+        default=DEFAULT_EPISODE_MIB * 1024 * 1024,
+        metavar="MIB",
+        help="MiB one episode may gather (its trace and tool state); a call that would pass it is "
+        f"answered EPISODE_MEMORY_LIMIT (default {DEFAULT_EPISODE_MIB})",
+    )
+    parser.add_argument(
+        "--max-server-memory",
+        type=_mebibytes,
+        default=DEFAULT_SERVER_MIB * 1024 * 1024,
+        metavar="MIB",
+        help="MiB all live episodes may hold in memory; past it finished and idle episodes are evicted, "
+        f"else the call is answered SERVER_MEMORY_LIMIT (default {DEFAULT_SERVER_MIB})",
+    )
+
+
 def _http_access(args: argparse.Namespace) -> HttpAccess:
     """The HTTP lock from the command line, refused now (exit 2) if the bind would be left open."""
     from mcp_resili.server.transports import HttpAccess, check_exposure
@@ -136,6 +169,7 @@ def register(commands: Commands) -> None:
         help="seconds a tool call may run before it is answered TOOL_TIMEOUT "
         f"(default {DEFAULT_CALL_TIME_LIMIT:g})",
     )
+    _add_memory(serve)
     serve.set_defaults(handler=serve_command)
 
     proxy = commands.add_parser("proxy", help="put the fault pipeline in front of any MCP server")
@@ -162,6 +196,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from mcp_resili.faults import parse_fault_spec
     from mcp_resili.registry.loader import get_suite, spec_scope
     from mcp_resili.server.app import ResiliServer
+    from mcp_resili.server.budget import MemoryBudget
     from mcp_resili.server.transports import serve_http, serve_stdio
 
     if args.trial is not None and args.trial < 0:
@@ -188,6 +223,8 @@ def serve_command(args: argparse.Namespace) -> int:
         call_time_limit=args.call_time_limit,
         max_turns=args.max_turns,
         warn_default_trial=args.trial is None,
+        hand_over_events=False,  # each episode's events go to its trace file as they happen
+        memory=MemoryBudget(episode_bytes=args.max_episode_memory, server_bytes=args.max_server_memory),
     )
     if plan.requires_suite is not None and args.task is None:
         # Its faults live in the task's data: episodes that name no task see none.
@@ -204,6 +241,8 @@ def serve_command(args: argparse.Namespace) -> int:
             anyio.run(lambda: serve_http(server, args.host, args.port, on_started=started, access=access))
     except KeyboardInterrupt:
         pass
+    finally:
+        server.recorder.close()
     return 0
 
 

@@ -54,7 +54,7 @@ from mcp_resili.trace import (
     TraceEvent,
     event_from_meta,
 )
-from mcp_resili.trace.codes import TOOL_CRASHED, UPSTREAM_CLOSED
+from mcp_resili.trace.codes import SERVER_MEMORY_LIMIT, TOOL_CRASHED, UPSTREAM_CLOSED
 
 logger = logging.getLogger(__name__)
 
@@ -240,6 +240,9 @@ async def call_tool(
     if isinstance(event, ToolCallEvent) and event.error_code == TOOL_CRASHED and event.fault is None:
         # A tool that raised what it does not declare is a bug in the tool: nothing about the agent.
         raise InfrastructureError(f"tool {call.name} crashed (a bug in the tool): {text}")
+    if isinstance(event, ToolCallEvent) and event.error_code == SERVER_MEMORY_LIMIT:
+        # The server was full of other episodes: this one measured nothing about the agent.
+        raise InfrastructureError(f"the server refused {call.name} for lack of memory: {text}")
     answer = ToolResult(call.id, call.name, text, bool(result.is_error), result.structured_content)
     return answer, event, True
 

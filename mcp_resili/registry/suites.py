@@ -104,8 +104,9 @@ class Suite:
     environment: Callable[[], EpisodeEnvironment] | None = field(default=None, repr=False)
     #: The suite's own dependency gate, checked before any fault draw when ``enforce_dependencies``
     #: is on (None: the tools' declared dependencies only). Given the episode's task, the tool called
-    #: and the episode's events so far: None lets the call go on, else (the prerequisites not met, the
-    #: refusal's message) and the call is refused as ``DEPENDENCY_NOT_MET``.
+    #: and the episode's successful calls so far of the tools in the task's workflow (all a data-flow
+    #: gate reads; the server keeps no more): None lets the call go on, else (the prerequisites not
+    #: met, the refusal's message) and the call is refused as ``DEPENDENCY_NOT_MET``.
     dependency_gate: (
         Callable[[Task | None, str, Sequence[TraceEvent]], tuple[tuple[str, ...], str] | None] | None
     ) = field(default=None, repr=False)

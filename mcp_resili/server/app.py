@@ -22,6 +22,7 @@ from mcp_resili.faults.rules import NoFaults
 from mcp_resili.registry.environment import EpisodeEnvironment
 from mcp_resili.registry.suites import Suite, UnknownTaskError
 from mcp_resili.server.backend import SimulatedBackend
+from mcp_resili.server.budget import MemoryBudget
 from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery, DiscoveryError
 from mcp_resili.server.episode import Episode
 from mcp_resili.server.episodes import (
@@ -119,6 +120,8 @@ class ResiliServer:
         environment: EpisodeEnvironment | None = None,
         max_turns: int | None = None,
         warn_default_trial: bool = False,
+        hand_over_events: bool = True,
+        memory: MemoryBudget | None = None,
     ) -> None:
         if max_turns is not None and max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
@@ -138,7 +141,11 @@ class ResiliServer:
         self.max_turns = max_turns
         #: Say once on stderr when a faulted episode plays trial 0 only because nothing named a trial.
         self._warn_default_trial = warn_default_trial and not isinstance(plan, NoFaults)
-        self.recorder = TraceRecorder(trace_dir, self._header)
+        # In process the runner takes each call's events (`take_events`); a served episode's go to its
+        # trace file as they happen, read back by `TRACE_METHOD` (`serve`: ``hand_over_events=False``).
+        self.recorder = TraceRecorder(
+            trace_dir, self._header, hand_over=hand_over_events, spool=not hand_over_events, budget=memory
+        )
         self.pipeline = CallPipeline(
             environment if environment is not None else SimulatedBackend(suite.library),
             plan,
@@ -150,6 +157,7 @@ class ResiliServer:
             dependency_gate=suite.dependency_gate,
         )
         self.episodes = EpisodeTable(default_seed=seed, trial=trial)
+        self.recorder.account.attach(self.episodes)
         specs = environment.specs if environment is not None else list(suite.library)
         self._tool_by_name = {spec.name: self._tool(spec) for spec in specs}
         self._tools = [*self._tool_by_name.values(), _FINISH_SPEC]
@@ -221,7 +229,10 @@ class ResiliServer:
 
     def close_episode(self, episode_id: str) -> Episode | None:
         """Close an episode: later calls naming it are refused. Returns it, or None if it never started."""
-        return self.episodes.close(episode_id)
+        episode = self.episodes.close(episode_id)
+        if episode is not None:
+            self.recorder.account.forget(episode)
+        return episode
 
     async def _episode_trace(
         self, ctx: ServerRequestContext[Any], params: EpisodeTraceParams
@@ -230,14 +241,26 @@ class ResiliServer:
         episode_id = params.episode or episode_request(ctx, self.connection_episode).id
         episode = self.close_episode(episode_id)
         if episode is None:
-            return EpisodeTraceResult(episode=episode_id)
+            # Closed already (evicted, expired): its trace file, if it was written, still tells it.
+            written = None if self.recorder.hand_over else self.recorder.written(episode_id)
+            if written is None:
+                return EpisodeTraceResult(episode=episode_id)
+            return EpisodeTraceResult(episode=episode_id, header=written[0], events=written[1])
         async with episode.lock:  # a call still running finishes (and is recorded) first
             if self.environment is not None:
                 self._observed(episode, await self.environment.end_episode(episode))
+            if not self.recorder.hand_over:  # read back from its trace file, never held in memory
+                written = self.recorder.written(episode_id, episode)
+                header = self._header(episode).model_dump(mode="json")
+                return EpisodeTraceResult(
+                    episode=episode_id,
+                    header=header if written is None else written[0],
+                    events=[] if written is None else written[1],
+                )
             return EpisodeTraceResult(
                 episode=episode_id,
                 header=self._header(episode).model_dump(mode="json"),
-                events=[event_to_dict(e) for e in episode.events],
+                events=[event_to_dict(e) for e in self.recorder.take(episode)],
             )
 
     # --- MCP handlers ----------------------------------------------------------------------------
@@ -343,6 +366,10 @@ class ResiliServer:
     ) -> dict[str, Any]:
         """A call's result in wire form (``content``, ``isError``, ``structuredContent``, ``_meta``)."""
         episode = self.episode(episode_request(ctx, self.connection_episode))
+        if name == FINISH_TOOL or (self.discovery is not None and name in DISCOVERY_TOOLS):
+            refused = await self.pipeline.refusal(episode, name, arguments or {})
+            if refused is not None:  # over a memory budget (`server.budget`)
+                return tool_result(result_text(refused), True, None, self._meta(refused))
         if name == FINISH_TOOL:
             return await self._finish(episode, arguments or {})
         if self.discovery is not None and name in DISCOVERY_TOOLS:

@@ -16,7 +16,7 @@ from mcp_resili.faults import (
     ProtocolState,
 )
 from mcp_resili.tasks.model import Task
-from mcp_resili.trace import TraceEvent
+from mcp_resili.trace import ToolCallEvent, TraceEvent
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,26 @@ class EpisodeLock:
             self._held = False
 
 
+@dataclass(slots=True)
+class EpisodeUsage:
+    """What one episode holds, in bytes of JSON (`mcp_resili.server.budget` keeps the accounts).
+
+    ``trace_bytes`` counts every event recorded for it (wherever the trace went); the others what it
+    holds in memory now.
+    """
+
+    #: Bytes of its trace so far (arguments and results of every call, as JSON).
+    trace_bytes: int = 0
+    #: Bytes of the events recorded and not yet taken by the in-process runner (`Episode.pending`).
+    pending_bytes: int = 0
+    #: Bytes of the calls kept for the suite's dependency gate (`Episode.kept`).
+    kept_bytes: int = 0
+    #: The last measure (or bound) of its tool state.
+    state_bytes: int = 0
+    #: What the server's account last counted for it (`MemoryAccount`).
+    counted: int = 0
+
+
 @dataclass
 class Episode:
     """Per-episode server state. Episodes never share any of it."""
@@ -88,10 +108,15 @@ class Episode:
     trace_path: Path | None = None
     #: Whether ``tool_state`` was seeded from the suite's initial state (on the first call).
     state_ready: bool = False
-    #: Every recorded event, in order (what the runner reads back instead of anything on the wire).
-    events: list[TraceEvent] = field(default_factory=list)
-    #: How many of ``events`` the in-process runner has already taken (`TraceRecorder.take`).
-    taken: int = 0
+    #: Events recorded and not yet taken by the in-process runner (`TraceRecorder.take`); a server
+    #: that hands no events over keeps none here (they go to the trace file as they happen).
+    pending: list[TraceEvent] = field(default_factory=list)
+    #: The successful tool calls so far, kept only for a suite's dependency gate (its data flow).
+    kept: list[ToolCallEvent] = field(default_factory=list)
+    #: Bytes it holds and has recorded (`mcp_resili.server.budget`).
+    usage: EpisodeUsage = field(default_factory=EpisodeUsage)
+    #: Whether the agent called ``finish`` (a finished episode is evicted first once idle).
+    finished: bool = False
     #: ``time.monotonic()`` of the last call: idle episodes expire (`EpisodeTable`).
     last_used: float = field(default_factory=time.monotonic)
     #: What protocol faults changed for this episode (its catalogue, its session; `server.protocol`).

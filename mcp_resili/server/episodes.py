@@ -242,12 +242,12 @@ class EpisodeTable:
         episode.task = task
         episode.trial, episode.fault_key = self._identity(live.request, task)
 
-    def close(self, episode_id: str) -> Episode | None:
-        """Close an episode (later calls naming it are refused); returns it, or None if not live."""
+    def close(self, episode_id: str, why: str = "closed") -> Episode | None:
+        """Close an episode (later calls naming it are refused, told ``why``); it, or None if not live."""
         live = self._live.pop(episode_id, None)
         if live is None:
             return None
-        self._remember(episode_id, "closed")
+        self._remember(episode_id, why)
         return live.episode
 
     def _new(self, request: EpisodeRequest, task: Task | None) -> Episode:

@@ -23,6 +23,7 @@ from mcp_resili.faults import (
     ToolOutcome,
 )
 from mcp_resili.server.backend import ToolBackend
+from mcp_resili.server.budget import CALL_BASE_BYTES, STATE_MEASURE_BYTES, Refusal, json_size
 from mcp_resili.server.episode import Episode
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.server.recorder import TraceRecorder
@@ -44,9 +45,17 @@ from mcp_resili.trace.codes import (
 
 logger = logging.getLogger(__name__)
 
-#: A suite's dependency gate (`Suite.dependency_gate`): (task, tool, the episode's events so far) →
-#: None to go on, or (prerequisites not met, message) to refuse the call before any fault draw.
+#: A suite's dependency gate (`Suite.dependency_gate`): (task, tool, the episode's successful tool
+#: calls so far) → None to go on, or (prerequisites not met, message) to refuse the call before any
+#: fault draw.
 DependencyGate = Callable[[Task | None, str, Sequence[TraceEvent]], tuple[tuple[str, ...], str] | None]
+
+#: Arguments larger than this (bytes of JSON) are checked in a worker thread, not on the event loop:
+#: jsonschema over megabytes (worse, explaining every problem of an invalid call) takes seconds, and
+#: every other session's calls would wait for it.
+OFF_LOOP_BYTES = 64 * 1024
+#: A refused call's arguments are recorded only up to this size (else left out, their size noted).
+REFUSED_ARGUMENT_BYTES = 4096
 
 
 class CallPipeline:
@@ -89,6 +98,7 @@ class CallPipeline:
             if validate_arguments
             else {}
         )
+        self._task_tools: dict[str, frozenset[str]] = {}
         self._output_validators = {
             name: compiled(spec.output_schema)
             for name, spec in self.specs.items()
@@ -109,7 +119,12 @@ class CallPipeline:
     ) -> tuple[ToolCallEvent, ToolOutcome | None]:
         """Like `call`, also returning the outcome the agent sees (None if the call was rejected)."""
         async with episode.lock:
-            event, outcome = await self._call(episode, tool, dict(arguments or {}), meta)
+            arguments = dict(arguments or {})
+            incoming = json_size(arguments)
+            refusal = self.recorder.account.admit(episode, incoming)
+            if refusal is not None:
+                return self._refused(episode, tool, arguments, incoming, refusal), None
+            event, outcome = await self._call(episode, tool, arguments, meta, incoming)
             try:
                 delay = event.fault.delay_seconds if event.fault is not None else 0.0
                 if delay > 0 and self.time_scale > 0:
@@ -117,8 +132,76 @@ class CallPipeline:
             finally:
                 # Recorded even when the client gives up during an injected delay: the call took its
                 # ordinal and its decision, and a replay must meet the same draws in the same order.
-                self.recorder.record(episode, event)
+                self._record_call(episode, event, outcome, incoming)
             return event, outcome
+
+    def _record_call(
+        self, episode: Episode, event: ToolCallEvent, outcome: ToolOutcome | None, incoming: int
+    ) -> None:
+        """Record a decided call, keep it for the gate if it succeeded, and measure a written state."""
+        if outcome is not None and outcome.text is not None and event.fault is None:
+            result_bytes = len(outcome.text)
+        else:
+            result_bytes = json_size(event.result)
+        nbytes = incoming + result_bytes + CALL_BASE_BYTES
+        self.recorder.record(episode, event, nbytes)
+        if event.is_error:
+            return
+        gated = self.dependency_gate is not None and self.enforce_dependencies and episode.task is not None
+        if gated and event.tool in self._workflow_tools(episode.task):  # type: ignore[arg-type]
+            self.recorder.keep(episode, event, nbytes)  # what the gate can need: the task's steps
+        spec = self.specs.get(event.tool)
+        if spec is not None and spec.access == "write" and episode.tool_state:
+            usage = episode.usage
+            if usage.state_bytes + nbytes <= STATE_MEASURE_BYTES:
+                usage.state_bytes = json_size(episode.tool_state)
+            else:  # a big state is not walked on every write: it grew by at most what came in and out
+                usage.state_bytes += nbytes
+            self.recorder.account.grew(episode)
+
+    def _workflow_tools(self, task: Task) -> frozenset[str]:
+        """The tools of ``task``'s ground-truth steps (cached per task id)."""
+        tools = self._task_tools.get(task.id)
+        if tools is None:
+            tools = frozenset(step.tool for step in task.workflow.steps)
+            if len(self._task_tools) >= 100_000:
+                self._task_tools.clear()
+            self._task_tools[task.id] = tools
+        return tools
+
+    def _refused(
+        self, episode: Episode, tool: str, arguments: dict[str, Any], incoming: int, refusal: Refusal
+    ) -> ToolCallEvent:
+        """Record a call the memory budgets refused (no ordinal, no fault draw: it never ran)."""
+        kept = arguments if incoming <= REFUSED_ARGUMENT_BYTES else {}
+        result: dict[str, Any] = {"code": refusal.code, "message": refusal.message}
+        if kept is not arguments:
+            result["argument_bytes"] = incoming  # the arguments themselves are left out of the trace
+        event = ToolCallEvent(
+            episode=episode.id,
+            seq=episode.next_seq(),
+            tool=tool,
+            arguments=kept,
+            is_error=True,
+            error_code=refusal.code,
+            result=result,
+        )
+        self.recorder.record(episode, event)
+        return event
+
+    async def refusal(
+        self, episode: Episode, tool: str, arguments: Mapping[str, Any]
+    ) -> ToolCallEvent | None:
+        """The recorded refusal of a call answered outside the pipeline, if over a memory budget.
+
+        For ``finish`` and the discovery tools; None lets the call go on.
+        """
+        async with episode.lock:
+            incoming = json_size(dict(arguments))
+            refusal = self.recorder.account.admit(episode, incoming)
+            if refusal is None:
+                return None
+            return self._refused(episode, tool, dict(arguments), incoming, refusal)
 
     async def reject(
         self, episode: Episode, tool: str, arguments: dict[str, Any], message: str
@@ -164,10 +247,16 @@ class CallPipeline:
                 summary=summary,
             )
             self.recorder.record(episode, event)
+            self.recorder.account.finished(episode)
             return event
 
     async def _call(
-        self, episode: Episode, tool: str, arguments: dict[str, Any], meta: Mapping[str, Any] | None
+        self,
+        episode: Episode,
+        tool: str,
+        arguments: dict[str, Any],
+        meta: Mapping[str, Any] | None,
+        incoming: int,
     ) -> tuple[ToolCallEvent, ToolOutcome | None]:
         def rejected(code: str, message: str, **extra: Any) -> tuple[ToolCallEvent, None]:
             return ToolCallEvent(
@@ -203,17 +292,12 @@ class CallPipeline:
             return rejected(UNKNOWN_TOOL, f"unknown tool {tool!r}; available tools: {known}")
         validator = self._validators.get(tool)
         if validator is not None:
-            # Checked before the schema, whose messages would quote a 400-digit number in full.
-            unusable = unusable_number(arguments)
-            if unusable is not None:
-                return rejected(
-                    INVALID_INPUT,
-                    f"invalid arguments for {tool}: {unusable}: numbers must be finite and within "
-                    f"±{MAX_NUMBER}",
-                )
-        problems = None if validator is None else argument_problems(validator, arguments)
-        if problems is not None:
-            return rejected(INVALID_INPUT, f"invalid arguments for {tool}: {problems}")
+            if incoming > OFF_LOOP_BYTES:
+                problem = await anyio.to_thread.run_sync(_argument_problem, validator, tool, arguments)
+            else:
+                problem = _argument_problem(validator, tool, arguments)
+            if problem is not None:
+                return rejected(INVALID_INPUT, problem)
         # 2. dependency check
         unmet: tuple[str, ...] = ()
         if spec.dependencies:
@@ -226,7 +310,7 @@ class CallPipeline:
                 unmet_dependencies=unmet,
             )
         if self.enforce_dependencies and self.dependency_gate is not None:
-            refusal = self.dependency_gate(episode.task, tool, episode.events)
+            refusal = self.dependency_gate(episode.task, tool, episode.kept)
             if refusal is not None:
                 return rejected(DEPENDENCY_NOT_MET, refusal[1], unmet_dependencies=refusal[0])
         # 3. decide fault
@@ -328,6 +412,16 @@ class CallPipeline:
             message=f"the response of {tool} does not match its declared output schema ({problem})",
             details={"response": outcome.structured},
         )
+
+
+def _argument_problem(validator: Any, tool: str, arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` are no valid call of ``tool`` (one line), or None."""
+    # Numbers first: the schema's messages would quote a 400-digit number in full.
+    unusable = unusable_number(arguments)
+    if unusable is not None:
+        return f"invalid arguments for {tool}: {unusable}: numbers must be finite and within ±{MAX_NUMBER}"
+    problems = argument_problems(validator, arguments)
+    return None if problems is None else f"invalid arguments for {tool}: {problems}"
 
 
 def result_text(event: ToolCallEvent, outcome: ToolOutcome | None = None) -> str:

@@ -1,35 +1,87 @@
-"""Where every episode's events go: kept for the runner, and written as one JSONL trace per episode."""
+"""Where every episode's events go: handed to the in-process runner, and written as one JSONL trace each.
+
+A server keeps no growing list of events. Either it hands them over (``hand_over``: the in-process
+runner takes each call's events right after the call, `TraceRecorder.take`), or they go to the
+episode's trace file as they happen (``--trace-dir``, else, with ``spool``, a file in a private
+temporary directory), from which `TRACE_METHOD` reads them back. Every event's bytes are counted in
+the server's `MemoryAccount`.
+"""
 
 from __future__ import annotations
 
+import collections
+import json
 import logging
+import shutil
+import tempfile
+import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from mcp_resili.server.budget import CALL_BASE_BYTES, MemoryAccount, MemoryBudget, json_size
 from mcp_resili.server.episode import Episode
-from mcp_resili.trace import TraceEvent, TraceHeader, dump_event
+from mcp_resili.trace import ToolCallEvent, TraceEvent, TraceHeader, dump_event
 from mcp_resili.trace.model import one_line, trace_stem
 
 logger = logging.getLogger(__name__)
 
+#: Spooled traces of closed episodes kept for `TRACE_METHOD`, in bytes, beyond which the oldest go.
+SPOOL_KEEP_BYTES = 256 * 1024 * 1024
 
-logger = logging.getLogger(__name__)
+
+def event_size(event: TraceEvent) -> int:
+    """About the bytes of ``event``'s trace line: its arguments and result as JSON, plus a fixed part."""
+    if isinstance(event, ToolCallEvent):
+        return json_size(event.arguments) + json_size(event.result) + CALL_BASE_BYTES
+    return CALL_BASE_BYTES
 
 
 class TraceRecorder:
-    """Keeps every episode's events, and writes one JSONL file per episode under ``directory`` (if set).
+    """Hands events over or writes them, one JSONL file per episode under ``directory`` (if set).
 
     An episode's file is created for it (``STEM.jsonl``, see `trace_stem`) and holds its trace alone: a
     name already in the directory (another episode's, or left by another server) is never appended
-    to, the episode takes the next free ``STEM-N.jsonl`` (N = 2, 3, ...) instead.
+    to, the episode takes the next free ``STEM-N.jsonl`` (N = 2, 3, ...) instead. With ``spool`` and
+    no ``directory`` the files go to a private temporary directory (removed with the recorder), so
+    that `read` can hand a trace over without holding it in memory.
     """
 
-    def __init__(self, directory: Path | None, header: Callable[[Episode], TraceHeader]) -> None:
-        self.directory = directory
+    def __init__(
+        self,
+        directory: Path | None,
+        header: Callable[[Episode], TraceHeader],
+        *,
+        hand_over: bool = False,
+        spool: bool = False,
+        budget: MemoryBudget | None = None,
+    ) -> None:
         self._header = header
+        #: Keep each event until `take` (the in-process runner); else only write it.
+        self.hand_over = hand_over
+        self.account = MemoryAccount(budget)
+        self._private: tempfile.TemporaryDirectory[str] | None = None
+        if directory is None and spool:
+            self._private = tempfile.TemporaryDirectory(prefix="mcp-resili-spool-")
+            directory = Path(self._private.name)
+        self.directory = directory
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
+        #: Trace files this recorder wrote, oldest first: episode id -> (file, the episode while live).
+        self._files: collections.OrderedDict[str, tuple[Path, weakref.ref[Episode]]] = (
+            collections.OrderedDict()
+        )
+        self._spooled_bytes = 0
+
+    @property
+    def private(self) -> bool:
+        """Whether traces go to a private spool (deleted once read) rather than a trace directory."""
+        return self._private is not None
+
+    def close(self) -> None:
+        """Remove the private spool, if any."""
+        if self._private is not None:
+            shutil.rmtree(self._private.name, ignore_errors=True)
 
     def path(self, episode: Episode) -> Path | None:
         """Where the episode's trace is: the file it created, else the name it will try first."""
@@ -37,12 +89,28 @@ class TraceRecorder:
             return None
         return episode.trace_path or self.directory / f"{trace_stem(episode.id)}.jsonl"
 
-    def record(self, episode: Episode, event: TraceEvent) -> None:
-        """Append ``event`` (creating the episode's file, header first, for its first event)."""
-        episode.events.append(event)
-        if self.directory is None:
-            return
-        line = dump_event(event) + "\n"
+    def record(self, episode: Episode, event: TraceEvent, nbytes: int | None = None) -> None:
+        """Hand ``event`` over or write it (creating the episode's file, header first, for its first event).
+
+        ``nbytes``: its size if the caller knows it (else measured).
+        """
+        if self.directory is not None:
+            line = dump_event(event) + "\n"
+            nbytes = len(line)
+            self._write(episode, line)
+        elif nbytes is None:
+            nbytes = event_size(event)
+        usage = episode.usage
+        usage.trace_bytes += nbytes
+        if self.hand_over:
+            episode.pending.append(event)
+            usage.pending_bytes += nbytes
+        self.account.grew(episode)
+
+    def _write(self, episode: Episode, line: str) -> None:
+        assert self.directory is not None
+        if self._private is not None:
+            self._spooled_bytes += len(line)
         if episode.trace_path is not None:
             with episode.trace_path.open("a", encoding="utf-8") as out:
                 out.write(line)
@@ -51,6 +119,31 @@ class TraceRecorder:
         episode.trace_path, created = self._create(self.directory, episode.id)
         with created:
             created.write(header + line)
+        if self._private is not None:
+            self._spooled_bytes += len(header)
+            self._files[episode.id] = (episode.trace_path, weakref.ref(episode))
+            self._trim_spool()
+
+    def _trim_spool(self) -> None:
+        """Delete the spooled traces of the oldest closed episodes past `SPOOL_KEEP_BYTES`."""
+        if self._spooled_bytes <= SPOOL_KEEP_BYTES:
+            return
+        for episode_id, (_, ref) in list(self._files.items()):
+            if self._spooled_bytes <= SPOOL_KEEP_BYTES:
+                return
+            if ref() is None:
+                self._forget_file(episode_id)
+
+    def _forget_file(self, episode_id: str) -> None:
+        entry = self._files.pop(episode_id, None)
+        if entry is None or self._private is None:
+            return
+        path = entry[0]
+        try:
+            self._spooled_bytes -= path.stat().st_size
+            path.unlink()
+        except OSError:
+            pass
 
     @staticmethod
     def _create(directory: Path, episode_id: str) -> tuple[Path, IO[str]]:
@@ -70,9 +163,41 @@ class TraceRecorder:
                 )
             return path, out
 
-    @staticmethod
-    def take(episode: Episode) -> list[TraceEvent]:
-        """The events recorded for ``episode`` since the previous `take`."""
-        new = episode.events[episode.taken :]
-        episode.taken = len(episode.events)
+    def take(self, episode: Episode) -> list[TraceEvent]:
+        """The events recorded for ``episode`` since the previous `take` (with ``hand_over``)."""
+        new = episode.pending
+        if not new:
+            return []
+        episode.pending = []
+        episode.usage.pending_bytes = 0
+        self.account.grew(episode)
         return new
+
+    def keep(self, episode: Episode, event: ToolCallEvent, nbytes: int) -> None:
+        """Keep a successful call for the suite's dependency gate (counted against the budgets)."""
+        episode.kept.append(event)
+        episode.usage.kept_bytes += nbytes
+        self.account.grew(episode)
+
+    def written(
+        self, episode_id: str, episode: Episode | None = None
+    ) -> tuple[dict[str, Any], list[Any]] | None:
+        """The header and events of an episode's trace file, read back; None if it has none.
+
+        A private spool's file is deleted once read (its reader, `TRACE_METHOD`, closed the episode).
+        """
+        path = episode.trace_path if episode is not None else None
+        if path is None:
+            entry = self._files.get(episode_id)
+            path = entry[0] if entry is not None else None
+        if path is None or self.directory is None:
+            return None
+        try:
+            with path.open(encoding="utf-8") as lines:
+                header = json.loads(next(lines, "{}"))
+                events = [json.loads(line) for line in lines if line.strip()]
+        except (OSError, ValueError):
+            logger.warning("the trace file %s of episode %r could not be read back", path, episode_id)
+            return None
+        self._forget_file(episode_id)
+        return header, events

@@ -34,12 +34,14 @@ from mcp.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
+from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_resili.constants import AUTH_TOKEN_ENV
 from mcp_resili.errors import UserError
+from mcp_resili.server.budget import SessionEndWatch
 from mcp_resili.server.protocol import (
     REASON_UNAUTHORIZED,
     WIRE_ACTIONS,
@@ -578,6 +580,9 @@ def http_app(server: Serves, host: str, access: HttpAccess | None = None) -> ASG
         host=host,
         transport_security=transport_security(host, access.allowed_hosts),
     )
+    recorder = getattr(server, "recorder", None)
+    if recorder is not None and isinstance(app, Starlette):  # a deleted session's episode closes now
+        app.add_middleware(SessionEndWatch, on_end=recorder.account.session_ended)
     app = HostCheckHint(app)
     layer = getattr(server, "protocol", None)
     if isinstance(layer, ProtocolLayer):

@@ -25,3 +25,9 @@ UPSTREAM_CLOSED = "UPSTREAM_CLOSED"
 #: never the agent's doing. The trace records it like any call, so scoring can tell it apart, and a
 #: runner counts it as an infrastructure error.
 TOOL_CRASHED = "TOOL_CRASHED"
+#: A call refused because its arguments would take the episode past its memory budget (the trace and
+#: tool state one episode may gather: `serve --max-episode-memory`). The agent's doing: it sent too much.
+EPISODE_MEMORY_LIMIT = "EPISODE_MEMORY_LIMIT"
+#: A call refused because the server's live episodes hold its whole memory budget and none could be
+#: evicted (`serve --max-server-memory`). Not the agent's doing: a runner counts an infrastructure error.
+SERVER_MEMORY_LIMIT = "SERVER_MEMORY_LIMIT"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import socket
 import sys
@@ -25,6 +26,7 @@ DEFAULT_CALL_TIME_LIMIT = 10.0
 #: Mirror `mcp_resili.server.budget`'s defaults, in MiB (`tests/test_memory_budget.py` checks they agree).
 DEFAULT_EPISODE_MIB = 32
 DEFAULT_SERVER_MIB = 256
+DEFAULT_RESULT_MIB = 4
 
 
 def _port_number(text: str) -> int:
@@ -117,6 +119,14 @@ def _add_memory(parser: argparse.ArgumentParser) -> None:
         metavar="MIB",
         help="MiB all live episodes may hold in memory; past it finished and idle episodes are evicted, "
         f"else the call is answered SERVER_MEMORY_LIMIT (default {DEFAULT_SERVER_MIB})",
+    )
+    parser.add_argument(
+        "--max-result-memory",
+        type=_mebibytes,
+        default=DEFAULT_RESULT_MIB * 1024 * 1024,
+        metavar="MIB",
+        help="MiB of one call's result; a larger one is answered RESULT_TOO_LARGE "
+        f"(default {DEFAULT_RESULT_MIB})",
     )
 
 
@@ -224,7 +234,11 @@ def serve_command(args: argparse.Namespace) -> int:
         max_turns=args.max_turns,
         warn_default_trial=args.trial is None,
         hand_over_events=False,  # each episode's events go to its trace file as they happen
-        memory=MemoryBudget(episode_bytes=args.max_episode_memory, server_bytes=args.max_server_memory),
+        memory=MemoryBudget(
+            episode_bytes=args.max_episode_memory,
+            server_bytes=args.max_server_memory,
+            result_bytes=args.max_result_memory,
+        ),
     )
     if plan.requires_suite is not None and args.task is None:
         # Its faults live in the task's data: episodes that name no task see none.
@@ -234,6 +248,12 @@ def serve_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     started = announce("serving MCP")
+    # Large calls are checked in worker threads; while one runs, the event loop waits for the GIL at
+    # most this long (default 5 ms) each time it wakes, which every other client's call pays.
+    sys.setswitchinterval(0.001)
+    # What exists now (modules, the suite, its tasks) lives as long as the server: out of the cyclic
+    # collector's full passes, which otherwise walk it all while every client waits.
+    gc.freeze()
     try:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)

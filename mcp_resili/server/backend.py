@@ -13,10 +13,11 @@ import anyio
 import pydantic_core
 
 from mcp_resili.faults import ToolOutcome
+from mcp_resili.server.budget import larger_than, result_too_large
 from mcp_resili.server.numbers import non_finite_number
 from mcp_resili.server.wire import result_json_text
 from mcp_resili.tools import ToolFailure, ToolLibrary, ToolSpec, ToolState
-from mcp_resili.trace.codes import TOOL_CRASHED
+from mcp_resili.trace.codes import RESULT_TOO_LARGE, TOOL_CRASHED
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,9 @@ class SimulatedBackend:
 
     def __init__(self, library: ToolLibrary) -> None:
         self.library = library
+        #: The largest result sent (bytes of JSON; None: any). A larger one is never encoded: that alone
+        #: would hold the interpreter for as long as a megabyte takes, every other client waiting.
+        self.result_limit: int | None = None
         #: Threads still running a call that was abandoned, keyed by ``id()`` of the episode's state.
         self._unfinished: dict[int, threading.Event] = {}
 
@@ -155,6 +159,9 @@ class SimulatedBackend:
     def _simulate(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome:
         try:
             result = self.library.simulate(spec.name, arguments, state)
+            if self.result_limit is not None and larger_than(result, self.result_limit):
+                message = result_too_large(spec.name, None, self.result_limit)
+                return ToolOutcome(structured=None, error_code=RESULT_TOO_LARGE, message=message)
             if not self.library.fresh_results:
                 # A result may share objects with the episode's state (a record the tool keeps): the
                 # recorded event must show it as it was at this call, not as later calls change it. A

@@ -40,6 +40,9 @@ MIB = 1024 * 1024
 #: HTTP body limit), all live episodes together hold at most 256 MiB.
 DEFAULT_EPISODE_BYTES = 32 * MIB
 DEFAULT_SERVER_BYTES = 256 * MIB
+#: The largest result ``serve`` sends for one call (the size of the largest request it takes): no
+#: model reads more at once, and answering megabytes is work every other client waits for.
+DEFAULT_RESULT_BYTES = 4 * MIB
 #: Bytes counted per episode, and per recorded event, besides their JSON: the objects that hold them.
 EPISODE_BASE_BYTES = 4096
 CALL_BASE_BYTES = 256
@@ -64,11 +67,48 @@ def json_size(value: Any) -> int:
         return len(repr(value))
 
 
+def larger_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` as JSON is (about) more than ``limit`` bytes, looking at no more than that.
+
+    Strings count their length, every other value a few bytes: a walk that stops once past ``limit``,
+    so a megabyte of arguments is never serialised on the event loop just to learn it is big.
+    """
+    total = 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is str:
+            total += len(item) + 3
+        elif kind is dict:
+            total += 2
+            for key, member in item.items():
+                total += len(key) + 4 if type(key) is str else 8
+                pending.append(member)
+        elif kind is list or kind is tuple:
+            total += 2 + len(item)
+            pending.extend(item)
+        else:
+            total += 8
+        if total > limit:
+            return True
+    return False
+
+
 def megabytes(nbytes: int) -> str:
     """``nbytes`` for a person: ``3.4 MiB``, ``812 KiB``."""
     if nbytes >= MIB:
         return f"{nbytes / MIB:.1f} MiB"
     return f"{max(1, round(nbytes / 1024))} KiB"
+
+
+def result_too_large(tool: str, size: int | None, limit: int) -> str:
+    """The message of `RESULT_TOO_LARGE` (``size`` None: known only to be over ``limit``)."""
+    how_big = "more than that" if size is None else megabytes(size)
+    return (
+        f"the result of {tool} is {how_big}, over this server's limit of {megabytes(limit)} for one "
+        "result (--max-result-memory): the tool ran, its result is not sent; ask for less"
+    )
 
 
 @dataclass(frozen=True)
@@ -77,11 +117,13 @@ class MemoryBudget:
 
     episode_bytes: int = DEFAULT_EPISODE_BYTES
     server_bytes: int = DEFAULT_SERVER_BYTES
+    #: The largest result one call may send (None: no limit; ``serve`` sets `DEFAULT_RESULT_BYTES`).
+    result_bytes: int | None = None
     finished_idle_seconds: float = FINISHED_IDLE_SECONDS
     pressure_idle_seconds: float = PRESSURE_IDLE_SECONDS
 
     def __post_init__(self) -> None:
-        if self.episode_bytes < 1 or self.server_bytes < 1:
+        if self.episode_bytes < 1 or self.server_bytes < 1 or (self.result_bytes or 1) < 1:
             raise ValueError(
                 f"memory budgets must be positive, got {self.episode_bytes} and {self.server_bytes} bytes"
             )

@@ -41,6 +41,11 @@ class EpisodeLock:
         """Whether a call holds the lock."""
         return self._held
 
+    @property
+    def waiting(self) -> int:
+        """How many calls wait for the lock."""
+        return len(self._waiters)
+
     async def __aenter__(self) -> None:
         if not self._held:
             self._held = True

@@ -23,7 +23,14 @@ from mcp_resili.faults import (
     ToolOutcome,
 )
 from mcp_resili.server.backend import ToolBackend
-from mcp_resili.server.budget import CALL_BASE_BYTES, STATE_MEASURE_BYTES, Refusal, json_size
+from mcp_resili.server.budget import (
+    CALL_BASE_BYTES,
+    STATE_MEASURE_BYTES,
+    Refusal,
+    json_size,
+    larger_than,
+    result_too_large,
+)
 from mcp_resili.server.episode import Episode
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.server.recorder import TraceRecorder
@@ -36,8 +43,10 @@ from mcp_resili.trace.codes import (
     CALL_CANCELLED,
     CANCELLED_MESSAGE,
     DEPENDENCY_NOT_MET,
+    EPISODE_BUSY,
     INVALID_INPUT,
     RESPONSE_SCHEMA_MISMATCH,
+    RESULT_TOO_LARGE,
     TOOL_CRASHED,
     TOOL_TIMEOUT,
     UNKNOWN_TOOL,
@@ -54,6 +63,8 @@ DependencyGate = Callable[[Task | None, str, Sequence[TraceEvent]], tuple[tuple[
 #: jsonschema over megabytes (worse, explaining every problem of an invalid call) takes seconds, and
 #: every other session's calls would wait for it.
 OFF_LOOP_BYTES = 64 * 1024
+#: Calls of one episode that may wait for the one running; more are refused (`EPISODE_BUSY`).
+MAX_WAITING_CALLS = 16
 #: A refused call's arguments are recorded only up to this size (else left out, their size noted).
 REFUSED_ARGUMENT_BYTES = 4096
 
@@ -84,6 +95,8 @@ class CallPipeline:
         #: The suite's own gate (`Suite.dependency_gate`), checked after the declared dependencies.
         self.dependency_gate = dependency_gate
         self.recorder = recorder
+        if hasattr(backend, "result_limit"):  # a backend that can stop a result before encoding it
+            backend.result_limit = recorder.account.budget.result_bytes
         if time_scale < 0:
             raise ValueError(f"time_scale must be >= 0, got {time_scale}")
         #: Multiplies every injected delay; 0 makes latency faults instant (tests, dry runs).
@@ -118,9 +131,21 @@ class CallPipeline:
         meta: Mapping[str, Any] | None = None,
     ) -> tuple[ToolCallEvent, ToolOutcome | None]:
         """Like `call`, also returning the outcome the agent sees (None if the call was rejected)."""
+        if episode.lock.waiting >= MAX_WAITING_CALLS:
+            # Refused before it waits (and holds its arguments) at all; it takes no ordinal, so it
+            # is recorded at once, without the lock the calls that decide faults hold.
+            busy = Refusal(
+                EPISODE_BUSY,
+                f"this episode already has {episode.lock.waiting} calls waiting for the one running "
+                "(its calls run one at a time): the call was not run; wait for answers before sending more",
+            )
+            return self._refused(episode, tool, dict(arguments or {}), 0, busy), None
         async with episode.lock:
             arguments = dict(arguments or {})
-            incoming = json_size(arguments)
+            if larger_than(arguments, OFF_LOOP_BYTES):  # measured in a worker thread, as it is checked
+                incoming = await anyio.to_thread.run_sync(json_size, arguments)
+            else:
+                incoming = json_size(arguments)
             refusal = self.recorder.account.admit(episode, incoming)
             if refusal is not None:
                 return self._refused(episode, tool, arguments, incoming, refusal), None
@@ -172,11 +197,18 @@ class CallPipeline:
     def _refused(
         self, episode: Episode, tool: str, arguments: dict[str, Any], incoming: int, refusal: Refusal
     ) -> ToolCallEvent:
-        """Record a call the memory budgets refused (no ordinal, no fault draw: it never ran)."""
-        kept = arguments if incoming <= REFUSED_ARGUMENT_BYTES else {}
+        """Record a call refused before it ran (no ordinal, no fault draw).
+
+        ``incoming``: the arguments' size if measured (0: not yet). Large arguments are left out of the
+        trace, their size noted (an unmeasured size as "more than" `REFUSED_ARGUMENT_BYTES`).
+        """
+        large = incoming > REFUSED_ARGUMENT_BYTES or (
+            not incoming and larger_than(arguments, REFUSED_ARGUMENT_BYTES)
+        )
+        kept = {} if large else arguments
         result: dict[str, Any] = {"code": refusal.code, "message": refusal.message}
-        if kept is not arguments:
-            result["argument_bytes"] = incoming  # the arguments themselves are left out of the trace
+        if large:  # the arguments themselves are left out of the trace
+            result["argument_bytes"] = incoming or f"more than {REFUSED_ARGUMENT_BYTES}"
         event = ToolCallEvent(
             episode=episode.id,
             seq=episode.next_seq(),
@@ -197,11 +229,15 @@ class CallPipeline:
         For ``finish`` and the discovery tools; None lets the call go on.
         """
         async with episode.lock:
-            incoming = json_size(dict(arguments))
+            arguments = dict(arguments)
+            if larger_than(arguments, OFF_LOOP_BYTES):
+                incoming = await anyio.to_thread.run_sync(json_size, arguments)
+            else:
+                incoming = json_size(arguments)
             refusal = self.recorder.account.admit(episode, incoming)
             if refusal is None:
                 return None
-            return self._refused(episode, tool, dict(arguments), incoming, refusal)
+            return self._refused(episode, tool, arguments, incoming, refusal)
 
     async def reject(
         self, episode: Episode, tool: str, arguments: dict[str, Any], message: str
@@ -342,6 +378,7 @@ class CallPipeline:
         final = injector.apply(decision.fault, outcome, context)
         if decision.fault is not None:
             final = self._conform(tool, final)
+        final = self._within_result_limit(tool, final)
         # 6. record
         return self._event(episode, tool, arguments, decision, unmet, final), final
 
@@ -386,6 +423,20 @@ class CallPipeline:
             structured=None,
             error_code=TOOL_TIMEOUT,
             message=f"{spec.name} did not finish within {limit:g} s",
+        )
+
+    def _within_result_limit(self, tool: str, outcome: ToolOutcome) -> ToolOutcome:
+        """A result over the server's limit for one result becomes `RESULT_TOO_LARGE` (the tool ran)."""
+        limit = self.recorder.account.budget.result_bytes
+        if limit is None or outcome.is_error or outcome.structured is None:
+            return outcome
+        size = len(outcome.text) if outcome.text is not None else None
+        if size is not None and size <= limit:
+            return outcome
+        if size is None and not larger_than(outcome.structured, limit):  # looks at no more than that
+            return outcome
+        return ToolOutcome(
+            structured=None, error_code=RESULT_TOO_LARGE, message=result_too_large(tool, size, limit)
         )
 
     def _conform(self, tool: str, outcome: ToolOutcome) -> ToolOutcome:

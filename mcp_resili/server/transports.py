@@ -22,7 +22,7 @@ import re
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
 import anyio
@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mcp_resili.constants import AUTH_TOKEN_ENV
 from mcp_resili.errors import UserError
 from mcp_resili.server.budget import SessionEndWatch
+from mcp_resili.server.fairness import FairLimits, FairShare
 from mcp_resili.server.protocol import (
     REASON_UNAUTHORIZED,
     WIRE_ACTIONS,
@@ -362,6 +363,8 @@ class HttpAccess:
     insecure: bool = False
     #: ``Host`` values accepted besides the bind address's own (``name`` or ``name:port``).
     allowed_hosts: tuple[str, ...] = ()
+    #: How much of the server one client may take at once (`mcp_resili.server.fairness`).
+    fairness: FairLimits = field(default_factory=FairLimits)
 
     @classmethod
     def from_options(
@@ -581,8 +584,10 @@ def http_app(server: Serves, host: str, access: HttpAccess | None = None) -> ASG
         transport_security=transport_security(host, access.allowed_hosts),
     )
     recorder = getattr(server, "recorder", None)
-    if recorder is not None and isinstance(app, Starlette):  # a deleted session's episode closes now
-        app.add_middleware(SessionEndWatch, on_end=recorder.account.session_ended)
+    if isinstance(app, Starlette):
+        if recorder is not None:  # a deleted session's episode closes now
+            app.add_middleware(SessionEndWatch, on_end=recorder.account.session_ended)
+        app.add_middleware(FairShare, limits=access.fairness)  # no client slows the others much
     app = HostCheckHint(app)
     layer = getattr(server, "protocol", None)
     if isinstance(layer, ProtocolLayer):

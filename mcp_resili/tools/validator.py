@@ -13,6 +13,7 @@ instance takes the slow path.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -132,11 +133,20 @@ def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
+#: Problems gathered before the first few are picked by path: a megabyte of wrong items has hundreds
+#: of thousands, and explaining every one of them took seconds.
+GATHERED_PROBLEMS = 1000
+
+
 def argument_problems(schema: CompiledSchema, arguments: Any, most: int = 5) -> str | None:
-    """Where and how ``arguments`` break ``schema`` (the first ``most`` problems by path), or None."""
+    """Where and how ``arguments`` break ``schema`` (the first ``most`` problems by path), or None.
+
+    The problems are picked among the first `GATHERED_PROBLEMS` the validator meets.
+    """
     if schema.is_valid(arguments):  # nearly every call: no error objects to build and sort
         return None
-    errors = sorted(schema.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    gathered = itertools.islice(schema.iter_errors(arguments), GATHERED_PROBLEMS)
+    errors = sorted(gathered, key=lambda e: list(e.absolute_path))
     if not errors:
         return None
     return "; ".join(

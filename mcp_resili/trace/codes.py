@@ -31,3 +31,9 @@ EPISODE_MEMORY_LIMIT = "EPISODE_MEMORY_LIMIT"
 #: A call refused because the server's live episodes hold its whole memory budget and none could be
 #: evicted (`serve --max-server-memory`). Not the agent's doing: a runner counts an infrastructure error.
 SERVER_MEMORY_LIMIT = "SERVER_MEMORY_LIMIT"
+#: A call refused because its episode already had `MAX_WAITING_CALLS` calls waiting for the one
+#: running (calls of one episode run one at a time). The agent's doing: it sent too many at once.
+EPISODE_BUSY = "EPISODE_BUSY"
+#: A result larger than the server's limit for one result (`serve --max-result-memory`): the tool ran
+#: (its effects happened), its result is not sent. The agent's doing: it asked for too much at once.
+RESULT_TOO_LARGE = "RESULT_TOO_LARGE"

@@ -1,0 +1,67 @@
+"""Source trees for same-run baselines: a git revision checked out into a temporary work tree."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def checkout(revision: str) -> Iterator[Path]:
+    """A detached work tree of ``revision`` (removed afterwards); ``.`` is this checkout itself."""
+    if revision == ".":
+        yield ROOT
+        return
+    with tempfile.TemporaryDirectory(prefix="mcp-resili-base-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            yield tree
+        finally:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True
+            )
+
+
+def tree_env(tree: Path, **extra: str) -> dict[str, str]:
+    """The environment that makes ``python -m mcp_resili`` import the package from ``tree``."""
+    return {**os.environ, "PYTHONPATH": str(tree), **extra}
+
+
+def revision_of(tree: Path) -> str:
+    """The short commit of ``tree`` (``+`` when it has uncommitted changes)."""
+    head = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout.strip()
+    return head + ("+" if dirty else "")
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """(current, peak) resident memory of process ``pid`` in MiB (Linux /proc)."""
+    values: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(rest.split()[0]) / 1024
+    return values.get("VmRSS", 0.0), values.get("VmHWM", 0.0)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -23,21 +23,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
-import itertools
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx2
-from mcp import Client
 from benchdocs import write_section
+from mcp import Client
 from soak import HttpClient, free_port
 from trees import checkout, cpu_seconds, revision_of, tree_env
 
@@ -60,9 +60,15 @@ def invalid_records(nbytes: int) -> list[dict[str, Any]]:
 
 def hostile_call(kind: str) -> dict[str, Any]:
     if kind == "invalid":
-        return {"name": "data_processing_validator", "arguments": {"data": {"records": invalid_records(BODY)}}}
+        return {
+            "name": "data_processing_validator",
+            "arguments": {"data": {"records": invalid_records(BODY)}},
+        }
     if kind == "bulk":
-        return {"name": "data_processing_parser", "arguments": {"data": {"content": big_csv(BODY), "format": "csv"}}}
+        return {
+            "name": "data_processing_parser",
+            "arguments": {"data": {"content": big_csv(BODY), "format": "csv"}},
+        }
     return {"name": "file_operations_reader", "arguments": {"source": "data/flood.csv"}}
 
 
@@ -85,7 +91,9 @@ async def hostile(kind: str, url: str) -> None:
         async def slot(k: int) -> None:
             for n in itertools.count():
                 params = {**call, "_meta": {"mcp-resili/episode": f"{kind}-{os.getpid()}-{k}-{n}"}}
-                body = json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}).encode()
+                body = json.dumps(
+                    {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}
+                ).encode()
                 with contextlib.suppress(httpx2.HTTPError):
                     await http.post(url, content=body, headers=headers)
 
@@ -147,7 +155,9 @@ def measure(tree: Path, calls: int, kinds: tuple[str, ...] = ("invalid", "bulk",
         here = str(Path(__file__).resolve())
         for kind in kinds:
             hostiles.append(
-                subprocess.Popen([sys.executable, here, "--hostile", kind, "--url", url], stderr=subprocess.DEVNULL)
+                subprocess.Popen(
+                    [sys.executable, here, "--hostile", kind, "--url", url], stderr=subprocess.DEVNULL
+                )
             )
         time.sleep(3)  # let them reach full pressure
         beside = asyncio.run(well_behaved(url, calls, MAX_SECONDS))
@@ -187,7 +197,10 @@ def main() -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     rows = []
     with checkout(args.base) as base_tree, checkout(".") as ours:
-        trees = [(f"baseline `{args.base}` ({revision_of(base_tree)})", base_tree), (f"this ({revision_of(ours)})", ours)]
+        trees = [
+            (f"baseline `{args.base}` ({revision_of(base_tree)})", base_tree),
+            (f"this ({revision_of(ours)})", ours),
+        ]
         for name, tree in trees[1:] if args.skip_base else trees:
             got = measure(tree, args.calls, tuple(args.hostiles.split(",")))
             p99_alone = percentile(got["alone"], 0.99)
@@ -195,11 +208,13 @@ def main() -> None:
             rows.append((name, got, p99_beside / p99_alone))
             print(
                 f"{name}: alone {summary(got['alone'])} ms, beside {summary(got['beside'])} ms "
-                f"(p50/p90/p99); p99 ratio {p99_beside / p99_alone:.2f}x; hostiles alive {got['hostiles_alive']}",
+                f"(p50/p90/p99); p99 ratio {p99_beside / p99_alone:.2f}x; "
+                f"hostiles alive {got['hostiles_alive']}",
                 flush=True,
             )
     lines = [
-        "| revision | alone p50 / p90 / p99 ms | beside 3 hostile clients p50 / p90 / p99 ms | p99 beside ÷ alone |",
+        "| revision | alone p50 / p90 / p99 ms | beside 3 hostile clients p50 / p90 / p99 ms "
+        "| p99 beside ÷ alone |",
         "|---|---|---|---:|",
     ]
     for name, got, ratio in rows:
@@ -218,7 +233,8 @@ def main() -> None:
                 f"{platform.python_version()}; load average at the start {load}.",
                 "",
                 "`mcp-resili serve --transport http` (ResiliBench, no faults). A well-behaved client plays "
-                f"{args.calls} ordinary calls one at a time in its own session (read a small file, parse it), "
+                f"{args.calls} ordinary calls one at a time in its own session "
+                "(read a small file, parse it), "
                 "first alone, then beside three hostile client processes: 3.5 MB calls whose every record "
                 "breaks the schema (4 in flight), 3.5 MB valid parser calls whose parsed records come back "
                 "(4 in flight), and a flood of small calls (64 in flight). Same run, one server process per "
@@ -226,7 +242,8 @@ def main() -> None:
                 "",
                 text,
                 "",
-                f"Goal: p99 beside the hostile clients within 2× of p99 alone: **{'met' if ours_ratio <= 2 else 'not met'}** "
+                "Goal: p99 beside the hostile clients within 2× of p99 alone: "
+                f"**{'met' if ours_ratio <= 2 else 'not met'}** "
                 f"({ours_ratio:.2f}×).",
                 "",
                 "Reproduce: `python bench/fairness.py --write-docs`.",

@@ -31,7 +31,6 @@ import json
 import platform
 import random
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -108,7 +107,10 @@ def traffic(calls: int, seed: int) -> list[Plan]:
         plans.append(Plan(f"soak-{k}", [call_of(rng, n) for n in range(count)], ending))
         total += count
     description = "x" * HEAVY_BYTES
-    heavy = ("create_ticket", {"customer_id": "C-1", "subject": "big", "description": description, "priority": "low"})
+    heavy = (
+        "create_ticket",
+        {"customer_id": "C-1", "subject": "big", "description": description, "priority": "low"},
+    )
     for k in range(HEAVY_EPISODES):
         plans.append(Plan(f"heavy-{k}", [heavy] * HEAVY_CALLS, "whole"))
     return plans
@@ -143,7 +145,16 @@ def free_port() -> int:
 
 
 def serve_command(tree: Path, transport: str, port: int, extra: list[str]) -> list[str]:
-    base = [sys.executable, "-m", "mcp_resili", "serve", "--suite", "reliabilitybench", "--faults", "lambda=0.2"]
+    base = [
+        sys.executable,
+        "-m",
+        "mcp_resili",
+        "serve",
+        "--suite",
+        "reliabilitybench",
+        "--faults",
+        "lambda=0.2",
+    ]
     base += ["--time-scale", "0", "--transport", transport, *extra]
     return base + (["--port", str(port)] if transport == "http" else [])
 
@@ -164,7 +175,9 @@ class HttpClient:
 
     async def open(self) -> None:
         response = await self.http.post(
-            self.url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": HELLO}, headers=self._h()
+            self.url,
+            json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": HELLO},
+            headers=self._h(),
         )
         self.session = response.headers["mcp-session-id"]
         await self.http.post(
@@ -321,7 +334,8 @@ def table(rows: list[tuple[str, Result]]) -> str:
         refused = sum(v for k, v in r.errors.items() if "MEMORY_LIMIT" in k)
         lines.append(
             f"| {name} | {r.transport} | {r.calls:,} | {r.episodes:,} | {r.at(0.25):.0f} | {r.at(0.5):.0f} "
-            f"| {r.at(0.75):.0f} | {r.at(1.0):.0f} | **{r.peak:.0f}** | {r.plateau:.2f} | {r.cpu:.0f} | {refused} |"
+            f"| {r.at(0.75):.0f} | {r.at(1.0):.0f} | **{r.peak:.0f}** | {r.plateau:.2f} "
+            f"| {r.cpu:.0f} | {refused} |"
         )
     return "\n".join(lines)
 
@@ -338,14 +352,21 @@ def main() -> None:
     transports = args.transport or ["http", "stdio"]
     plans = traffic(args.calls, args.seed)
     sent = sum(len(json.dumps(a)) for p in plans for _, a in p.calls)
-    print(f"{len(plans)} episodes, {sum(len(p.calls) for p in plans)} calls, {sent / 2**20:.0f} MiB of arguments")
+    print(
+        f"{len(plans)} episodes, {sum(len(p.calls) for p in plans)} calls, "
+        f"{sent / 2**20:.0f} MiB of arguments"
+    )
     load = " ".join(f"{x:.2f}" for x in __import__("os").getloadavg())
     rows: list[tuple[str, Result]] = []
     with checkout(args.base) as base_tree, checkout(".") as ours:
         runs = [
             (f"baseline `{args.base}` ({revision_of(base_tree)})", base_tree, []),
             (f"this ({revision_of(ours)})", ours, []),
-            (f"this, `--max-server-memory {SMALL_BUDGET_MIB}`", ours, ["--max-server-memory", str(SMALL_BUDGET_MIB)]),
+            (
+                f"this, `--max-server-memory {SMALL_BUDGET_MIB}`",
+                ours,
+                ["--max-server-memory", str(SMALL_BUDGET_MIB)],
+            ),
         ]
         for transport in transports:
             for name, tree, extra in runs:
@@ -354,7 +375,8 @@ def main() -> None:
                 rows.append((name, result))
                 print(
                     f"{name:32} {transport:5} {result.calls} calls in {result.seconds:.0f} s; RSS "
-                    f"{result.at(0.25):.0f} {result.at(0.5):.0f} {result.at(0.75):.0f} {result.at(1.0):.0f} MiB, "
+                    f"{result.at(0.25):.0f} {result.at(0.5):.0f} {result.at(0.75):.0f} "
+                    f"{result.at(1.0):.0f} MiB, "
                     f"peak {result.peak:.0f}; errors {result.errors}",
                     flush=True,
                 )
@@ -371,8 +393,9 @@ def main() -> None:
                 f"{platform.python_version()}; load average at the start {load}.",
                 "",
                 f"`mcp-resili serve --suite reliabilitybench --faults lambda=0.2 --time-scale 0`, driven by "
-                f"{args.clients} concurrent clients through {sum(len(p.calls) for p in plans):,} tool calls in "
-                f"{len(plans):,} episodes ({sent / 2**20:.0f} MiB of arguments: 70% of calls carry 512 B, 25% "
+                f"{args.clients} concurrent clients through {sum(len(p.calls) for p in plans):,} tool "
+                f"calls in {len(plans):,} episodes ({sent / 2**20:.0f} MiB of arguments: 70% of calls "
+                "carry 512 B, 25% "
                 "16 KiB, 5% 512 KiB; tickets written, searched, updated and listed, so each episode's state "
                 "and results grow). Episodes end as clients end them: 40% finish and fetch their trace, "
                 "20% finish and leave, 20% (HTTP) delete their session or (stdio) leave unfinished, 20% stop "

@@ -569,6 +569,4 @@ async def play_policy(
         fault_key=fault_key,
         max_turns=budget,
     )
-    return Trace(
-        header=header, events=tuple(e for e in taken if isinstance(e, ToolCallEvent | FinishEvent))
-    )
+    return Trace(header=header, events=tuple(e for e in taken if isinstance(e, ToolCallEvent | FinishEvent)))

@@ -201,6 +201,16 @@ def register(commands: Commands) -> None:
     proxy.set_defaults(handler=proxy_command)
 
 
+def _settle_for_a_long_life() -> None:
+    """Interpreter settings of a server that runs for days beside many clients."""
+    # Large calls are checked in worker threads; while one runs, the event loop waits for the GIL at
+    # most this long (default 5 ms) each time it wakes, which every other client's call pays.
+    sys.setswitchinterval(0.001)
+    # What exists now (modules, the suite, its tasks) lives as long as the server: out of the cyclic
+    # collector's full passes, which otherwise walk it all while every client waits.
+    gc.freeze()
+
+
 def serve_command(args: argparse.Namespace) -> int:
     """Serve a suite until interrupted."""
     from mcp_resili.faults import parse_fault_spec
@@ -248,12 +258,7 @@ def serve_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     started = announce("serving MCP")
-    # Large calls are checked in worker threads; while one runs, the event loop waits for the GIL at
-    # most this long (default 5 ms) each time it wakes, which every other client's call pays.
-    sys.setswitchinterval(0.001)
-    # What exists now (modules, the suite, its tasks) lives as long as the server: out of the cyclic
-    # collector's full passes, which otherwise walk it all while every client waits.
-    gc.freeze()
+    _settle_for_a_long_life()
     try:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)

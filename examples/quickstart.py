@@ -13,8 +13,8 @@ async def main() -> None:
     config = RunConfig(
         models=("scripted:oracle", "scripted:naive"), faults=("resilibench",), limit=5, trials=2, db=db
     )
-    result = await execute(config)
-    for group in summarize(result.rows):
+    result = await execute(config)  # every episode is in the store as it finishes
+    for group in summarize(result.iter_rows(traces=False)):  # read back one row at a time
         full = group.levels["full"]
         print(f"{group.model:16} full {full.value:.0%} (95% CI {full.low:.0%}-{full.high:.0%}) over {full.n}")
 

@@ -417,16 +417,18 @@ def _execute_with_progress(
 
 def _exit_status(result: RunResult, err: Console) -> int:
     """0, or `EXIT_NOTHING_SCORED` with the cause when every episode played was an infrastructure error."""
+    from collections import Counter
+
     from mcp_resili.client.providers.retry import explain_failure
     from mcp_resili.trace import Trace, trace_lines
 
-    if not result.rows or any(r.label is not None for r in result.rows):
+    if not result.episodes or result.infrastructure_errors < result.episodes:
         return 0
-    details = []
-    for row in result.rows:
+    details: Counter[str] = Counter()
+    for row in result.iter_rows():
         end = Trace.from_lines(trace_lines(row.trace), origin=row.episode_id).end
-        details.append(end.detail if end is not None else "")
-    cause = max(set(details), key=details.count)
+        details[end.detail if end is not None else ""] += 1
+    cause = max(sorted(details), key=lambda detail: details[detail])
     err.print(
         f"every episode was an infrastructure error (nothing about the agent was measured): "
         f"{explain_failure(cause)}",
@@ -452,7 +454,7 @@ def _summary_payload(config: RunConfig, result: RunResult, summaries: list[Any])
         "db": str(config.db),
         "architecture": config.architecture,
         "executor": result.executor,
-        "episodes": len(result.rows),
+        "episodes": result.episodes,
         "resumed": result.resumed,
         "replayed_infrastructure_errors": result.replayed_infrastructure_errors,
         "infrastructure_errors": result.infrastructure_errors,
@@ -473,13 +475,16 @@ def _print_summary(
     from mcp_resili.report.build import damaged_scores
     from mcp_resili.report.coping import coping_section
     from mcp_resili.report.terminal import section_tables
+    from mcp_resili.store import StoredRows
 
-    summaries = summarize(result.rows, args.by, suite.task_info if args.by else None, suite.summary_columns)
+    # Read from the store, without traces, one pass each: a run of any size takes the same memory.
+    rows = StoredRows(config.db, result.run_id)
+    summaries = summarize(rows, args.by, suite.task_info if args.by else None, suite.summary_columns)
     try:
-        suite_summary = suite.summarize(result.rows) if suite.summarize is not None else None
+        suite_summary = suite.summarize(rows) if suite.summarize is not None else None
     except Exception as exc:  # a suite's hook (possibly a third party's) met scores it cannot read
         raise damaged_scores(suite.name, exc) from None
-    coping = coping_section(result.rows)  # protocol faults: recovery per fault type
+    coping = coping_section(rows)  # protocol faults: recovery per fault type
     if args.json:
         payload = _summary_payload(config, result, summaries)
         if suite_summary is not None:
@@ -496,7 +501,7 @@ def _print_summary(
         for table in section_tables([coping]):
             out.print(table)
     sys.stdout.flush()
-    err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
+    err.print(f"stored {result.episodes} episodes of run {result.run_id} in {config.db}", soft_wrap=True)
     spend = _spend_line(config, result)
     if spend is not None:
         err.print(spend, highlight=False)

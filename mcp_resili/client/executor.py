@@ -8,7 +8,7 @@ that spreads the same work over a Ray cluster.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,6 +50,19 @@ class RunJob:
 
 #: Receives each episode's result as it finishes (called on the driver, in its event loop).
 Deliver = Callable[[EpisodeResult], None]
+
+
+class WorkItems(Protocol):
+    """A run's work items: counted, and gone through (again) as they are played; never listed ahead."""
+
+    def __iter__(self) -> Iterator[WorkItem]:
+        """The items, made as they are taken."""
+        ...
+
+    def __len__(self) -> int:
+        """How many items there are."""
+        ...
+
 
 #: Seconds between two slots opening when ``--ramp-up`` is not given: about the CPU one episode
 #: takes this runner, so the first episodes start at the pace it can serve them.
@@ -96,7 +109,7 @@ class Executor(Protocol):
     #: ``local``, ``ray``: recorded in logs and shown in the summary.
     name: str
 
-    async def run(self, job: RunJob, items: Sequence[WorkItem], deliver: Deliver) -> None:
+    async def run(self, job: RunJob, items: WorkItems, deliver: Deliver) -> None:
         """Play every item; return when every episode's result has been delivered."""
         ...
 
@@ -140,7 +153,7 @@ class LocalExecutor:
         """The ledger's spend, when the run has limits."""
         return None if self._allowance is None else self._allowance.ledger.spent
 
-    async def run(self, job: RunJob, items: Sequence[WorkItem], deliver: Deliver) -> None:
+    async def run(self, job: RunJob, items: WorkItems, deliver: Deliver) -> None:
         """Run the items with at most ``concurrency`` episodes in flight (and per provider, its own)."""
         config = job.config
         allowance: Allowance = UNLIMITED
@@ -158,11 +171,12 @@ class LocalExecutor:
             model_options=self._model_options,
             **options,
         )
-        slots = min(config.concurrency, len(items))
+        count = len(items)
+        slots = min(config.concurrency, count)
         run_slots = anyio.CapacityLimiter(max(1, initially_open(config, slots)))
-        per_provider: dict[str, list[WorkItem]] = {}
-        for item in items:
-            per_provider.setdefault(provider_of(item.chain[0].model), []).append(item)
+        providers: dict[str, list[str]] = {}
+        for model in config.models:
+            providers.setdefault(provider_of(model), []).append(model)
 
         async def worker(queue: Iterator[WorkItem]) -> None:
             # A provider's workers take their slot in the run only while playing, so an episode that
@@ -179,9 +193,15 @@ class LocalExecutor:
             if run_slots.total_tokens < slots:
                 opener.start_soon(open_slots, config, slots, open_one)
             async with anyio.create_task_group() as tg:
-                for provider_items in per_provider.values():
-                    queue = iter(provider_items)
-                    width = min(config.provider_concurrency or math.inf, slots, len(provider_items))
+                for models in providers.values():
+                    # Each provider's workers go through the items once, taking their own.
+                    queue = _of_models(items, frozenset(models)) if len(providers) > 1 else iter(items)
+                    width = min(config.provider_concurrency or math.inf, slots)
                     for _ in range(int(width)):
                         tg.start_soon(worker, queue)
             opener.cancel_scope.cancel()
+
+
+def _of_models(items: WorkItems, models: frozenset[str]) -> Iterator[WorkItem]:
+    """The items whose episodes play one of ``models``."""
+    return (item for item in items if item.chain[0].model in models)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -425,16 +425,62 @@ class RunPlan:
         return tuple(self.fault_plans) or (EXTERNAL_FAULTS,)
 
     def episodes(self) -> list[PlannedEpisode]:
-        """The run matrix: every fault spec, model, variant, task and trial."""
+        """The run matrix: every fault spec, model, variant, task and trial (see `iter_cells`)."""
+        return [episode for cell in self.iter_cells() for episode in cell]
+
+    def episode_count(self) -> int:
+        """How many episodes the run has, without listing them."""
         config = self.config
-        return [
-            PlannedEpisode(model, spec, task_id, trial, variant)
-            for spec in self.fault_specs
-            for model in config.models
-            for variant in config.all_variants()
-            for task_id in self.task_ids
-            for trial in range(config.trials)
-        ]
+        return (
+            len(self.fault_specs) * len(config.models) * len(config.all_variants()) * len(self.task_ids)
+        ) * config.trials
+
+    def iter_cells(self, models: Sequence[str] | None = None) -> Iterator[list[PlannedEpisode]]:
+        """The matrix one (fault spec, model, variant, task) at a time, its trials in order.
+
+        Nothing is listed ahead: a run of 200,000 episodes holds one cell at a time. ``models``
+        restricts it to some of the run's models (an executor's share per provider).
+        """
+        config = self.config
+        trials = range(config.trials)
+        for spec in self.fault_specs:
+            for model in config.models:
+                if models is not None and model not in models:
+                    continue
+                for variant in config.all_variants():
+                    for task_id in self.task_ids:
+                        yield [PlannedEpisode(model, spec, task_id, trial, variant) for trial in trials]
+
+    def index(self, planned: PlannedEpisode) -> int | None:
+        """The position of ``planned`` in `episodes` (None if the run has no such episode)."""
+        positions = self._positions()
+        try:
+            spec = positions[0][planned.faults]
+            model = positions[1][planned.model]
+            variant = positions[2][planned.variant]
+            task = positions[3][planned.task_id]
+        except KeyError:
+            return None
+        trials = self.config.trials
+        if not 0 <= planned.trial < trials:
+            return None
+        sizes = [len(p) for p in positions]
+        return (((spec * sizes[1] + model) * sizes[2] + variant) * sizes[3] + task) * trials + planned.trial
+
+    def _positions(self) -> tuple[dict[str, int], ...]:
+        cached = self.__dict__.get("_positions_cache")
+        if cached is None:
+            cached = tuple(
+                {value: n for n, value in enumerate(values)}
+                for values in (
+                    self.fault_specs,
+                    self.config.models,
+                    self.config.all_variants(),
+                    self.task_ids,
+                )
+            )
+            object.__setattr__(self, "_positions_cache", cached)
+        return cached
 
 
 ChainKey = tuple[str, str, str, str]

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import gc
 import logging
+import queue
 import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
-
-import anyio
 
 from mcp_resili.agents.model import Model, Reflection
 from mcp_resili.client.executor import Executor, LocalExecutor, RunJob, WorkItem, remember
@@ -31,7 +33,6 @@ from mcp_resili.client.plan import (
     RunConfigError,
     RunPlan,
     chain_key,
-    chains,
     episode_id,
     load_run_config,
     plans_of_stored_episodes,
@@ -41,7 +42,7 @@ from mcp_resili.client.providers import create_model
 from mcp_resili.client.session import EpisodeResult, connect
 from mcp_resili.registry.loader import get_suite, load_all_suites
 from mcp_resili.registry.suites import Suite
-from mcp_resili.store import EpisodeRow, Store
+from mcp_resili.store import EpisodeRow, Store, StoredKey
 from mcp_resili.trace import ReflectionEvent, Trace, trace_lines
 
 __all__ = [
@@ -64,15 +65,25 @@ logger = logging.getLogger(__name__)
 #: Finished episodes are written in batches of this many, and at least this often (seconds).
 WRITE_BATCH = 64
 WRITE_EVERY = 1.0
+#: Finished episodes that may wait for the writer (then the driver waits for the disk).
+WRITE_QUEUE = 1024
 
 
 @dataclass
 class RunResult:
-    """What a finished run produced."""
+    """What a finished run produced: its counts; its rows are in the store (`iter_rows`, `rows`).
+
+    Nothing here grows with the run: a sweep of 200,000 episodes returns the same few numbers.
+    """
 
     run_id: str
     config: RunConfig
-    rows: list[EpisodeRow] = field(default_factory=list)
+    #: Episodes of the run in the store (resumed ones included).
+    episodes: int = 0
+    #: Stored episodes that say nothing about the agent (the provider or the server failed).
+    infrastructure_errors: int = 0
+    #: USD spent by the run's stored episodes that have a price.
+    cost_usd: float = 0.0
     #: Episodes found already stored (a resume) and not played again.
     resumed: int = 0
     #: Episodes a resume found stored as infrastructure errors and played again (their rows replaced).
@@ -92,31 +103,38 @@ class RunResult:
     #: The executor that played the episodes (``local``, ``ray``).
     executor: str = "local"
 
-    @property
-    def cost_usd(self) -> float:
-        """USD spent by the run's stored episodes that have a price."""
-        return sum(r.cost_usd or 0.0 for r in self.rows)
+    def iter_rows(self, *, traces: bool = True) -> Iterator[EpisodeRow]:
+        """The run's stored rows one at a time, read from the store (without ``traces``: lighter)."""
+        store = Store(self.config.db, read_only=True)
+        try:
+            yield from store.iter_episodes(self.run_id, traces=traces)
+        finally:
+            store.close()
 
     @property
-    def infrastructure_errors(self) -> int:
-        """Stored episodes that say nothing about the agent (the provider or the server failed)."""
-        return sum(1 for r in self.rows if r.label is None)
+    def rows(self) -> list[EpisodeRow]:
+        """Every stored row of the run, read from the store now: for small runs (else `iter_rows`)."""
+        return list(self.iter_rows())
 
 
-def _written_reflection(row: EpisodeRow) -> Reflection | None:
+def _written_reflection(trace_text: str, episode_id: str) -> Reflection | None:
     """The reflection a stored Reflexion episode wrote after failing, if any (to resume its task)."""
-    trace = Trace.from_lines(trace_lines(row.trace), origin=row.episode_id)
+    trace = Trace.from_lines(trace_lines(trace_text), origin=episode_id)
     written = [e for e in trace.events if isinstance(e, ReflectionEvent) and e.role == "written" and e.text]
     return Reflection(written[-1].from_trial, written[-1].text) if written else None
 
 
-def _stored_memory(rows: Sequence[EpisodeRow]) -> dict[tuple[str, str, str, str], tuple[Reflection, ...]]:
+def _stored_memory(
+    store: Store, run_id: str, keys: Sequence[StoredKey]
+) -> dict[tuple[str, str, str, str], tuple[Reflection, ...]]:
     """Per task chain, the Reflexion memory its stored trials left (a resume continues from it)."""
     memory: dict[tuple[str, str, str, str], tuple[Reflection, ...]] = {}
-    for row in sorted(rows, key=lambda r: r.trial):
-        if row.architecture == "reflexion":
-            key = (row.faults, row.model, row.variant, row.task_id)
-            memory[key] = remember(memory.get(key, ()), _written_reflection(row))
+    reflexion = sorted((k for k in keys if k.architecture == "reflexion"), key=lambda k: k.trial)
+    traces = dict(store.traces_of(run_id, (k.episode_id for k in reflexion)))
+    for key in reflexion:
+        chain = (key.faults, key.model, key.variant, key.task_id)
+        written = _written_reflection(traces[key.episode_id], key.episode_id)
+        memory[chain] = remember(memory.get(chain, ()), written)
     return memory
 
 
@@ -132,7 +150,7 @@ def _check_prices(config: RunConfig, prices: PriceTable) -> None:
 
 
 def _estimate(
-    plan: RunPlan, planned: Sequence[PlannedEpisode], tools: Mapping[str, Sequence[Any]]
+    plan: RunPlan, planned: Iterable[PlannedEpisode], tools: Mapping[str, Sequence[Any]]
 ) -> CostEstimate:
     """Tokens and USD for ``planned``: the prompt and tool schemas, one turn per workflow step + finish."""
     config, suite = plan.config, plan.suite
@@ -150,8 +168,10 @@ def _estimate(
     return estimate_cost(rows, prices)
 
 
-async def _estimate_planned(plan: RunPlan, planned: Sequence[PlannedEpisode]) -> CostEstimate:
-    specs = sorted({p.faults for p in planned})
+async def _estimate_planned(
+    plan: RunPlan, planned: Iterable[PlannedEpisode], specs: Iterable[str]
+) -> CostEstimate:
+    """Estimate ``planned`` (gone through once) after listing the tools of each of ``specs``."""
     async with AsyncExitStack() as stack:
         tools: dict[str, Sequence[Any]] = {}
         for spec in specs:
@@ -185,30 +205,129 @@ async def estimate_run(
     if resume is not None:
         store = Store(config.db)
         try:
-            kept, _ = _kept_and_void(store.episodes(resume))
+            done = {
+                k.episode_id for k in store.stored_keys(resume) if k.termination != "infrastructure_error"
+            }
         finally:
             store.close()
-        done = {r.episode_id for r in kept}
         planned = [p for p in planned if episode_id(resume, p) not in done]
-    return await _estimate_planned(plan, planned)
+    return await _estimate_planned(plan, planned, sorted({p.faults for p in planned}))
 
 
-def _kept_and_void(rows: Sequence[EpisodeRow]) -> tuple[list[EpisodeRow], list[EpisodeRow]]:
-    """A stored run's rows: those a resume keeps, and its infrastructure errors (played again)."""
-    kept = [r for r in rows if r.termination != "infrastructure_error"]
-    return kept, [r for r in rows if r.termination == "infrastructure_error"]
+class PlannedWork:
+    """The work items of a run, made as they are taken: nothing per episode is listed ahead.
+
+    Iterating goes through the run's matrix (`RunPlan.iter_cells`) and skips the episodes already
+    stored (``done``, one byte per planned episode); under Reflexion a cell's trials are one item.
+    """
+
+    def __init__(
+        self,
+        plan: RunPlan,
+        done: bytearray,
+        memory: Mapping[tuple[str, str, str, str], tuple[Reflection, ...]],
+    ) -> None:
+        self.plan = plan
+        self._done = done
+        self._memory = memory
+        self._count: int | None = None
+
+    def __iter__(self) -> Iterator[WorkItem]:
+        chained = self.plan.config.architecture == "reflexion"
+        index = self.plan.index
+        done = self._done
+        for cell in self.plan.iter_cells():
+            todo = [p for p in cell if not done[index(p) or 0]]
+            if not todo:
+                continue
+            if chained:
+                yield WorkItem(tuple(todo), self._memory.get(chain_key(todo[0]), ()))
+            else:
+                for planned in todo:
+                    yield WorkItem((planned,))
+
+    def __len__(self) -> int:
+        """How many work items there are (one per episode left; under Reflexion, counted once)."""
+        if self._count is None:
+            if self.plan.config.architecture == "reflexion":
+                self._count = sum(1 for _ in self)
+            else:
+                self._count = len(self._done) - sum(self._done)
+        return self._count
+
+
+class RunWriter:
+    """Writes finished episodes to the store in a thread of its own, in batches.
+
+    Compressing a trace and SQLite's work both release the interpreter, so storing overlaps playing
+    on a second core; the driver only hands rows over. At most `WRITE_QUEUE` rows wait (then the
+    driver waits for the disk).
+    """
+
+    def __init__(self, db: Path, replacing: frozenset[str]) -> None:
+        self._db = db
+        self._replacing = replacing
+        self._rows: queue.Queue[EpisodeRow | None] = queue.Queue(maxsize=WRITE_QUEUE)
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="mcp-resili-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, row: EpisodeRow) -> None:
+        """Store ``row`` (soon); raises what stopped the writer, if it stopped."""
+        if self._failure is not None:
+            raise self._failure
+        self._rows.put(row)
+
+    def close(self) -> None:
+        """Write what is left and stop; raises what stopped the writer, if anything did."""
+        self._rows.put(None)
+        self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+
+    def _run(self) -> None:
+        store: Store | None = None
+        try:
+            store = Store(self._db)
+            while self._write_batch(store):
+                pass
+        except BaseException as exc:  # surfaced to the driver by `put` or `close`
+            self._failure = exc
+            while True:  # let a driver blocked on a full queue go on to see the failure
+                try:
+                    if self._rows.get_nowait() is None:
+                        break
+                except queue.Empty:
+                    break
+        finally:
+            if store is not None:
+                store.close()
+
+    def _write_batch(self, store: Store) -> bool:
+        """Write the next batch (up to `WRITE_BATCH` rows or `WRITE_EVERY` seconds); False at the end."""
+        first = self._rows.get()
+        if first is None:
+            return False
+        batch = [first]
+        more = True
+        deadline = time.monotonic() + WRITE_EVERY
+        while len(batch) < WRITE_BATCH:
+            try:
+                row = self._rows.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if row is None:
+                more = False
+                break
+            batch.append(row)
+        # One transaction per batch: a commit per episode was a few % of the CPU.
+        store.add_episodes(batch, replacing=self._replacing)
+        return more
 
 
 def _model_factory(spec: str, **options: Any) -> Model:
     # Looked up at call time, so tests can substitute `mcp_resili.client.runner.create_model`.
     return create_model(spec, **options)
-
-
-async def _flush_every(seconds: float, flush: Callable[[], None]) -> None:
-    """Write finished episodes at least every ``seconds`` (a killed run then loses only that much)."""
-    while True:
-        await anyio.sleep(seconds)
-        flush()
 
 
 def local_executor(model_options: dict[str, Any] | None = None) -> LocalExecutor:
@@ -258,7 +377,11 @@ async def execute(
     executor: Executor | None = None,
     on_run: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Run the matrix and store every episode; returns the run's stored rows.
+    """Run the matrix and store every episode as it finishes; returns the run's counts.
+
+    The rows are in the store, written as episodes finish: read them with `RunResult.iter_rows`
+    (or ``Store.iter_episodes``). Nothing kept here grows with the run, so a sweep of any size runs
+    in the same memory. ``on_episode`` hears each row as it is handed to the store.
 
     ``suite``: the suite to play, handed down (default: ``config.suite`` found among the installed
     suites). ``on_run`` hears the run id once the run is in the store (so an interrupted run can say how to
@@ -272,85 +395,62 @@ async def execute(
     """
     plan = resolve_run(config, suite, resume)
     config, suite = plan.config, plan.suite
-    planned = plan.episodes()
     _check_prices(config, load_price_table(config.prices))
     if executor is None:
         executor = local_executor(model_options)
-    store = Store(config.db)
     run_id = resume or f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     result = RunResult(run_id, config, executor=executor.name)
-    replacing: frozenset[str] = frozenset()
+    #: One byte per planned episode: stored (by the resumed run, or delivered in this one).
+    done = bytearray(plan.episode_count())
+    replacing, memory = _open_run(plan, run_id, resume, result, done)
+    if on_run is not None:
+        on_run(run_id)
+    work = PlannedWork(plan, done, memory)
+    todo = len(done) - sum(done)
+    if on_planned is not None:
+        on_planned(todo)
+    if on_estimate is not None and todo:
+        specs = sorted({item.chain[0].faults for item in work})
+        on_estimate(await _estimate_planned(plan, (p for item in work for p in item.chain), specs))
+    writer = RunWriter(config.db, replacing)
+
+    def deliver(outcome: EpisodeResult) -> None:
+        if outcome.outcome != "played":
+            result.stopped = "max_cost"
+            if outcome.outcome == "budget_stopped":
+                result.budget_stopped += 1
+            else:
+                result.skipped += 1
+            return
+        row = outcome.row
+        assert row is not None  # a played episode always has its row
+        position = plan.index(outcome.planned)
+        if position is None or done[position]:
+            # A replayed episode (its worker died after playing it): the first copy stands.
+            logger.info("episode %s delivered twice; kept the stored one", row.episode_id)
+            return
+        done[position] = 1
+        writer.put(row)
+        result.episodes += 1
+        result.infrastructure_errors += row.label is None
+        result.cost_usd += row.cost_usd or 0.0
+        if on_episode is not None:
+            on_episode(row)
+
+    limits = LimitSpec(
+        max_cost=config.max_cost,
+        spent=result.cost_usd + result.replaced_cost_usd,
+        requests_per_minute=config.requests_per_minute,
+        tokens_per_minute=config.tokens_per_minute,
+    )
     try:
-        if resume is None:
-            store.add_run(run_id, datetime.now(UTC).isoformat(), suite.name, config.seed, config.to_dict())
-        else:
-            kept, void = _kept_and_void(store.episodes(run_id))
-            result.rows.extend(kept)
-            result.resumed = len(kept)
-            # Infrastructure errors measured nothing: a resume plays them again, its rows in their place.
-            result.replayed_infrastructure_errors = len(void)
-            result.replaced_cost_usd = sum(r.cost_usd or 0.0 for r in void)
-            replacing = frozenset(r.episode_id for r in void)
-        if on_run is not None:
-            on_run(run_id)
-        stored = {r.episode_id for r in result.rows}
-        todo = [p for p in planned if episode_id(run_id, p) not in stored]
-        if on_planned is not None:
-            on_planned(len(todo))
-        if on_estimate is not None and todo:
-            on_estimate(await _estimate_planned(plan, todo))
-        memory = _stored_memory(result.rows)
-        unwritten: list[EpisodeRow] = []
-
-        def flush() -> None:
-            # One transaction per batch of episodes: a commit per episode was a few % of the CPU.
-            if unwritten:
-                store.add_episodes(unwritten, replacing=replacing)
-                unwritten.clear()
-
-        items = [WorkItem(tuple(c), memory.get(chain_key(c[0]), ())) for c in chains(config, todo)]
-
-        def deliver(outcome: EpisodeResult) -> None:
-            if outcome.outcome != "played":
-                result.stopped = "max_cost"
-                if outcome.outcome == "budget_stopped":
-                    result.budget_stopped += 1
-                else:
-                    result.skipped += 1
-                return
-            row = outcome.row
-            assert row is not None  # a played episode always has its row
-            if row.episode_id in stored:
-                # A replayed episode (its worker died after playing it): the first copy stands.
-                logger.info("episode %s delivered twice; kept the stored one", row.episode_id)
-                return
-            stored.add(row.episode_id)
-            unwritten.append(row)
-            if len(unwritten) >= WRITE_BATCH:
-                flush()
-            result.rows.append(row)
-            if on_episode is not None:
-                on_episode(row)
-
-        limits = LimitSpec(
-            max_cost=config.max_cost,
-            spent=result.cost_usd + result.replaced_cost_usd,
-            requests_per_minute=config.requests_per_minute,
-            tokens_per_minute=config.tokens_per_minute,
-        )
-        try:
-            if items:
-                with _long_lived_objects_frozen():
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(_flush_every, WRITE_EVERY, flush)
-                        await executor.run(RunJob(plan, run_id, limits), items, deliver)
-                        tg.cancel_scope.cancel()
-        finally:
-            flush()  # episodes already delivered are stored even if the run stops early
-        spent = executor.spent()
-        result.spent_usd = spent if spent is not None else result.cost_usd
+        if todo:
+            with _long_lived_objects_frozen():
+                await executor.run(RunJob(plan, run_id, limits), work, deliver)
     finally:
-        store.close()
+        writer.close()  # episodes already delivered are stored even if the run stops early
+    spent = executor.spent()
+    result.spent_usd = spent if spent is not None else result.cost_usd
     if result.stopped == "max_cost":
         logger.warning(
             "--max-cost %.2f reached: %d episodes budget-stopped, %d not started; "
@@ -360,5 +460,41 @@ async def execute(
             result.skipped,
             run_id,
         )
-    result.rows.sort(key=lambda r: (r.model, r.architecture, r.faults, r.variant, r.task_id, r.trial))
     return result
+
+
+def _open_run(
+    plan: RunPlan, run_id: str, resume: str | None, result: RunResult, done: bytearray
+) -> tuple[frozenset[str], dict[tuple[str, str, str, str], tuple[Reflection, ...]]]:
+    """Add the run to the store, or read what a resumed run stored: marks ``done``, counts ``result``.
+
+    Returns the stored infrastructure errors (played again, their rows replaced) and the Reflexion
+    memory the stored trials left.
+    """
+    config = plan.config
+    store = Store(config.db)
+    try:
+        if resume is None:
+            store.add_run(
+                run_id, datetime.now(UTC).isoformat(), plan.suite.name, config.seed, config.to_dict()
+            )
+            return frozenset(), {}
+        kept: list[StoredKey] = []
+        void: list[StoredKey] = []
+        for key in store.stored_keys(run_id):
+            if key.termination == "infrastructure_error":
+                void.append(key)  # measured nothing: played again, its row replaced
+                continue
+            position = plan.index(PlannedEpisode(key.model, key.faults, key.task_id, key.trial, key.variant))
+            if position is not None:
+                done[position] = 1
+            result.episodes += 1
+            result.cost_usd += key.cost_usd or 0.0
+            if key.architecture == "reflexion":
+                kept.append(key)
+        result.resumed = result.episodes
+        result.replayed_infrastructure_errors = len(void)
+        result.replaced_cost_usd = sum(k.cost_usd or 0.0 for k in void)
+        return frozenset(k.episode_id for k in void), _stored_memory(store, run_id, kept)
+    finally:
+        store.close()

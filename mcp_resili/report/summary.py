@@ -164,6 +164,59 @@ def _breakdown(
     return tuple(str(values.get(key, "?")) for key in by)
 
 
+class _Group:
+    """Running counts of one group: what `GroupSummary` needs, without keeping its rows."""
+
+    __slots__ = (
+        "columns",
+        "cost",
+        "episodes",
+        "input_tokens",
+        "levels",
+        "output_tokens",
+        "priced",
+        "scored",
+        "value",
+    )
+
+    def __init__(self, columns: Sequence[ComponentColumn]) -> None:
+        self.episodes = self.scored = self.input_tokens = self.output_tokens = 0
+        self.value = self.cost = 0.0
+        self.priced = False
+        self.levels = dict.fromkeys(LEVELS, 0)
+        #: Per column: [episodes carrying the component, true ones (share) or their sum (mean)].
+        self.columns: dict[str, list[float]] = {column.key: [0, 0.0] for column in columns}
+
+    def add(self, row: EpisodeRow, columns: Sequence[ComponentColumn]) -> None:
+        self.episodes += 1
+        self.input_tokens += row.input_tokens
+        self.output_tokens += row.output_tokens
+        if row.cost_usd is not None:
+            self.priced = True
+            self.cost += row.cost_usd
+        if row.label is None:
+            return
+        self.scored += 1
+        self.value += row.value or 0.0
+        if row.label in self.levels:
+            self.levels[row.label] += 1
+        if not columns:
+            return
+        components = (row.score or {}).get("components", {})
+        for column in columns:
+            value = components.get(column.component)
+            if value is not None:
+                counts = self.columns[column.key]
+                counts[0] += 1
+                counts[1] += (1 if value else 0) if column.summary == "share" else float(value)
+
+    def column(self, column: ComponentColumn) -> Rate | float | None:
+        n, total = self.columns[column.key]
+        if not n:
+            return None
+        return rate(int(total), int(n)) if column.summary == "share" else total / n
+
+
 def summarize(
     rows: Iterable[EpisodeRow],
     by: Sequence[str] = (),
@@ -174,37 +227,38 @@ def summarize(
 
     ``by`` takes names from `BREAKDOWN_KEYS`; ``task_info(task_id)`` supplies ``task_type`` and
     ``complexity`` (a task it does not know gives "?"); ``columns`` are the suite's own
-    (`ComponentColumn`).
+    (`ComponentColumn`). The rows are read once and not kept: any number of them (a run streamed
+    from its store) takes the same memory.
     """
     unknown = [key for key in by if key not in BREAKDOWN_KEYS]
     if unknown:
         raise ValueError(f"unknown breakdown key(s) {unknown}; choose from {', '.join(BREAKDOWN_KEYS)}")
-    groups: dict[tuple[str, ...], list[EpisodeRow]] = {}
+    groups: dict[tuple[str, ...], _Group] = {}
     for row in rows:
         key = (row.model, row.architecture, row.faults, row.variant, *_breakdown(row, by, task_info))
-        groups.setdefault(key, []).append(row)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Group(columns)
+        group.add(row, columns)
     summaries = []
-    for (model, architecture, faults, variant, *extra), members in sorted(groups.items()):
-        scored = [r for r in members if r.label is not None]
-        n = len(scored)
+    for (model, architecture, faults, variant, *extra), group in sorted(groups.items()):
+        n = group.scored
         summaries.append(
             GroupSummary(
                 model=model,
                 architecture=architecture,
                 faults=faults,
                 variant=variant,
-                episodes=len(members),
+                episodes=group.episodes,
                 scored=n,
-                infrastructure_errors=len(members) - n,
-                levels={level: rate(sum(1 for r in scored if r.label == level), n) for level in LEVELS},
-                mean_value=sum(r.value or 0.0 for r in scored) / n if n else None,
+                infrastructure_errors=group.episodes - n,
+                levels={level: rate(group.levels[level], n) for level in LEVELS},
+                mean_value=group.value / n if n else None,
                 breakdown=dict(zip(by, extra, strict=True)),
-                columns={column.key: column.of(scored) for column in columns},
-                input_tokens=sum(r.input_tokens for r in members),
-                output_tokens=sum(r.output_tokens for r in members),
-                cost_usd=None
-                if all(r.cost_usd is None for r in members)
-                else sum(r.cost_usd or 0.0 for r in members),
+                columns={column.key: group.column(column) for column in columns},
+                input_tokens=group.input_tokens,
+                output_tokens=group.output_tokens,
+                cost_usd=group.cost if group.priced else None,
             )
         )
     return summaries

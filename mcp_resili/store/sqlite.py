@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from mcp_resili.errors import UserError
 
@@ -57,6 +57,8 @@ _COLUMNS = (
     "trace, input_tokens, output_tokens, cost_usd, architecture, stop_rule"
 )
 _PLACEHOLDERS = ", ".join("?" for _ in _COLUMNS.split(","))
+#: The columns read when traces are not wanted (the trace reads as empty, SQLite never copies it).
+_LIGHT_COLUMNS = _COLUMNS.replace("trace, ", "'', ")
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,21 @@ def _values(row: EpisodeRow) -> tuple[Any, ...]:
         row.architecture,
         row.stop_rule,
     )
+
+
+@dataclass(frozen=True)
+class StoredKey:
+    """What a resume needs of a stored episode: which cell it is, how it ended, what it cost."""
+
+    episode_id: str
+    model: str
+    faults: str
+    variant: str
+    task_id: str
+    trial: int
+    termination: str
+    cost_usd: float | None
+    architecture: str
 
 
 class Store:
@@ -239,10 +256,13 @@ class Store:
         """All stored episodes of a run, in a stable order."""
         return list(self.iter_episodes(run_id))
 
-    def iter_episodes(self, run_id: str) -> Iterator[EpisodeRow]:
-        """The stored episodes of a run one at a time, in the order of `episodes` (for big runs)."""
+    def iter_episodes(self, run_id: str, *, traces: bool = True) -> Iterator[EpisodeRow]:
+        """The stored episodes of a run one at a time, in the order of `episodes` (for big runs).
+
+        Without ``traces`` each row's trace is left empty and never read (summaries need none).
+        """
         cursor = self._db.execute(
-            f"SELECT {_COLUMNS} FROM episodes WHERE run_id = ? "
+            f"SELECT {_COLUMNS if traces else _LIGHT_COLUMNS} FROM episodes WHERE run_id = ? "
             "ORDER BY model, architecture, faults, variant, task_id, trial",
             (run_id,),
         )
@@ -294,6 +314,26 @@ class Store:
                     count += cursor.rowcount
         return count
 
+    def stored_keys(self, run_id: str) -> Iterator[StoredKey]:
+        """Every stored episode of ``run_id`` as a `StoredKey` (no score, no trace read)."""
+        cursor = self._db.execute(
+            "SELECT episode_id, model, faults, variant, task_id, trial, termination, cost_usd, architecture "
+            "FROM episodes WHERE run_id = ?",
+            (run_id,),
+        )
+        for r in cursor:
+            yield StoredKey(*r)
+
+    def traces_of(self, run_id: str, episode_ids: Iterable[str]) -> Iterator[tuple[str, str]]:
+        """(episode id, trace) of the given stored episodes."""
+        for episode_id in episode_ids:
+            row = self._db.execute(
+                "SELECT trace FROM episodes WHERE run_id = ? AND episode_id = ?",
+                (run_id, episode_id),
+            ).fetchone()
+            if row is not None:
+                yield episode_id, row[0]
+
     def episode_ids(self, run_id: str) -> set[str]:
         """Ids of the episodes of ``run_id`` already stored (what a resume skips)."""
         rows = self._db.execute("SELECT episode_id FROM episodes WHERE run_id = ?", (run_id,)).fetchall()
@@ -338,3 +378,52 @@ class Store:
         """The id of the most recent run, if any."""
         row = self._db.execute("SELECT id FROM runs ORDER BY created_at DESC LIMIT 1").fetchone()
         return None if row is None else str(row[0])
+
+
+class StoredRows(Sequence[EpisodeRow]):
+    """A run's stored rows as a sequence read from the store each time it is gone through.
+
+    Nothing is held: a summary that goes through it once (or a few times) takes the same memory for
+    ten episodes or 200,000. Without ``traces`` (the default) traces are neither read nor shown.
+    """
+
+    def __init__(self, db: Path, run_id: str, *, traces: bool = False) -> None:
+        self.db = db
+        self.run_id = run_id
+        self.traces = traces
+        self._count: int | None = None
+
+    def __iter__(self) -> Iterator[EpisodeRow]:
+        store = Store(self.db, read_only=True)
+        try:
+            yield from store.iter_episodes(self.run_id, traces=self.traces)
+        finally:
+            store.close()
+
+    def __len__(self) -> int:
+        if self._count is None:
+            store = Store(self.db, read_only=True)
+            try:
+                self._count = store.episode_count(self.run_id)
+            finally:
+                store.close()
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> EpisodeRow: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[EpisodeRow]: ...
+
+    def __getitem__(self, index: int | slice) -> EpisodeRow | list[EpisodeRow]:
+        # Rarely wanted (the sequence is gone through): each access reads the store.
+        if isinstance(index, slice):
+            return list(self)[index]
+        count = len(self)
+        position = index + count if index < 0 else index
+        if not 0 <= position < count:
+            raise IndexError(index)
+        for n, row in enumerate(self):
+            if n == position:
+                return row
+        raise IndexError(index)

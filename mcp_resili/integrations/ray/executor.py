@@ -27,14 +27,14 @@ import sys
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from mcp_resili.client.executor import Deliver, RunJob, WorkItem
+from mcp_resili.client.executor import Deliver, RunJob, WorkItem, WorkItems
 from mcp_resili.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -291,7 +291,7 @@ class RayExecutor:
             signal.signal(signal.SIGTERM, on_sigterm)
         return True
 
-    async def run(self, job: RunJob, items: Sequence[WorkItem], deliver: Deliver) -> None:
+    async def run(self, job: RunJob, items: WorkItems, deliver: Deliver) -> None:
         """Play ``items`` on the pool; returns when every episode's result was delivered."""
         prepare_local_env(self.address)
         ray = import_ray()
@@ -328,7 +328,7 @@ class RayExecutor:
         self,
         ray: Any,
         job: RunJob,
-        items: Sequence[WorkItem],
+        items: WorkItems,
         deliver: Deliver,
         shares: list[int],
         keeper: str | None,
@@ -353,10 +353,10 @@ class RayExecutor:
 
         slots = [_Slot(new_actor(index)) for index in range(count)]
         self.pids = [None] * count
-        queue: deque[WorkItem] = deque(items)
+        queue = _Queue(items)
         attempts: dict[int, int] = {}
         failures: list[BaseException] = []
-        undelivered = sum(len(item.chain) for item in items)
+        undelivered = sum(len(item.chain) for item in items)  # one pass: nothing is kept
 
         async def feeder(index: int, position: int, scope: anyio.CancelScope) -> None:
             nonlocal undelivered
@@ -386,7 +386,9 @@ class RayExecutor:
                         slot.pid = self.pids[index] = pid
                         slot.stillborn = 0
                     continue
-                chunk = [queue.popleft() for _ in range(min(batch, len(queue)))]
+                chunk = queue.take(batch)
+                if not chunk:
+                    break
                 call = slot.actor.play_batch.remote(chunk)
                 if self.on_dispatch is not None:
                     self.on_dispatch(index, slot.pid, sum(len(i.chain) for i in chunk))
@@ -435,7 +437,7 @@ class RayExecutor:
             raise RayRunError(f"{undelivered} episodes were not played on Ray; finish with --resume")
 
     def _requeue(
-        self, chunk: list[WorkItem], queue: deque[WorkItem], attempts: dict[int, int], exc: BaseException
+        self, chunk: list[WorkItem], queue: _Queue, attempts: dict[int, int], exc: BaseException
     ) -> None:
         for item in chunk:
             attempts[id(item)] = attempts.get(id(item), 0) + 1
@@ -447,4 +449,39 @@ class RayExecutor:
                 )
         logger.warning("a Ray worker died (%s); replaying its %d work items", type(exc).__name__, len(chunk))
         self.replayed += len(chunk)
-        queue.extendleft(reversed(chunk))
+        queue.give_back(chunk)
+
+
+class _Queue:
+    """Work items to send: taken from the run's items as they go, a dead worker's given back first."""
+
+    def __init__(self, items: WorkItems) -> None:
+        self._items = iter(items)
+        self._back: deque[WorkItem] = deque()
+        self._next: WorkItem | None = None
+
+    def __bool__(self) -> bool:
+        if self._back or self._next is not None:
+            return True
+        self._next = next(self._items, None)
+        return self._next is not None
+
+    def take(self, count: int) -> list[WorkItem]:
+        """Up to ``count`` items: those given back first."""
+        chunk: list[WorkItem] = []
+        while len(chunk) < count:
+            if self._back:
+                chunk.append(self._back.popleft())
+            elif self._next is not None:
+                chunk.append(self._next)
+                self._next = None
+            else:
+                item = next(self._items, None)
+                if item is None:
+                    break
+                chunk.append(item)
+        return chunk
+
+    def give_back(self, chunk: list[WorkItem]) -> None:
+        """Items a dead worker did not play: sent again before any other."""
+        self._back.extendleft(reversed(chunk))

@@ -392,6 +392,32 @@ def test_malformed_stdio_lines_get_json_rpc_error_replies_and_the_server_keeps_s
     assert proc.returncode == 0
 
 
+def test_stdio_requests_whose_id_is_no_string_or_integer_are_answered_with_an_invalid_request() -> None:
+    """The SDK took them for notifications and never answered (docs/clients.md: every line an answer)."""
+    shapes = [b'{"a": 1}', b"1.5", b"null", b"true", b"[7]"]
+    lines = [
+        json.dumps(INITIALIZE).encode(),
+        b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',  # a notification: no answer
+        *(b'{"jsonrpc": "2.0", "id": ' + shape + b', "method": "tools/list"}' for shape in shapes),
+        b'{"jsonrpc": "2.0", "id": 6, "method": "ping"}',
+    ]
+    proc = subprocess.run(
+        serve_command("--faults", "none"),
+        input=b"\n".join(lines) + b"\n",
+        capture_output=True,
+        env=child_env(),
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert replies[0]["id"] == 0 and "result" in replies[0]
+    assert [(r["id"], r["error"]["code"]) for r in replies[1:-1]] == [(None, types.INVALID_REQUEST)] * 5
+    assert all('"id" must be a string or an integer' in r["error"]["message"] for r in replies[1:-1])
+    assert replies[-1] == {"jsonrpc": "2.0", "id": 6, "result": {}}
+    assert b"Traceback" not in proc.stderr
+    assert proc.returncode == 0
+
+
 def test_a_malformed_tools_call_is_invalid_params_naming_the_field_and_nothing_is_recorded(
     tmp_path: Path,
 ) -> None:
@@ -467,6 +493,83 @@ def test_the_proxy_has_the_same_lock(capsys: pytest.CaptureFixture[str]) -> None
 
 TOKEN = "s3cret-token-for-the-tests-0123"
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+async def test_a_lone_surrogate_over_http_is_invalid_input_and_the_episode_goes_on(tmp_path: Path) -> None:
+    """Over HTTP the JSON parser takes ``"\\ud800"``; it became a -32603, a TOOL_CRASHED or a lost trace
+    (review finding). Refused like a bad argument instead, the episode's later calls unharmed."""
+    trace_dir = tmp_path / "traces"
+    args = ("--suite", "reliabilitybench", "--faults", "none", "--trace-dir", str(trace_dir))
+    episode = new_episode("surrogate")
+    # A value, a key and a value deep in a list: each in raw JSON text (no client would encode them).
+    broken = [
+        (
+            "create_ticket",
+            '{"customer_id": "C-1", "subject": "x\\ud800", "description": "d", "priority": "low"}',
+        ),
+        (
+            "create_ticket",
+            '{"customer_id": "C-1", "subject": "s", "description": "d", "priority": "low", "\\udc00": 1}',
+        ),
+        (
+            "create_order",
+            '{"customer_id": "C-1", "items": [{"sku": "A"}, "\\ud83d"], "shipping_address": "x"}',
+        ),
+    ]
+    fine = (
+        "create_ticket",
+        '{"customer_id": "C-1", "subject": "\\ud83d\\ude00", "description": "d", "priority": "low"}',
+    )
+
+    async def call(
+        http: httpx2.AsyncClient, headers: dict[str, str], n: int, tool: str, arguments: str
+    ) -> Any:
+        body = (
+            f'{{"jsonrpc": "2.0", "id": {n}, "method": "tools/call", "params": {{"name": "{tool}", '
+            f'"arguments": {arguments}, "_meta": {json.dumps(episode)}}}}}'
+        )
+        response = await http.post(server.url, content=body, headers=headers)
+        text = response.text
+        data = next((line[5:] for line in text.splitlines() if line.startswith("data:")), text)
+        return json.loads(data)
+
+    async with running_http_server(*args, workdir=tmp_path) as server:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(server.url, content=json.dumps(INITIALIZE), headers=JSON_HEADERS)
+            headers = {
+                **JSON_HEADERS,
+                "mcp-session-id": opened.headers["mcp-session-id"],
+                "mcp-protocol-version": INITIALIZE["params"]["protocolVersion"],
+            }
+            await http.post(
+                server.url,
+                content='{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+                headers=headers,
+            )
+            replies = [
+                await call(http, headers, n, tool, arguments) for n, (tool, arguments) in enumerate(broken, 1)
+            ]
+            after = await call(http, headers, 9, *fine)
+        stderr = server.stderr_path.read_text()
+
+    for reply, (tool, _) in zip(replies, broken, strict=True):
+        assert "result" in reply, reply
+        result = reply["result"]  # a tool result, not a JSON-RPC error
+        assert result["isError"] is True
+        text = result["content"][0]["text"]
+        assert text.startswith(f"Error INVALID_INPUT: invalid arguments for {tool}: ")
+        assert "lone surrogate" in text
+    assert "subject:" in replies[0]["result"]["content"][0]["text"]
+    assert "\\udc00 (a key)" in replies[1]["result"]["content"][0]["text"]
+    assert "items/1:" in replies[2]["result"]["content"][0]["text"]
+    assert after["result"]["isError"] is False
+    assert "Traceback" not in stderr
+    (trace_file,) = trace_dir.glob("*.jsonl")
+    calls = [json.loads(line) for line in trace_file.read_text(encoding="utf-8").splitlines()]
+    recorded = [c for c in calls if c["event"] == "tool_call"]
+    assert [c["error_code"] for c in recorded] == ["INVALID_INPUT", "INVALID_INPUT", "INVALID_INPUT", None]
+    assert recorded[0]["arguments"]["subject"] == "x\ufffd"  # recorded, the surrogate replaced
+    assert recorded[3]["arguments"]["subject"] == "\U0001f600"  # a surrogate pair is no lone surrogate
 
 
 async def test_with_an_auth_token_every_request_needs_it_and_a_foreign_host_is_refused(
@@ -605,3 +708,22 @@ async def test_an_implicit_corruption_comes_back_in_the_same_shape_as_a_clean_re
     assert [type(c) for c in corrupt.content] == [type(c) for c in clean.content] == [types.TextContent]
     assert corrupt.is_error is clean.is_error is False
     assert not any(key.startswith("mcp-resili") for dumped in wire for key in dumped.get("_meta", {}))
+
+
+async def test_a_lone_surrogate_in_memory_is_invalid_input_naming_the_field() -> None:
+    """In memory no JSON parser stands between: the argument checks refuse it (no UTF-8 could carry it)."""
+    from mcp_resili.registry.loader import get_suite
+    from mcp_resili.server.app import ResiliServer
+
+    suite = get_suite("reliabilitybench")
+    server = ResiliServer(suite, parse_fault_spec("none", suite.spec_scope), time_scale=0)
+    async with Client(server.mcp) as client:
+        arguments = {"customer_id": "C-1", "subject": "s", "description": "x\ud800", "priority": "low"}
+        result = await client.call_tool("create_ticket", arguments, meta=new_episode("memory"))
+        after = await client.call_tool("check_calendar", {"date": "2026-01-01"}, meta=new_episode("after"))
+    assert result.is_error is True
+    assert text_of(result).startswith(
+        "Error INVALID_INPUT: invalid arguments for create_ticket: description: "
+    )
+    assert "lone surrogate" in text_of(result)
+    assert after.is_error is False

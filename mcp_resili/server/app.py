@@ -34,6 +34,7 @@ from mcp_resili.server.episodes import (
 from mcp_resili.server.pipeline import CallPipeline, result_text
 from mcp_resili.server.protocol import ProtocolLayer, note_call
 from mcp_resili.server.recorder import TraceRecorder
+from mcp_resili.server.strings import SCOPE_KEY, lone_surrogate_problem
 from mcp_resili.server.wire import modern_tool_result, tool_result
 from mcp_resili.tasks.model import Task
 from mcp_resili.tools import ToolSpec
@@ -94,6 +95,13 @@ _FINISH_SPEC = types.Tool(
 
 #: The published schema of ``finish``, which its arguments must meet like any tool's.
 _FINISH_CHECK = compiled(_FINISH_SPEC.input_schema)
+
+
+def _lone_surrogate_of(ctx: ServerRequestContext[Any]) -> str | None:
+    """Where `LoneSurrogateGuard` found a lone surrogate in this HTTP call's arguments, if it did."""
+    scope = getattr(ctx.request, "scope", None)
+    found = scope.get(SCOPE_KEY) if isinstance(scope, dict) else None
+    return found if isinstance(found, str) else None
 
 
 class ResiliServer:
@@ -374,6 +382,12 @@ class ResiliServer:
             return await self._finish(episode, arguments or {})
         if self.discovery is not None and name in DISCOVERY_TOOLS:
             return await self._discover(episode, name, dict(arguments or {}))
+        surrogate = _lone_surrogate_of(ctx)
+        if surrogate is not None:  # over HTTP (`LoneSurrogateGuard`): recorded and refused
+            refused = await self.pipeline.reject(
+                episode, name, arguments or {}, lone_surrogate_problem(name, surrogate)
+            )
+            return tool_result(result_text(refused), True, None, self._meta(refused))
         if self.environment is not None:
             await self.environment.open_episode(episode)
         event, outcome = await self.pipeline.call_with_outcome(episode, name, arguments)

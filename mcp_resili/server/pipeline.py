@@ -34,6 +34,7 @@ from mcp_resili.server.budget import (
 from mcp_resili.server.episode import Episode
 from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
 from mcp_resili.server.recorder import TraceRecorder
+from mcp_resili.server.strings import lone_surrogate, lone_surrogate_problem
 from mcp_resili.server.wire import result_json_text
 from mcp_resili.tasks.model import Task
 from mcp_resili.tools import ToolSpec
@@ -471,6 +472,9 @@ def _argument_problem(validator: Any, tool: str, arguments: dict[str, Any]) -> s
     unusable = unusable_number(arguments)
     if unusable is not None:
         return f"invalid arguments for {tool}: {unusable}: numbers must be finite and within ±{MAX_NUMBER}"
+    broken = lone_surrogate(arguments)
+    if broken is not None:
+        return lone_surrogate_problem(tool, broken)
     problems = argument_problems(validator, arguments)
     return None if problems is None else f"invalid arguments for {tool}: {problems}"
 

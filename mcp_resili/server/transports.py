@@ -50,6 +50,7 @@ from mcp_resili.server.protocol import (
     StdioWire,
     session_error_body,
 )
+from mcp_resili.server.strings import LoneSurrogateGuard
 
 logger = logging.getLogger(__name__)
 
@@ -171,9 +172,17 @@ def parse_line(line: bytes | OverlongLine) -> types.JSONRPCMessage | types.JSONR
         return None
     try:
         message: types.JSONRPCMessage = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
-        return message
     except ValidationError:
         pass
+    else:
+        if isinstance(message, types.JSONRPCNotification) and _has_id(text):
+            # A request whose id is no string or integer (an object, 1.5, null, true): the SDK would
+            # take it for a notification and never answer; JSON-RPC answers it under id null.
+            return _error(
+                types.INVALID_REQUEST,
+                'invalid request: "id" must be a string or an integer (a notification has no "id")',
+            )
+        return message
     try:
         raw = pydantic_core.from_json(text)
     except ValueError as exc:  # not JSON: truncated, NUL bytes, too deeply nested, not UTF-8 ...
@@ -191,6 +200,12 @@ def parse_line(line: bytes | OverlongLine) -> types.JSONRPCMessage | types.JSONR
         "(request, notification) or a result or error (response)",
         request_id,
     )
+
+
+def _has_id(text: bytes) -> bool:
+    """Whether the JSON object ``text`` has an ``id`` member (of any value)."""
+    raw = pydantic_core.from_json(text)
+    return isinstance(raw, dict) and "id" in raw
 
 
 class _Pending:
@@ -585,6 +600,8 @@ def http_app(server: Serves, host: str, access: HttpAccess | None = None) -> ASG
     )
     recorder = getattr(server, "recorder", None)
     if isinstance(app, Starlette):
+        # Innermost: a lone surrogate in a call's arguments is the tool's bad input, not a parse error.
+        app.add_middleware(LoneSurrogateGuard)
         if recorder is not None:  # a deleted session's episode closes now
             app.add_middleware(SessionEndWatch, on_end=recorder.account.session_ended)
         app.add_middleware(FairShare, limits=access.fairness)  # no client slows the others much

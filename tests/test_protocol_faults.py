@@ -443,3 +443,56 @@ def test_runs_without_protocol_faults_carry_no_coping_components(tmp_path: Path)
         assert not any(name.startswith("coping_") for name in (row.score or {})["components"])
         assert '"event":"protocol"' not in row.trace.replace(" ", "")
     assert json.dumps(coping_data(result.rows)) == "{}"
+
+
+# --- over a real wire the server reports nothing for the faults it injects ---------------------------
+
+
+@pytest.mark.anyio
+async def test_injected_http_resets_and_duplicates_leave_no_traceback_on_the_servers_stderr(
+    tmp_path: Path,
+) -> None:
+    """uvicorn printed "Exception in ASGI application" and a traceback for each (review finding)."""
+    import httpx2
+    from servers import running_http_server
+
+    plan = {
+        "kind": "protocol",
+        "rules": [
+            {"fault": {"type": "transport_reset"}, "at_call": [1]},
+            {"fault": {"type": "response_duplicated"}, "at_call": [2]},
+        ],
+    }
+    faults = tmp_path / "faults.json"
+    faults.write_text(json.dumps(plan), encoding="utf-8")
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    outcomes = []
+    async with running_http_server("--faults", str(faults), "--time-scale", "0", workdir=tmp_path) as server:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(server.url, content=json.dumps(initialize), headers=headers)
+            session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+            for n in range(1, 4):
+                call = {"name": READER, "arguments": ARGS, "_meta": {META_EPISODE: "wire"}}
+                body = json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": call})
+                try:
+                    response = await http.post(server.url, content=body, headers=session)
+                except httpx2.HTTPError as exc:
+                    outcomes.append(type(exc).__name__)
+                    continue
+                data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+                outcomes.append([json.loads(d)["id"] for d in data] or [json.loads(response.text)["id"]])
+        stderr = server.stderr_path.read_text()
+    assert outcomes[0] == "RemoteProtocolError"  # the connection closed, no answer
+    assert outcomes[1] in ([2], [2, 2])  # a stream carries it twice; a JSON body once
+    assert outcomes[2] == [3]
+    assert "Traceback" not in stderr and "Exception in ASGI" not in stderr and "ERROR" not in stderr

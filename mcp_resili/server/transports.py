@@ -14,6 +14,7 @@ HTTP is locked unless it listens on loopback only: binding any other address nee
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hmac
 import ipaddress
 import json
@@ -476,6 +477,25 @@ class BearerTokenMiddleware:
         await self.app(scope, receive, send)
 
 
+#: True in the context of a request whose response a `transport_reset` fault dropped.
+_INJECTED_RESET: contextvars.ContextVar[bool] = contextvars.ContextVar("injected_reset", default=False)
+
+
+class _QuietInjectedResets(logging.Filter):
+    """Drops uvicorn's report of a response left unfinished when a fault did it on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for the records of a request whose response an injected reset dropped."""
+        return not _INJECTED_RESET.get()
+
+
+def _quiet_injected_resets() -> None:
+    """Install `_QuietInjectedResets` on uvicorn's error logger (once)."""
+    uvicorn_errors = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _QuietInjectedResets) for f in uvicorn_errors.filters):
+        uvicorn_errors.addFilter(_QuietInjectedResets())
+
+
 class ProtocolGuard:
     """The HTTP side of protocol faults.
 
@@ -486,6 +506,7 @@ class ProtocolGuard:
     def __init__(self, app: ASGIApp, layer: ProtocolLayer) -> None:
         self.app = app
         self.layer = layer
+        _quiet_injected_resets()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Refuse a dead session's request, or pass it on with a send that applies wire actions."""
@@ -505,17 +526,30 @@ class ProtocolGuard:
             await self._refuse(scope, receive, send, 404, sessions.expired[session])
             return
 
+        streamed = reset = False
+
         async def acting_send(message: Any) -> None:
+            nonlocal streamed, reset
+            if reset:
+                return  # a transport_reset: nothing more of this response goes out
+            if message["type"] == "http.response.start":
+                content_type = Headers(raw=message.get("headers", [])).get("content-type", "")
+                streamed = content_type.startswith("text/event-stream")
             actions = scope.get(WIRE_ACTIONS)
             if actions and message["type"] == "http.response.body":
                 action = _action_for(message.get("body", b""), actions)
                 if action == "reset":
-                    raise ConnectionResetError("transport_reset fault: the response is not sent")
-                if action == "duplicate":
+                    reset = True
+                    return
+                if action == "duplicate" and streamed:  # a JSON body has one declared length: sent once
                     await send({**message, "more_body": True})
             await send(message)
 
         await self.app(scope, receive, acting_send)
+        if reset:
+            # The response stays unfinished and the server closes the connection: the fault itself,
+            # which uvicorn need not report as the application's error (`_QuietInjectedResets`).
+            _INJECTED_RESET.set(True)
 
     @staticmethod
     async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, reason: str) -> None:

@@ -4,6 +4,7 @@ arguments that drive work, and the parser's refusals of content it cannot use.""
 import pytest
 from mcp import Client
 
+from mcp_resili.check import check_server
 from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import NoFaults
 from mcp_resili.registry.loader import get_suite
@@ -19,6 +20,13 @@ def make_server():
 
 def meta(episode):
     return {META_EPISODE: {"id": episode}}
+
+
+async def test_the_server_passes_every_contract_check_with_resilibenchs_tools():
+    async with Client(make_server().mcp) as client:
+        report = await check_server(client, "in-memory", call_tools=True)
+    assert report.ok(strict=True), report.render()
+    assert report.tools == 33 and report.calls > 33  # 30 tools, finish, search_tools, tool_info
 
 
 async def test_lists_the_30_tools_finish_and_discovery_with_schemas():

@@ -18,7 +18,7 @@ def three_episode_db(path, note):
     """A database with run ``r1`` of three episodes whose score component ``note`` is ``note``."""
     store = Store(path)
     try:
-        store.add_run("r1", "2026-01-01T00:00:00+00:00", "resilibench", 0, {})
+        store.add_run("r1", "2026-01-01T00:00:00+00:00", "tiny", 0, {})
         for trial in range(3):
             store.add_episode(
                 EpisodeRow(

@@ -1,12 +1,16 @@
 """ResiliBench's library and tasks: six categories of five tools, the reference registry's errors and
 dependencies, gold workflows that run cleanly, data flowing between tools, and the default task file."""
 
+import gzip
 import importlib.util
+import json
+from importlib import resources
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from mcp_resili.registry.loader import get_suite
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.tasks import default_tasks
 from mcp_resili.tasks import resolve_arguments
@@ -88,3 +92,13 @@ def test_default_task_file_is_exactly_what_the_generator_makes():
     spec.loader.exec_module(module)
     stored = (ROOT / "mcp_resili" / "suites" / "resilibench" / "default.json").read_text(encoding="utf-8")
     assert module.render() == stored
+
+
+def test_the_full_resilibench_list_has_the_file_s_ids_in_the_file_s_order():
+    raw = gzip.decompress(
+        resources.files("mcp_resili.suites.resilibench").joinpath("full.json.gz").read_bytes()
+    )
+    ids = [t["id"] for t in json.loads(raw)["tasks"]]
+    suite = get_suite("resilibench")
+    assert [s.id for s in suite.task_summaries] == ids and len(suite.tasks) == 5040
+    assert suite.tasks[4321].id == ids[4321]

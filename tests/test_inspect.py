@@ -5,6 +5,10 @@ ResiliBench task over per-sample stdio servers, one over a shared HTTP server, a
 ``-T max_turns``, 2 tasks x 2 epochs each, compared call for call with ``mcp-resili run``. The time
 limit is checked with inspect's own OpenAI provider against a loopback fake model API. Everything else
 is a unit test.
+
+On ResiliBench rather than the tiny suite: inspect starts each sample's stdio server with the MCP SDK's
+default environment (no PYTHONPATH), where only an installed package's suite is found, and the naive
+agent's calls that inspect refuses itself (schema-invalid arguments) come from ResiliBench's tasks.
 """
 
 from __future__ import annotations

@@ -79,7 +79,18 @@ SPECS = (
         name="list_records",
         description="Every number filed in this episode, in order.",
         input_schema=_schema({}),
-        output_schema=_schema({"records": {"type": "array"}, "count": {"type": "integer"}}, "records"),
+        output_schema=_schema(
+            {
+                "records": {
+                    "type": "array",
+                    "items": _schema(
+                        {"label": {"type": "string"}, "value": {"type": "integer"}}, "label", "value"
+                    ),
+                },
+                "count": {"type": "integer"},
+            },
+            "records",
+        ),
         category="table",
         operation="list",
     ),

@@ -49,18 +49,31 @@ def install_tiny_suite(root: Path) -> Path:
     return root
 
 
-#: Where the tiny suite is installed for this test process (each xdist worker has its own): on
-#: ``sys.path`` here, and on ``PYTHONPATH`` for every process a test starts (`servers.child_env`
-#: copies it), so ``--suite tiny`` resolves by name everywhere, through a real entry point.
-TINY_SITE = install_tiny_suite(Path(tempfile.mkdtemp(prefix="mcp-resili-tiny-site-")))
-sys.path.append(str(TINY_SITE))
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TINY_SITE), os.environ.get("PYTHONPATH")) if p)
+#: Where the tiny suite is installed for this test session: created by the first test process (the
+#: pytest-xdist controller, or the one process with ``-n 0``), whose workers inherit it through the
+#: environment. It is on ``sys.path`` here and on ``PYTHONPATH`` for every process a test starts
+#: (`servers.child_env` copies it), so ``--suite tiny`` resolves by name everywhere, through a real
+#: entry point.
+_INHERITED_SITE = os.environ.get("MCP_RESILI_TESTS_TINY_SITE")
+_OWN_SITE = not (_INHERITED_SITE and Path(_INHERITED_SITE, "tiny_suite-0.0.0.dist-info").is_dir())
+TINY_SITE = (
+    install_tiny_suite(Path(tempfile.mkdtemp(prefix="mcp-resili-tiny-site-")))
+    if _OWN_SITE
+    else Path(str(_INHERITED_SITE))
+)
+os.environ["MCP_RESILI_TESTS_TINY_SITE"] = str(TINY_SITE)
+if str(TINY_SITE) not in sys.path:
+    sys.path.append(str(TINY_SITE))
+_PATHS = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+if str(TINY_SITE) not in _PATHS:
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TINY_SITE), *_PATHS])
 _loader.registered_suites.cache_clear()  # in case anything listed the suites before it was installed
 _loader.get_suite.cache_clear()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(TINY_SITE, ignore_errors=True)
+    if _OWN_SITE:  # the process that made it removes it, after its workers are done
+        shutil.rmtree(TINY_SITE, ignore_errors=True)
 
 
 PEERS = REPO_ROOT / "tests" / "peers"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from mcp_resili import __version__
-from mcp_resili.cli import check, config, export, report, run, serve, tasks, workflow
+from mcp_resili.cli import check, config, export, modelapi, report, run, serve, tasks, workflow
 from mcp_resili.cli.common import one_line, user_error_in
 
 Handler = Callable[[argparse.Namespace], int]
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in (serve, run, tasks, report, export, workflow, check, config):
+    for module in (serve, run, tasks, report, export, workflow, check, config, modelapi):
         module.register(commands)
     return parser
 

@@ -190,6 +190,9 @@ class ModelServer:
         return JSONResponse({"input_tokens": tokens})
 
     async def _models(self, request: Request) -> Response:
+        refused = self._refused(request, "anthropic" if "anthropic-version" in request.headers else "openai")
+        if refused is not None:
+            return refused
         names = [f"{SCRIPTED}{name}" for name in scripted_agent_names()]
         data = [
             {

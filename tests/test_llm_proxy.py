@@ -578,3 +578,39 @@ async def test_an_upstreams_own_error_passes_through_and_a_fault_then_is_not_app
     assert (
         event.decision.fault.type == "max_tokens" and event.detail == "not applied: the upstream answered 401"
     )
+
+
+async def test_a_client_that_leaves_mid_stream_ends_the_upstreams_answer_too(tmp_path):
+    upstream_left = anyio.Event()
+
+    async def upstream(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b'data: {"n": 1}\n\n', "more_body": True})
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        upstream_left.set()
+
+    async with serving(upstream) as up, gateway(up, trace_dir=tmp_path) as url:
+        async with httpx2.AsyncClient() as raw:
+            body = {"model": "m", "stream": True}
+            headers = {EPISODE_HEADER: "leaving"}
+            async with raw.stream(
+                "POST", f"{url}/v1/chat/completions", json=body, headers=headers
+            ) as response:
+                with anyio.fail_after(10):
+                    assert await anext(response.aiter_lines()) == 'data: {"n": 1}'
+        with anyio.fail_after(10):
+            await upstream_left.wait()
+        with anyio.fail_after(10):
+            while not (tmp_path / f"leaving{TRACE_SUFFIX}").exists():
+                await anyio.lowlevel.checkpoint()  # the gateway records the call as it ends
+    (event,) = events_in(tmp_path)["leaving"]
+    assert event.detail == "the client went away mid-answer" and event.status == 200

@@ -17,9 +17,10 @@ from __future__ import annotations
 import hmac
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -176,7 +177,7 @@ class ModelGateway:
         if scope["type"] != "http":
             return
         headers = Headers(scope=scope)
-        api = api_of(scope["path"]) or "openai"
+        api = _shape_of(scope["path"], headers)
         if self._token is not None and not hmac.compare_digest(
             headers.get(TOKEN_HEADER, "").encode(), self._token
         ):
@@ -367,7 +368,7 @@ class ModelGateway:
         forwarded.append(("accept-encoding", "identity"))
         client = self._client()
         request = client.build_request(scope["method"], url, content=body, headers=forwarded)
-        key = api or "openai"
+        key = api or _shape_of(scope["path"], headers)
         try:
             response = await client.send(request, stream=True)
         except httpx2.TimeoutException:
@@ -404,10 +405,11 @@ class ModelGateway:
         if fault is not None and not applies:
             outcome.detail = f"not applied: the upstream answered {status}"
         if not applies or api is None:
-            await self._pass(send, response)
-            return
-        if content_type.startswith("text/event-stream"):
-            await self._relay_stream(receive, send, response, fault, api, outcome)
+            await _until_gone(receive, outcome, self._pass(send, response))
+        elif content_type.startswith("text/event-stream"):
+            await _until_gone(
+                receive, outcome, self._relay_stream(receive, send, response, fault, api, outcome)
+            )
         else:
             await self._relay_whole(receive, send, response, fault, api, outcome)
 
@@ -463,8 +465,8 @@ class ModelGateway:
                 sent_any = True
                 if isinstance(action, Cut):
                     await send({"type": "http.response.body", "body": action.partial, "more_body": True})
-                    await close_connection(receive)
                     outcome.detail = "connection closed mid-answer"
+                    await close_connection(receive)
                     return True
                 await send({"type": "http.response.body", "body": action, "more_body": True})
             return False
@@ -526,6 +528,25 @@ class ModelGateway:
         await _send_whole(send, 200, headers, body)
 
 
+async def _until_gone(receive: Receive, outcome: _Outcome, relay: Coroutine[Any, Any, None]) -> None:
+    """Run ``relay`` (an answer streaming back) unless the client goes away first.
+
+    A client that leaves mid-answer stops the upstream's answer too (its tokens would be spent for
+    nobody); the server reports the closed connection through ``receive``.
+    """
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            outcome.detail = outcome.detail or "the client went away mid-answer"
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        await relay
+        group.cancel_scope.cancel()
+
+
 def _length(body: bytes) -> tuple[bytes, bytes]:
     return (b"content-length", str(len(body)).encode())
 
@@ -570,6 +591,13 @@ async def _read_body(receive: Receive) -> bytes | None:
         parts.append(chunk)
         if not message.get("more_body", False):
             return b"".join(parts)
+
+
+def _shape_of(path: str, headers: Headers) -> Api:
+    """The API whose error shape a request gets: Anthropic's for its paths or its version header."""
+    if path.startswith("/v1/messages") or "anthropic-version" in headers:
+        return "anthropic"
+    return "openai"
 
 
 def _answer_id(api: Api, key: str) -> str:

@@ -137,6 +137,9 @@ async def serve_app(
         lifespan="on",
         log_level="warning",
         access_log=False,
+        # A gateway passes its upstream's own headers on; the model server needs none of uvicorn's.
+        server_header=False,
+        date_header=False,
         timeout_graceful_shutdown=2,
     )
     server = _Server(config, handle_signals=handle_signals)

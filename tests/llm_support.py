@@ -63,10 +63,23 @@ def plan_of(*rules: dict[str, Any]) -> ModelFaultPlan:
 async def gateway(upstream: str, *rules: dict[str, Any], **settings: Any) -> AsyncIterator[str]:
     """A fault gateway in front of ``upstream`` with ``rules``; yields its base URL."""
     options = {"time_scale": 0.001, **settings}
-    async with serving(
-        ModelGateway(GatewaySettings(upstream=upstream, plan=plan_of(*rules), **options))
-    ) as url:
-        yield url
+    served = ModelGateway(GatewaySettings(upstream=upstream, plan=plan_of(*rules), **options))
+    sock = bind("127.0.0.1", 0)
+    urls: list[str] = []
+    started = anyio.Event()
+
+    def on_started(url: str) -> None:
+        urls.append(url)
+        started.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(served.serve, sock, on_started=on_started))
+        with anyio.fail_after(30):
+            await started.wait()
+        try:
+            yield urls[0]
+        finally:
+            group.cancel_scope.cancel()
 
 
 #: One TLS context for every test client: building one per client (the default) costs ~80 ms.

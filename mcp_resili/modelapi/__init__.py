@@ -3,7 +3,7 @@
 `formats` (which API a request speaks, each vendor's error shape, SSE events), `render` (an answer in
 either API's exact form, whole or streamed), `tamper` (what stream and content faults do to an answer),
 `ledger` (episodes, model-call ordinals, trace files), `gateway` (``mcp-resili llm-proxy``: any
-compatible endpoint with faults), `hosting` (uvicorn with the connection-level acts faults need).
+compatible endpoint with faults, served on aiohttp), `hosting` (sockets; uvicorn for the model server).
 The faults themselves are data in `mcp_resili.faults.model_api`.
 """
 

@@ -65,11 +65,6 @@ class ApiError:
     body: bytes
     headers: tuple[tuple[str, str], ...]
 
-    def raw_headers(self) -> list[tuple[bytes, bytes]]:
-        """The headers as ASGI wants them (content type and length included)."""
-        headers = [(b"content-type", JSON_TYPE.encode()), (b"content-length", str(len(self.body)).encode())]
-        return headers + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
-
 
 def api_error(
     api: Api,

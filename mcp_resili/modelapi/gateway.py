@@ -9,23 +9,31 @@ decided by the fault plan: ordinal ``n`` of its episode (`ledger`), RNG from (se
 
 Delays (``hang``, ``slow_first_token``, ``slow_tokens``, ``retry-after``) are multiplied by the time
 scale. A failure nobody injected (the upstream unreachable or timing out) is answered 502/504 in the
-API's shape and recorded as such, never as a fault.
+API's shape and recorded as such, never as a fault. A client that goes away ends its request here and
+upstream (its answer's tokens would be spent for nobody).
+
+It is served by aiohttp, both ways: a proxy's cost is HTTP parsing and framing, which aiohttp does in
+C, and its handlers hold their connection (a reset, a cut mid-answer).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import logging
 import math
-from collections.abc import Awaitable, Callable, Coroutine
+import socket
+import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import aiohttp
 import anyio
-import httpx2
-from starlette.datastructures import Headers
-from starlette.types import Message, Receive, Scope, Send
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from mcp_resili import EPISODE_HEADER
 from mcp_resili.faults.model_api import (
@@ -57,7 +65,6 @@ from mcp_resili.modelapi.formats import (
     dumps,
     request_id,
 )
-from mcp_resili.modelapi.hosting import close_connection, reset_connection
 from mcp_resili.modelapi.ledger import (
     CallEpisode,
     ClientLabels,
@@ -84,7 +91,7 @@ logger = logging.getLogger(__name__)
 #: Header a caller sends the gateway's own token in (``Authorization`` and ``x-api-key`` belong to the
 #: upstream); checked in constant time and never forwarded.
 TOKEN_HEADER = "x-mcp-resili-token"
-#: Request headers that describe one hop, not the request: never forwarded either way.
+#: Request headers that describe one hop, not the request: never forwarded.
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -102,6 +109,8 @@ _HOP_BY_HOP = frozenset(
         TOKEN_HEADER,
     }
 )
+#: Response headers the gateway frames itself when it changes or re-frames an answer.
+_FRAMING = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive"})
 #: Largest request body accepted (the model APIs' own limits are of this order).
 MAX_BODY_BYTES = 32 * 1024 * 1024
 #: A whole answer under ``slow_tokens`` arrives in this many pieces.
@@ -145,8 +154,65 @@ class _Outcome:
     detail: str = ""
 
 
+class _Reply:
+    """The client's side of one request: what was sent, and the connection-level acts."""
+
+    def __init__(self, request: web.BaseRequest) -> None:
+        self.request = request
+        self.response: web.StreamResponse | None = None
+
+    async def start(self, status: int, headers: CIMultiDict[str], length: int | None = None) -> None:
+        """Send the status line and headers (a stream, or a body of ``length`` bytes)."""
+        response = web.StreamResponse(status=status, headers=headers)
+        if length is not None:
+            response.content_length = length
+        self.response = response
+        await response.prepare(self.request)
+
+    async def write(self, data: bytes) -> None:
+        """Send part of the body."""
+        assert self.response is not None
+        await self.response.write(data)
+
+    async def end(self) -> web.StreamResponse:
+        """The body is complete."""
+        assert self.response is not None
+        await self.response.write_eof()
+        return self.response
+
+    async def whole(self, status: int, headers: CIMultiDict[str], body: bytes) -> web.StreamResponse:
+        """A whole answer at once."""
+        await self.start(status, headers, len(body))
+        await self.write(body)
+        return await self.end()
+
+    async def error(self, error: ApiError) -> web.StreamResponse:
+        """An error answer in its API's shape."""
+        headers = CIMultiDict([("content-type", "application/json"), *error.headers])
+        return await self.whole(error.status, headers, error.body)
+
+    def close(self) -> web.StreamResponse:
+        """Close the connection after what was sent so far: the answer ends mid-way."""
+        transport = self.request.transport
+        if transport is not None:
+            transport.close()
+        return self.response or web.StreamResponse()
+
+    def reset(self) -> web.StreamResponse:
+        """Reset the connection (TCP RST) before any byte: the client reads "connection reset by peer"."""
+        transport = self.request.transport
+        if transport is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    # Linger on, for zero seconds: closing sends RST instead of FIN.
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        return web.StreamResponse()
+
+
 class ModelGateway:
-    """The ASGI app of the fault gateway (see the module docstring)."""
+    """The fault gateway (see the module docstring); `serve` runs it on a socket."""
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
@@ -154,75 +220,80 @@ class ModelGateway:
         self._clients = ClientLabels()
         self._traces = TraceFiles(settings.trace_dir)
         self._token = settings.token.encode() if settings.token else None
-        self._http: httpx2.AsyncClient | None = None
+        self._http: aiohttp.ClientSession | None = None
 
-    def _client(self) -> httpx2.AsyncClient:
-        if self._http is None:
-            timeout = httpx2.Timeout(self.settings.upstream_timeout, connect=10.0)
-            limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
-            self._http = httpx2.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
+    def _client(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            timeout = aiohttp.ClientTimeout(
+                total=None, sock_connect=10.0, sock_read=self.settings.upstream_timeout
+            )
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=1000),
+                timeout=timeout,
+                auto_decompress=False,
+                trust_env=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            )
         return self._http
 
     async def aclose(self) -> None:
-        """Close the upstream connections."""
+        """Close the upstream connections and the trace files."""
+        self._traces.close()
         if self._http is not None:
-            await self._http.aclose()
+            await self._http.close()
             self._http = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve one request (or the server's lifespan)."""
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        headers = Headers(scope=scope)
-        api = _shape_of(scope["path"], headers)
+    async def serve(self, sock: socket.socket, *, on_started: Callable[[str], object] | None = None) -> None:
+        """Serve on ``sock`` until cancelled; ``on_started`` gets the base URL once it listens."""
+        from mcp_resili.modelapi.hosting import base_url
+
+        server = web.Server(self.handle, handler_cancellation=True, access_log=None)
+        loop = asyncio.get_running_loop()
+        listener = await loop.create_server(server, sock=sock)
+        try:
+            if on_started is not None:
+                on_started(base_url(sock))
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                listener.close()
+                await server.shutdown(2.0)
+                await self.aclose()
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Serve one request."""
+        reply = _Reply(request)
+        headers = request.headers
+        shape = _shape_of(request.path, headers)
         if self._token is not None and not hmac.compare_digest(
             headers.get(TOKEN_HEADER, "").encode(), self._token
         ):
-            error = api_error(api, 401, f"send the gateway's token in the {TOKEN_HEADER} header", key="token")
-            await _send_error(send, error)
-            return
-        body = await _read_body(receive)
+            return await reply.error(
+                api_error(shape, 401, f"send the gateway's token in the {TOKEN_HEADER} header", key="token")
+            )
+        body = await _read_body(request)
         if body is None:
-            await _send_error(send, api_error(api, 413, "request body too large", key="size"))
-            return
-        called = api_of(scope["path"])
-        if scope["method"] != "POST" or called is None:
-            await self._forward(scope, receive, send, headers, body, None, _Outcome(), None)
-            return
-        await self._model_call(scope, receive, send, headers, body, called)
+            return await reply.error(api_error(shape, 413, "request body too large", key="size"))
+        api = api_of(request.path)
+        if request.method != "POST" or api is None:
+            return await self._forward(reply, body, None, _Outcome(), shape)
+        return await self._model_call(reply, body, api)
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.aclose()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-
-    def _episode(self, headers: Headers) -> CallEpisode:
+    def _episode(self, headers: CIMultiDictProxy[str]) -> CallEpisode:
         named = headers.get(EPISODE_HEADER)
         if named is not None:
             return episode_from_header(named)
         label = self._clients.label(headers)
         return CallEpisode(label, label)
 
-    async def _model_call(
-        self, scope: Scope, receive: Receive, send: Send, headers: Headers, body: bytes, api: Api
-    ) -> None:
+    async def _model_call(self, reply: _Reply, body: bytes, api: Api) -> web.StreamResponse:
         fields = read_json(body)
         if fields is None:  # not a model call the upstream can read: it answers it, undecided
-            await self._forward(scope, receive, send, headers, body, None, _Outcome(), None)
-            return
+            return await self._forward(reply, body, None, _Outcome(), api)
         try:
-            episode = self._episode(headers)
+            episode = self._episode(reply.request.headers)
         except EpisodeHeaderError as exc:
-            await _send_error(send, bad_request(api, str(exc), key="episode"))
-            return
+            return await reply.error(bad_request(api, str(exc), key="episode"))
         stream = fields.get("stream") is True
         model = fields.get("model") if isinstance(fields.get("model"), str) else None
         ordinal = self._ordinals.take(episode.id)
@@ -232,12 +303,14 @@ class ModelGateway:
             decision = plan.decide(ordinal, api, stream, model_call_rng(seed, episode.fault_key, ordinal))
         else:
             decision = ModelFaultDecision(plan=plan.name, ordinal=ordinal)
-        key = f"{episode.fault_key}#{ordinal}"
         outcome = _Outcome()
         try:
-            await self._deliver(
-                scope, receive, send, headers, body, api, stream, model, decision.fault, key, outcome
+            return await self._deliver(
+                reply, body, api, stream, model, decision.fault, f"{episode.fault_key}#{ordinal}", outcome
             )
+        except asyncio.CancelledError:  # the client went away
+            outcome.detail = outcome.detail or "the client went away mid-answer"
+            raise
         finally:
             self._traces.write(
                 ModelFaultEvent(
@@ -258,10 +331,7 @@ class ModelGateway:
 
     async def _deliver(
         self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        headers: Headers,
+        reply: _Reply,
         body: bytes,
         api: Api,
         stream: bool,
@@ -269,26 +339,23 @@ class ModelGateway:
         fault: ModelFaultBase | None,
         key: str,
         outcome: _Outcome,
-    ) -> None:
+    ) -> web.StreamResponse:
         error = self._error_for(api, fault, key, len(body))
         if error is not None:
-            await _send_error(send, error)
             outcome.status, outcome.detail = error.status, "answered by the gateway"
-            return
+            return await reply.error(error)
         if isinstance(fault, ConnectionReset):
-            await reset_connection(receive)
             outcome.detail = "connection reset before any byte"
-            return
+            return reply.reset()
         if isinstance(fault, EmptyCompletion):
-            await self._send_empty(send, api, stream, model or "", key, outcome)
-            return
+            return await self._send_empty(reply, api, stream, model or "", key, outcome)
         if isinstance(fault, Hang):
-            gone = await self._hang(receive, fault)
-            if gone:
-                outcome.detail = "the client gave up waiting for headers"
-                return
+            outcome.detail = "the client gave up waiting for headers"  # unless the hang ends first
+            if fault.seconds is None:
+                await anyio.sleep_forever()
+            await self.settings.sleep(self._scaled(fault.seconds or 0.0))
             outcome.detail = "answered after the hang"
-        await self._forward(scope, receive, send, headers, body, fault, outcome, api)
+        return await self._forward(reply, body, fault, outcome, api)
 
     def _error_for(self, api: Api, fault: ModelFaultBase | None, key: str, size: int) -> ApiError | None:
         """The error answer of an error-family fault (None for any other)."""
@@ -315,135 +382,78 @@ class ModelGateway:
             return api_error(api, 400, "Output blocked by content filtering policy", key=key)
         return None
 
-    async def _hang(self, receive: Receive, fault: Hang) -> bool:
-        """Hold the request; True when the client gave up first."""
-        gone = False
-        async with anyio.create_task_group() as group:
-
-            async def client_gone() -> None:
-                nonlocal gone
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                gone = True
-                group.cancel_scope.cancel()
-
-            group.start_soon(client_gone)
-            if fault.seconds is None:
-                await anyio.sleep_forever()
-            else:
-                await self.settings.sleep(self._scaled(fault.seconds))
-            group.cancel_scope.cancel()
-        return gone
-
     async def _send_empty(
-        self, send: Send, api: Api, stream: bool, model: str, key: str, outcome: _Outcome
-    ) -> None:
+        self, reply: _Reply, api: Api, stream: bool, model: str, key: str, outcome: _Outcome
+    ) -> web.StreamResponse:
         answer = Answer(id=_answer_id(api, key), model=model)
         outcome.status, outcome.detail = 200, "empty answer sent by the gateway"
         if not stream:
-            await _send_whole(
-                send, 200, [(b"content-type", b"application/json")], dumps(render(api, answer)).encode()
-            )
-            return
-        await send({"type": "http.response.start", "status": 200, "headers": _sse_headers()})
+            json_type = CIMultiDict([("content-type", "application/json")])
+            return await reply.whole(200, json_type, dumps(render(api, answer)).encode())
+        await reply.start(200, _sse_headers())
         for event in render_stream(api, answer):
-            await send({"type": "http.response.body", "body": event, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await reply.write(event)
+        return await reply.end()
 
     async def _forward(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        headers: Headers,
-        body: bytes,
-        fault: ModelFaultBase | None,
-        outcome: _Outcome,
-        api: Api | None,
-    ) -> None:
+        self, reply: _Reply, body: bytes, fault: ModelFaultBase | None, outcome: _Outcome, api: Api | None
+    ) -> web.StreamResponse:
         """The upstream's answer to the request, with ``fault`` applied to a successful one."""
-        query = scope.get("query_string", b"").decode("latin-1")
-        url = upstream_url(self.settings.upstream, scope["path"], query)
-        forwarded = [(k, v) for k, v in headers.items() if k.lower() not in _HOP_BY_HOP]
+        request = reply.request
+        path, _, query = request.raw_path.partition("?")
+        url = URL(upstream_url(self.settings.upstream, path, query), encoded=True)
+        forwarded = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP]
         forwarded.append(("accept-encoding", "identity"))
-        client = self._client()
-        request = client.build_request(scope["method"], url, content=body, headers=forwarded)
-        key = api or _shape_of(scope["path"], headers)
+        shape = api or _shape_of(request.path, request.headers)
         try:
-            response = await client.send(request, stream=True)
-        except httpx2.TimeoutException:
+            async with self._client().request(request.method, url, data=body, headers=forwarded) as response:
+                outcome.upstream_status = outcome.status = response.status
+                applies = fault is not None and api is not None and response.status == 200
+                if fault is not None and not applies:
+                    outcome.detail = f"not applied: the upstream answered {response.status}"
+                if not applies or api is None:
+                    return await self._pass(reply, response)
+                if response.headers.get("content-type", "").startswith("text/event-stream"):
+                    return await self._relay_stream(reply, response, fault, api, outcome)
+                return await self._relay_whole(reply, response, fault, api, outcome)
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            if reply.response is not None:
+                outcome.detail = "the upstream stopped answering mid-way (not injected)"
+                return reply.close()
             outcome.status, outcome.detail = 504, "the upstream did not answer in time (not injected)"
-            await _send_error(send, api_error(key, 504, "the upstream did not answer in time", key=url))
-            return
-        except httpx2.HTTPError as exc:
+            return await reply.error(
+                api_error(shape, 504, "the upstream did not answer in time", key=str(url))
+            )
+        except aiohttp.ClientError as exc:
+            if reply.response is not None:
+                if isinstance(exc, aiohttp.ClientConnectionResetError) and reply.request.transport is None:
+                    outcome.detail = outcome.detail or "the client went away mid-answer"
+                else:
+                    outcome.detail = f"the upstream's answer broke off (not injected): {type(exc).__name__}"
+                return reply.close()
             outcome.status = 502
             outcome.detail = f"the upstream is unreachable (not injected): {type(exc).__name__}"
-            await _send_error(send, api_error(key, 502, "the upstream is unreachable", key=url))
-            return
-        try:
-            outcome.upstream_status = response.status_code
-            await self._answer(receive, send, response, fault, outcome, api)
-        except httpx2.HTTPError as exc:
-            outcome.detail = f"the upstream's answer broke off (not injected): {type(exc).__name__}"
-            await close_connection(receive)
-        finally:
-            await response.aclose()
+            return await reply.error(api_error(shape, 502, "the upstream is unreachable", key=str(url)))
 
-    async def _answer(
-        self,
-        receive: Receive,
-        send: Send,
-        response: httpx2.Response,
-        fault: ModelFaultBase | None,
-        outcome: _Outcome,
-        api: Api | None,
-    ) -> None:
-        status = response.status_code
-        outcome.status = status
-        content_type = response.headers.get("content-type", "")
-        applies = fault is not None and api is not None and status == 200
-        if fault is not None and not applies:
-            outcome.detail = f"not applied: the upstream answered {status}"
-        if not applies or api is None:
-            await _until_gone(receive, outcome, self._pass(send, response))
-        elif content_type.startswith("text/event-stream"):
-            await _until_gone(
-                receive, outcome, self._relay_stream(receive, send, response, fault, api, outcome)
-            )
-        else:
-            await self._relay_whole(receive, send, response, fault, api, outcome)
-
-    async def _pass(self, send: Send, response: httpx2.Response) -> None:
+    async def _pass(self, reply: _Reply, response: aiohttp.ClientResponse) -> web.StreamResponse:
         """The upstream's answer, byte for byte, piece by piece as it arrives."""
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status_code,
-                "headers": _back(response, raw=True),
-            }
-        )
-        async for chunk in response.aiter_raw():
-            if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        headers = _back(response, keep_framing=True)
+        length = response.content_length if "content-length" in response.headers else None
+        await reply.start(response.status, headers, length)
+        async for chunk in response.content.iter_any():
+            await reply.write(chunk)
+        return await reply.end()
 
     async def _relay_stream(
         self,
-        receive: Receive,
-        send: Send,
-        response: httpx2.Response,
+        reply: _Reply,
+        response: aiohttp.ClientResponse,
         fault: ModelFaultBase | None,
         api: Api,
         outcome: _Outcome,
-    ) -> None:
+    ) -> web.StreamResponse:
         """A stream, event by event as the upstream sends them, changed as ``fault`` says."""
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status_code,
-                "headers": _back(response, raw=False),
-            }
-        )
+        await reply.start(response.status, _back(response, keep_framing=False))
         first_delay = self._scaled(fault.seconds) if isinstance(fault, SlowFirstToken) else 0.0
         event_delay = self._scaled(fault.seconds) if isinstance(fault, SlowTokens) else 0.0
         tamper = stream_tamper(api, fault)
@@ -456,7 +466,6 @@ class ModelGateway:
             for action in actions:
                 if isinstance(action, Finish):
                     outcome.detail = "ended early by the fault"
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
                     return True
                 if not sent_any and first_delay:
                     await self.settings.sleep(first_delay)
@@ -464,51 +473,45 @@ class ModelGateway:
                     await self.settings.sleep(event_delay)
                 sent_any = True
                 if isinstance(action, Cut):
-                    await send({"type": "http.response.body", "body": action.partial, "more_body": True})
+                    await reply.write(action.partial)
                     outcome.detail = "connection closed mid-answer"
-                    await close_connection(receive)
+                    reply.close()
                     return True
-                await send({"type": "http.response.body", "body": action, "more_body": True})
+                await reply.write(action)
             return False
 
-        async for chunk in response.aiter_bytes():
-            if not chunk:
-                continue
-            if splitter is None:
-                if await act([chunk]):
-                    return
-                continue
-            for event in splitter.feed(chunk):
+        async for chunk in response.content.iter_any():
+            events = [chunk] if splitter is None else splitter.feed(chunk)
+            for event in events:
                 if await act(tamper.on_event(event) if tamper is not None else [event]):
-                    return
+                    return (
+                        reply.close() if outcome.detail.startswith("connection closed") else await reply.end()
+                    )
         if splitter is not None:
             rest = splitter.rest()
             if await act(tamper.on_end(rest) if tamper is not None else ([rest] if rest else [])):
-                return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return reply.close() if outcome.detail.startswith("connection closed") else await reply.end()
+        return await reply.end()
 
     async def _relay_whole(
         self,
-        receive: Receive,
-        send: Send,
-        response: httpx2.Response,
+        reply: _Reply,
+        response: aiohttp.ClientResponse,
         fault: ModelFaultBase | None,
         api: Api,
         outcome: _Outcome,
-    ) -> None:
+    ) -> web.StreamResponse:
         """A whole (non-streamed) answer, changed as ``fault`` says."""
-        body = await response.aread()
-        headers = _back(response, raw=False)
+        body = await response.read()
+        headers = _back(response, keep_framing=False)
         if isinstance(fault, SlowFirstToken):
             await self.settings.sleep(self._scaled(fault.seconds))
         if isinstance(fault, StreamCut):
             cut = cut_body(api, fault, body)
-            start_headers = [*headers, (b"content-length", str(cut.length).encode())]
-            await send({"type": "http.response.start", "status": 200, "headers": start_headers})
-            await send({"type": "http.response.body", "body": cut.partial, "more_body": True})
-            await close_connection(receive)
+            await reply.start(200, headers, cut.length)
+            await reply.write(cut.partial)
             outcome.detail = "connection closed mid-answer"
-            return
+            return reply.close()
         if isinstance(fault, MalformedEvent):
             body = malformed_body(body)
         elif isinstance(fault, ToolArguments | MaxTokens):
@@ -516,84 +519,44 @@ class ModelGateway:
             if parsed is not None:
                 body = dumps(tamper_body(api, fault, parsed)).encode()
         if isinstance(fault, SlowTokens):
-            await send({"type": "http.response.start", "status": 200, "headers": [*headers, _length(body)]})
+            await reply.start(200, headers, len(body))
             size = max(1, math.ceil(len(body) / SLOW_PIECES))
             for start in range(0, len(body), size):
                 await self.settings.sleep(self._scaled(fault.seconds))
-                await send(
-                    {"type": "http.response.body", "body": body[start : start + size], "more_body": True}
-                )
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            return
-        await _send_whole(send, 200, headers, body)
+                await reply.write(body[start : start + size])
+            return await reply.end()
+        return await reply.whole(200, headers, body)
 
 
-async def _until_gone(receive: Receive, outcome: _Outcome, relay: Coroutine[Any, Any, None]) -> None:
-    """Run ``relay`` (an answer streaming back) unless the client goes away first.
-
-    A client that leaves mid-answer stops the upstream's answer too (its tokens would be spent for
-    nobody); the server reports the closed connection through ``receive``.
-    """
-    async with anyio.create_task_group() as group:
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            outcome.detail = outcome.detail or "the client went away mid-answer"
-            group.cancel_scope.cancel()
-
-        group.start_soon(watch)
-        await relay
-        group.cancel_scope.cancel()
+def _back(response: aiohttp.ClientResponse, *, keep_framing: bool) -> CIMultiDict[str]:
+    """The upstream's response headers for the client (its own length kept when ``keep_framing``)."""
+    dropped = (
+        {"transfer-encoding", "connection", "keep-alive", "content-length"} if keep_framing else _FRAMING
+    )
+    return CIMultiDict(
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in response.raw_headers
+        if k.decode("latin-1").lower() not in dropped
+    )
 
 
-def _length(body: bytes) -> tuple[bytes, bytes]:
-    return (b"content-length", str(len(body)).encode())
+def _sse_headers() -> CIMultiDict[str]:
+    return CIMultiDict([("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")])
 
 
-#: Response headers not passed back when the gateway re-frames the body (it sets its own).
-_REFRAMED = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive"})
-
-
-def _back(response: httpx2.Response, *, raw: bool) -> list[tuple[bytes, bytes]]:
-    """The upstream's response headers for the client (byte-exact framing kept when ``raw``)."""
-    dropped = {"transfer-encoding", "connection", "keep-alive"} if raw else _REFRAMED
-    return [(k, v) for k, v in response.headers.raw if k.decode("latin-1").lower() not in dropped]
-
-
-def _sse_headers() -> list[tuple[bytes, bytes]]:
-    return [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
-
-
-async def _send_whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    framed = [(k, v) for k, v in headers if k.lower() != b"content-length"]
-    await send({"type": "http.response.start", "status": status, "headers": [*framed, _length(body)]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _send_error(send: Send, error: ApiError) -> None:
-    await send({"type": "http.response.start", "status": error.status, "headers": error.raw_headers()})
-    await send({"type": "http.response.body", "body": error.body, "more_body": False})
-
-
-async def _read_body(receive: Receive) -> bytes | None:
+async def _read_body(request: web.BaseRequest) -> bytes | None:
     """The request body (None when it is over `MAX_BODY_BYTES`)."""
     parts: list[bytes] = []
     size = 0
-    while True:
-        message: Message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(parts)
-        chunk = message.get("body", b"")
+    async for chunk in request.content.iter_any():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
             return None
         parts.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(parts)
+    return b"".join(parts)
 
 
-def _shape_of(path: str, headers: Headers) -> Api:
+def _shape_of(path: str, headers: CIMultiDictProxy[str]) -> Api:
     """The API whose error shape a request gets: Anthropic's for its paths or its version header."""
     if path.startswith("/v1/messages") or "anthropic-version" in headers:
         return "anthropic"

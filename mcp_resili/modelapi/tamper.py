@@ -7,7 +7,6 @@ changed as one event when the call's arguments end. A whole answer is one JSON b
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -428,9 +427,9 @@ def _anthropic_body(fault: ToolArguments | MaxTokens, body: dict[str, Any]) -> d
 
 
 def read_json(body: bytes) -> dict[str, Any] | None:
-    """A whole answer's JSON object, or None when it is none."""
+    """A body's JSON object, or None when it is none (jiter: about twice as fast as the json module)."""
     try:
-        value = json.loads(body)
+        value = jiter.from_json(body)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

@@ -8,6 +8,7 @@ waited on a sleeper the test controls: nothing here sleeps or reads a clock.
 import contextlib
 import json
 import logging
+import re
 
 import anthropic
 import anyio
@@ -15,9 +16,11 @@ import httpx2
 import openai
 import pytest
 from llm_support import anthropic_client, gateway, model_server, openai_client, serving
+from servers import REPO_ROOT
 
 from mcp_resili import EPISODE_HEADER
-from mcp_resili.faults.model_api import MODEL_FAULT_PROFILES
+from mcp_resili.faults.base import FaultSpecError
+from mcp_resili.faults.model_api import MODEL_FAULT_PROFILES, parse_model_fault_spec
 from mcp_resili.modelapi import TRACE_SUFFIX, read_model_events
 from mcp_resili.modelapi.gateway import SLOW_PIECES, TOKEN_HEADER
 from mcp_resili.modelserver import ModelServer
@@ -614,3 +617,28 @@ async def test_a_client_that_leaves_mid_stream_ends_the_upstreams_answer_too(tmp
                 await anyio.lowlevel.checkpoint()  # the gateway records the call as it ends
     (event,) = events_in(tmp_path)["leaving"]
     assert event.detail == "the client went away mid-answer" and event.status == 200
+
+
+def test_profiles_and_fault_files_parse_and_a_wrong_one_is_one_line_naming_the_problem(tmp_path):
+    assert parse_model_fault_spec("none").rules == () == parse_model_fault_spec("llm:none").rules
+    medium = parse_model_fault_spec("llm:medium")
+    assert medium.name == "llm:medium" and {r.fault.type for r in medium.rules} >= {
+        "rate_limit",
+        "stream_cut",
+    }
+    example = parse_model_fault_spec(str(REPO_ROOT / "examples" / "llm_faults.toml"))
+    assert [r.fault.type for r in example.rules] == ["rate_limit", "server_error", "stream_cut", "max_tokens"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[rules]]\ncalls = [0]\nfault = { type = "rate_limit" }\n')
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text('{"rules": [{"fault": {"type": "meteor"}}]}')
+    for spec, expected in (
+        ("llm:apocalyptic", "unknown model-API fault profile 'apocalyptic'"),
+        ("medium", "unknown model-API fault spec 'medium'"),
+        (str(bad), "call numbers are 1-based"),
+        (str(unknown), "rules[0].fault"),
+        (str(tmp_path / "missing.toml"), "cannot read fault file"),
+    ):
+        with pytest.raises(FaultSpecError, match=re.escape(expected)) as caught:
+            parse_model_fault_spec(spec)
+        assert "\n" not in str(caught.value)

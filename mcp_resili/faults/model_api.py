@@ -289,8 +289,8 @@ def _rule(probability: float, fault: dict[str, Any], **where: Any) -> dict[str, 
     return {"probability": probability, "fault": fault, **where}
 
 
-#: The documented profiles (docs/llm.md), as data: about 3%, 10% and 25% of calls faulted. Production
-#: model APIs fail on the order of 1-5% of calls; ``heavy`` is a stress test.
+#: The documented profiles (docs/llm.md), as data: 3%, 8-9% and 17-20% of calls faulted (whole answers /
+#: streamed ones). Production model APIs fail on the order of 1-5% of calls; ``heavy`` is a stress test.
 MODEL_FAULT_PROFILES: dict[str, list[dict[str, Any]]] = {
     "none": [],
     "light": [

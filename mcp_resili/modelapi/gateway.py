@@ -65,6 +65,7 @@ from mcp_resili.modelapi.formats import (
     dumps,
     request_id,
 )
+from mcp_resili.modelapi.hosting import base_url
 from mcp_resili.modelapi.ledger import (
     CallEpisode,
     ClientLabels,
@@ -245,8 +246,6 @@ class ModelGateway:
 
     async def serve(self, sock: socket.socket, *, on_started: Callable[[str], object] | None = None) -> None:
         """Serve on ``sock`` until cancelled; ``on_started`` gets the base URL once it listens."""
-        from mcp_resili.modelapi.hosting import base_url
-
         server = web.Server(self.handle, handler_cancellation=True, access_log=None)
         loop = asyncio.get_running_loop()
         listener = await loop.create_server(server, sock=sock)

@@ -258,6 +258,8 @@ def section(cpu: dict[str, Any], ttfc: dict[str, list[tuple[float, float]]], com
         f"{platform.python_version()}; load average (1/5/15 min) at the end: {load}",
         f"- Revision: {revision}; command: `{command}`",
         "",
+        "CPU milliseconds per call (medians over rounds):",
+        "",
         "| answer | direct: client + upstream | through a bare relay: all three | through the gateway: "
         "all three | added by the gateway | the gateway process | the bare relay process |",
         "|---|---:|---:|---:|---:|---:|---:|",

@@ -12,7 +12,7 @@ Two paths:
 * **outside**: an MCP client that plays the oracle and greedy-retry with a budget of 60 calls and
   no stop rules against ``serve`` with a trace directory; the server-side traces are scored with
   the suite's scorer (what ``mcp-resili score`` runs). Only the scorer holds these agents to the
-  budget. The server cannot know ``--max-turns``, so its traces use the tasks' own budgets.
+  budget. The server records the setting's budget in every trace header (``serve --max-turns``).
 
 Checks, printed at the end: no episode is scored ``full`` where bound (ii) says impossible, and for
 every (path, configuration, agent, variant) the full rate's 95% Wilson interval reaches down to the
@@ -75,8 +75,11 @@ async def runner_rows(config_name, sample, db):
 
 async def outside_rows(config_name, sample, trace_dir):
     suite = get_suite("resilibench")
-    spec, _ = CONFIGS[config_name]
-    server = ResiliServer(suite, parse_fault_spec(spec, suite.spec_scope), seed=1, trace_dir=trace_dir)
+    spec, max_turns = CONFIGS[config_name]
+    # `serve --max-turns`: the traces carry the setting's budget, which the scorer and bounds use.
+    server = ResiliServer(
+        suite, parse_fault_spec(spec, suite.spec_scope), seed=1, trace_dir=trace_dir, max_turns=max_turns
+    )
     rows = []
     async with Client(server.mcp) as client:
         tools = (await client.list_tools()).tools

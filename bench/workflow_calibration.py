@@ -1,9 +1,12 @@
 """Derive the ``tools`` alert thresholds from this project's own perturbed tool-call goldens.
 
 Goldens: every ResiliBench (5,040) and ToolMaze (400) task's DAG with at least 5 steps (the paper's
-|V| ≥ 5 filter; ReliabilityBench's workflows have 1–3 steps). Each is perturbed with ``--seeds``
-seeds at α = 0.1 (mild: should pass) and α ∈ {0.3, 0.5} (severe: should alert); the method is
+|V| ≥ 5 filter; ReliabilityBench's workflows have 1–3 steps), split by structure into a fitting half
+and a held-out half (`split_goldens`). The fitting goldens are perturbed with ``--seeds`` seeds at
+α = 0.1 (mild: should pass) and α ∈ {0.3, 0.5} (severe: should alert); the method is
 `mcp_resili.workflow.calibration` (best balanced accuracy on a 0.01 grid, middle of the best band).
+The fitted gate, and the paper's, are then judged on the held-out goldens with another seed:
+false alerts (mild candidates that alert) and misses (severe ones that do not), with 95% intervals.
 The script prints the fitted thresholds under both Graph F1 definitions, checks that the rules they
 yield are the shipped `TOOL_RULES`, and reports the review's checks: one missing step in ten must
 raise no alert, compressed candidates at α ≥ 0.3 must trip the τ alert.
@@ -37,7 +40,7 @@ from mcp_resili.workflow import (
     sensitivity,
     workflow_from_task,
 )
-from mcp_resili.workflow.calibration import MIN_STEPS
+from mcp_resili.workflow.calibration import HELD_OUT_SEEDS, MIN_STEPS, check_rules, split_goldens
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reports.md"
@@ -81,6 +84,26 @@ def gate_checks(goldens, seeds):
     return (missing_total, missing_alerts, paper_alerts, len(ten)), (compressed_total, tau_alerts)
 
 
+def rate_cell(rate):
+    if rate["n"] == 0:
+        return "–"
+    low, high = rate["ci95"]
+    return f"{100 * rate['rate']:.1f}% ({100 * low:.1f}–{100 * high:.1f}; {rate['count']}/{rate['n']})"
+
+
+def gate_rows(judged):
+    rows = []
+    for name, checks in judged.items():
+        for check in checks:
+            data = check.to_dict()
+            modes = ", ".join(f"{m} {k}" for m, k in data["mild_alerts_by_mode"].items()) or "–"
+            rows.append(
+                f"| {name} | {check.perturbation} | {rate_cell(data['false_alerts'])} | "
+                f"{rate_cell(data['misses'])} | {modes} |"
+            )
+    return rows
+
+
 def rules_table(rules):
     return [f"| {r.failure_mode} | {' or '.join(r.metrics)} | < {r.threshold:.2f} |" for r in rules]
 
@@ -98,8 +121,15 @@ def main():
         for t in get_suite(suite).tasks
         if len(t.workflow.steps) >= MIN_STEPS
     ]
-    fits = derive_thresholds(goldens, seeds)
+    fitting, held_out = split_goldens(goldens)
+    fits = derive_thresholds(fitting, seeds)
     derived = rules_from_fits(fits)
+    paper_on_tools = rules_with({}, "paper").resolve("tools")[1]
+    judged = {
+        "`tools` (fitted), in sample": check_rules(derived, fitting, seeds),
+        "`tools` (fitted), held out": check_rules(derived, held_out, HELD_OUT_SEEDS),
+        "`paper`, held out": check_rules(paper_on_tools, held_out, HELD_OUT_SEEDS),
+    }
     (m_total, m_alerts, m_paper, m_tens), (c_total, c_tau) = gate_checks(goldens, seeds)
     text_gold = load_workflow(ROOT / "examples" / "workflows" / "golden.json")
     text_tau = {
@@ -117,9 +147,11 @@ def main():
     variants = next(f.variants for f in fits if f.metric == "kendall_tau")
     lines = [
         START,
-        f"Tool goldens: {len(goldens)} ResiliBench and ToolMaze DAGs with ≥ {MIN_STEPS} steps, "
-        f"{len(seeds)} seeds, {variants['0.1']} variants per level and perturbation. Mean score at "
-        "α = 0.1 / 0.3 / 0.5; threshold fitted on α = 0.1 (pass) against α ∈ {0.3, 0.5} (alert):",
+        f"Tool goldens: {len(goldens)} ResiliBench and ToolMaze DAGs with ≥ {MIN_STEPS} steps, split by "
+        f"structure: thresholds fitted on {len(fitting)} of them ({len(seeds)} seeds, {variants['0.1']} "
+        "variants per level and perturbation), judged on the other "
+        f"{len(held_out)} (seed {HELD_OUT_SEEDS[0]}). Mean score at α = 0.1 / 0.3 / 0.5 on the fitting "
+        "goldens; threshold fitted on α = 0.1 (pass) against α ∈ {0.3, 0.5} (alert):",
         "",
         "| failure mode | metric | mean at 0.1 / 0.3 / 0.5 | threshold | α = 0.1 passing | "
         "α ≥ 0.3 alerting | balanced accuracy |",
@@ -137,6 +169,14 @@ def main():
         "| `paper` (WorkflowPerturb Table 1; default for text workflows) | alert when | threshold |",
         "|---|---|---|",
         *rules_table(PAPER_RULES),
+        "",
+        "The gates as gates: a false alert is an α = 0.1 candidate raising any alert, a miss an "
+        "α ≥ 0.3 candidate raising none (95% Wilson intervals; one candidate per golden and level):",
+        "",
+        "| rule set, goldens | perturbation | false alerts at α = 0.1 | misses at α ≥ 0.3 | "
+        "false alerts by rule |",
+        "|---|---|---|---|---|",
+        *gate_rows(judged),
         "",
         "Compressed steps, mean Kendall's τ per α (paper: "
         + " / ".join(f"{PAPER_TAU[a]:.2f}" for a in PAPER_TAU)

@@ -246,3 +246,84 @@ def test_compare_cli_takes_the_graph_definition_threshold_set_and_argument_match
     with pytest.raises(SystemExit) as refused:
         main(["compare", str(golden), str(candidate), "--thresholds", "strict"])
     assert refused.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_an_undefined_tau_raises_no_alert_and_reads_undefined(tmp_path, capsys):
+    """One step of a 6-step chain: τ has no pair to order (None), so only Chain F1 can alert."""
+    gold = tool_chain(6)
+    lone = WorkflowGraph(kind="tools", steps=(Step(id="p0", label="tool_2"),))
+    verdict = compare(gold, lone)
+    assert verdict.scores.kendall_tau is None
+    assert [a.split(":")[0] for a in verdict.alerts] == ["missing_steps"]  # Chain F1 2/7 < 0.85
+    assert verdict.to_dict()["scores"]["kendall_tau"] is None
+    golden, candidate = tmp_path / "g.json", tmp_path / "c.json"
+    golden.write_text(gold.model_dump_json(), encoding="utf-8")
+    candidate.write_text(lone.model_dump_json(), encoding="utf-8")
+    assert main(["compare", str(golden), str(candidate)]) == 1
+    assert "kendall_tau  undefined (fewer than two aligned steps)" in capsys.readouterr().out
+
+
+def test_the_paper_thresholds_on_a_tool_workflow_warn_in_one_line(tmp_path, capsys):
+    gold = tool_chain(10)
+    golden, candidate = tmp_path / "g.json", tmp_path / "c.json"
+    golden.write_text(gold.model_dump_json(), encoding="utf-8")
+    candidate.write_text(perturb(gold, "missing", 0.1, 3).model_dump_json(), encoding="utf-8")
+    assert main(["compare", str(golden), str(candidate), "--thresholds", "paper"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "calibrated on text workflows" in err[0]
+    assert main(["compare", str(golden), str(candidate)]) == 0  # the tools set: one missing call passes
+    assert capsys.readouterr().err == ""
+
+
+def test_thresholds_are_fitted_on_one_split_and_judged_on_the_other():
+    from mcp_resili.workflow.calibration import check_rules, split_goldens
+
+    goldens = [
+        workflow_from_task(t) for t in get_suite("resilibench").tasks[:400] if len(t.workflow.steps) >= 5
+    ]
+    fitting, held_out = split_goldens(goldens)
+    assert fitting and held_out
+    # Equal workflows never fall on both sides.
+    assert not {g.model_dump_json() for g in fitting} & {g.model_dump_json() for g in held_out}
+    rules = rules_from_fits(derive_thresholds(fitting, seeds=range(2)))
+    checks = {c.perturbation: c for c in check_rules(rules, held_out)}
+    assert set(checks) == {"missing", "compressed"}  # no description changes for tool workflows
+    for check in checks.values():
+        assert check.mild == len(held_out) and check.severe == 2 * len(held_out)
+        as_json = check.to_dict()
+        low, high = as_json["false_alerts"]["ci95"]
+        assert low <= check.false_alert_rate <= high and 0 < high < 0.1
+    # The paper's set on the same held-out tool goldens: its BLEU/GLEU rule fires on one missing call.
+    paper = {c.perturbation: c for c in check_rules(rules_with({}, "paper").resolve("tools")[1], held_out)}
+    assert paper["missing"].false_alert_rate > 0.5
+    assert paper["missing"].mild_alerts_by_mode["description_changes"] > paper["missing"].mild // 2
+
+
+def test_calibrate_cli_reports_the_fitted_gate_out_of_sample(tmp_path, capsys):
+    paths = []
+    for n in range(5, 11):
+        for shift in range(3):  # distinct structures, so both sides of the split get some
+            gold = tool_chain(n, prefix=f"x{shift}")
+            path = tmp_path / f"g{n}-{shift}.json"
+            path.write_text(
+                gold.model_copy(
+                    update={
+                        "steps": tuple(
+                            s.model_copy(update={"label": f"{s.label}_{shift}"}) for s in gold.steps
+                        )
+                    }
+                ).model_dump_json(),
+                encoding="utf-8",
+            )
+            paths.append(str(path))
+    assert main(["calibrate", *paths, "--derive-thresholds"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["checked_on"]["held_out"] is True
+    assert out["fitted_on"]["workflows"] + out["checked_on"]["workflows"] == len(paths)
+    assert out["checked_on"]["seeds"] == [1000]
+    gate = {g["perturbation"]: g for g in out["gate"]}
+    assert gate["missing"]["false_alerts"]["n"] == out["checked_on"]["workflows"]
+    assert main(["calibrate", paths[0], "--derive-thresholds"]) == 2
+    assert "no golden on one side of the split" in capsys.readouterr().err
+    assert main(["calibrate", *paths, "--derive-thresholds", "--held-out", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["checked_on"]["held_out"] is False

@@ -87,13 +87,65 @@ CASES = [
         (1 / 6000) ** 0.25,
         0.4,
     ),
-    # Nothing predicted: k = l = 0 → 0; τ: n = 0 → 0; BLEU/GLEU of an empty hypothesis → 0.
-    ("empty prediction", chain(["a", "b", "c"]), ran([]), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
-    # No label in common: nothing pairs → 0 everywhere; BLEU: no unigram matches → 0; GLEU 0/5 = 0.
-    ("nothing matching", chain(["a", "b", "c"]), ran(["x", "y"]), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
-    # One step, matched: l = k = 1 → 1; τ: n = 1 → 1; BLEU order 1: p1 = 1, BP = 1 → 1;
-    # GLEU: 1 match, 1 hyp, 1 ref n-gram → 1.
-    ("single node", chain(["a"]), ran(["a"]), 1.0, 1.0, 1.0, 1.0, 1.0, 1.0),
+    # Nothing predicted: k = l = 0 → 0; τ: n = 0 aligned steps, no pair to order → undefined (None);
+    # BLEU/GLEU of an empty hypothesis → 0.
+    ("empty prediction", chain(["a", "b", "c"]), ran([]), 0.0, 0.0, 0.0, None, 0.0, 0.0),
+    # No label in common: nothing pairs → 0 everywhere, τ undefined (n = 0); BLEU: no unigram matches
+    # → 0; GLEU 0/5 = 0.
+    ("nothing matching", chain(["a", "b", "c"]), ran(["x", "y"]), 0.0, 0.0, 0.0, None, 0.0, 0.0),
+    # One step, matched: l = k = 1 → 1; τ: n = 1, no pair → undefined (it used to read 1.0, as if the
+    # order had been checked); BLEU order 1: p1 = 1, BP = 1 → 1; GLEU: 1 match, 1 hyp, 1 ref → 1.
+    ("single node", chain(["a"]), ran(["a"]), 1.0, 1.0, 1.0, None, 1.0, 1.0),
+    # Two empty workflows: F1 of two empty sets is 1 (f1's convention: nothing to find, nothing
+    # extra) for Chain and both Graph F1s; τ: n = 0 → undefined; BLEU and GLEU of two empty token
+    # lists are 1.0 by the same convention (no n-gram to miss).
+    (
+        "two empty workflows",
+        WorkflowGraph(kind="tools", steps=()),
+        ran([]),
+        1.0,
+        1.0,
+        1.0,
+        None,
+        1.0,
+        1.0,
+    ),
+    # Root r with branches a and b (r → a, r → b); ran a, r, b: branch a before its root. Chain: l = 2
+    # (r then b: no topological order puts a before r) → P = R = 2/3 → 2/3. lcc: r→a ran
+    # the wrong way, r→b kept; a is a golden sink, but its edge with r ran backwards, so it does not
+    # join END (it used to, which linked it to b through END: k = 3 → 1.0); r has a backward edge
+    # too, no START. Components {r b END}, {a} → k = 2 → 2/3, what the same order claimed as explicit
+    # edges (a → r → b) gets. mcs: (r, a) disagrees; {r, b} agree → k = 2 → 2/3. τ: n = 3, pairs
+    # (a, r) discordant, (a, b) unordered in the DAG → concordant, (r, b) concordant → (2 − 1)/3 =
+    # 1/3. BLEU: the reference in the topological order closest to the hypothesis is r a b (a's
+    # position 0 cannot precede r); hyp a r b: p1 = 3/3, p2 = (ar rb vs ra ab) 0.1/2, p3 = 0.1/1, BP
+    # = 1 → (1/20 · 1/10)^(1/3) = (1/200)^(1/3). GLEU: matches 3+0+0, hyp 3+2+1, ref 6 → 0.5.
+    (
+        "branch run before its root",
+        dag(["r", "a", "b"], [(0, 1), (0, 2)]),
+        ran(["a", "r", "b"]),
+        2 / 3,
+        2 / 3,
+        2 / 3,
+        1 / 3,
+        (1 / 200) ** (1 / 3),
+        0.5,
+    ),
+    # BLEU's golden order: r → {a, b} ran r b a, a valid order. The reference is listed in the golden
+    # topological order closest to the hypothesis, r b a (not the listed r a b), so nothing is lost:
+    # BLEU = GLEU = 1. (Against the listed order it would be p1 = 1, p2 = (rb ba vs ra ab) 0.1/2,
+    # p3 = 0.1 → (1/200)^(1/3).)
+    (
+        "independent branches in the other order",
+        dag(["r", "a", "b"], [(0, 1), (0, 2)]),
+        ran(["r", "b", "a"]),
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+    ),
     # Diamond a → {b, c} → d, ran a c b d: a topological order. l = 4 → 1; lcc: every golden edge
     # ran in order → k = 4 → 1; mcs: no edge reversed → 1; τ: (c, b) unordered in the DAG counts as
     # concordant → 6/6 = 1. The reference is listed a c b d like the hypothesis → BLEU = GLEU = 1.
@@ -200,7 +252,7 @@ def test_metrics_match_the_hand_computed_values(gold, pred, chain_f1, lcc, mcs, 
     assert scores.chain_f1 == pytest.approx(chain_f1)
     assert scores.graph_f1 == pytest.approx(lcc)
     assert evaluate(pred, gold, graph="mcs").graph_f1 == pytest.approx(mcs)
-    assert scores.kendall_tau == pytest.approx(tau)
+    assert scores.kendall_tau == (None if tau is None else pytest.approx(tau))
     assert scores.bleu == pytest.approx(bleu)
     assert scores.gleu == pytest.approx(gleu)
 
@@ -255,6 +307,7 @@ def test_chain_f1_equals_the_best_lcs_over_every_topological_order_with_repeated
         )
         expected = 0.0 if best == 0 else 2 * best / (len(pred.steps) + size)
         assert chain_f1(pred, gold) == pytest.approx(expected), (labels, edges, pred.labels())
-        # A prediction that is itself a topological order of the golden DAG has τ = 1.
+        # A prediction that is itself a topological order of the golden DAG has τ = 1 (undefined
+        # for a single step: no pair to order).
         order = next(nx.all_topological_sorts(graph))
-        assert kendall_tau(ran([labels[i] for i in order]), gold) == 1.0
+        assert kendall_tau(ran([labels[i] for i in order]), gold) == (1.0 if size > 1 else None)

@@ -207,6 +207,13 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
 
 
+def suite_argument(name: str) -> str:
+    """A suite name as given, or a task directory's absolute path (other processes find it too)."""
+    from mcp_resili.registry.loader import is_suite_path
+
+    return str(Path(name).expanduser().resolve()) if is_suite_path(name) else name
+
+
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The run's configuration: from the options, or the stored one of ``--resume RUN_ID``."""
     from mcp_resili.client.runner import MATRIX_FIELDS, RunConfigError, load_run_config
@@ -233,7 +240,7 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
     if args.first and args.limit is None:
         raise RunConfigError("--first goes with --limit N (take the first N tasks instead of a sample)")
     return RunConfig(
-        suite=args.suite or DEFAULT_SUITE,
+        suite=suite_argument(args.suite or DEFAULT_SUITE),
         models=tuple(args.models or DEFAULT_MODELS),
         faults=tuple(args.faults or ()),
         variants=tuple(args.variants or ()),

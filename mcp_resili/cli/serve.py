@@ -78,6 +78,15 @@ def _add_network(parser: argparse.ArgumentParser, port: int) -> None:
     parser.add_argument("--trace-dir", type=Path, help="write one JSONL trace per episode here")
 
 
+def _add_budget(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-turns",
+        type=int,
+        help="call budget written into every trace header, which the scorer and the bounds then use "
+        "(e.g. the ResiliBench paper's 10); default: each task's own",
+    )
+
+
 def _http_access(args: argparse.Namespace) -> HttpAccess:
     """The HTTP lock from the command line, refused now (exit 2) if the bind would be left open."""
     from mcp_resili.server.transports import HttpAccess, check_exposure
@@ -99,6 +108,7 @@ def register(commands: Commands) -> None:
         "toolmaze:NP|P1..P4) | PATH.toml|.json (default: the suite's)",
     )
     add_seed(serve, what="faults")
+    _add_budget(serve)
     _add_network(serve, 8765)
     serve.add_argument(
         "--time-scale", type=_non_negative, default=1.0, help="multiply injected delays; 0 = none"
@@ -156,6 +166,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
     if args.trial is not None and args.trial < 0:
         raise UserError(f"--trial must be >= 0, got {args.trial}")
+    if args.max_turns is not None and args.max_turns < 1:
+        raise UserError(f"--max-turns must be at least 1, got {args.max_turns}")
     if args.call_time_limit <= 0:
         raise UserError(f"--call-time-limit must be positive, got {args.call_time_limit}")
     access = _http_access(args)
@@ -174,6 +186,8 @@ def serve_command(args: argparse.Namespace) -> int:
         trial=args.trial,
         expose_faults=args.expose_faults,
         call_time_limit=args.call_time_limit,
+        max_turns=args.max_turns,
+        warn_default_trial=args.trial is None,
     )
     if plan.requires_suite is not None and args.task is None:
         # Its faults live in the task's data: episodes that name no task see none.

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mcp_resili.cli.common import Commands
 from mcp_resili.constants import DEFAULT_SUITE
+from mcp_resili.errors import UserError
 
 
 def register(commands: Commands) -> None:
@@ -29,12 +30,21 @@ def register(commands: Commands) -> None:
     stats.add_argument("--suite", default=DEFAULT_SUITE)
     stats.add_argument("--json", action="store_true", help="a JSON list, one object per level")
     stats.set_defaults(handler=tasks_stats_command)
+    from mcp_resili.cli.taskcheck import add_check_parser
+
+    add_check_parser(tasks_sub)
 
     score = commands.add_parser(
         "score", help="score a trace file written by `serve --trace-dir` or the runner"
     )
     score.add_argument("trace", type=Path)
     score.add_argument("--task", help="task id, when the trace header has none")
+    score.add_argument(
+        "--max-turns",
+        type=int,
+        help="score under this call budget instead of the trace header's (or the task's): "
+        "e.g. the ResiliBench paper's 10 for an outside agent's trace",
+    )
     score.set_defaults(handler=score_command)
 
 
@@ -167,7 +177,13 @@ def score_command(args: argparse.Namespace) -> int:
     from mcp_resili.scoring.coping import score_episode
     from mcp_resili.trace import Trace
 
+    if args.max_turns is not None and args.max_turns < 1:
+        raise UserError(f"--max-turns must be at least 1, got {args.max_turns}")
     trace = Trace.read(args.trace)
+    if args.max_turns is not None:
+        trace = trace.model_copy(
+            update={"header": trace.header.model_copy(update={"max_turns": args.max_turns})}
+        )
     suite = get_suite(trace.header.suite)
     task_id = args.task or trace.header.task
     if task_id is None:

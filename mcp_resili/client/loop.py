@@ -44,6 +44,7 @@ from mcp_resili.constants import (
 )
 from mcp_resili.scoring.termination import StopRules, counts_against_budget
 from mcp_resili.trace import (
+    EndStateEvent,
     EpisodeEndEvent,
     FinishEvent,
     ModelTurnEvent,
@@ -352,6 +353,7 @@ async def play_episode(
             final = None
         if final is not None:
             merge_recorded(state.events, state.answered, final)
+            state.events.extend(e for e in final if isinstance(e, EndStateEvent))
     state.events.append(
         EpisodeEndEvent(
             episode=episode.id,

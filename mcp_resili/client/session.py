@@ -29,7 +29,7 @@ from mcp_resili.agents.model import Model, Reflection
 from mcp_resili.client.episode import EpisodeSpec
 from mcp_resili.client.inprocess import InProcessClient
 from mcp_resili.client.limits import UNLIMITED, Allowance, BudgetExhaustedError, LimitedModel
-from mcp_resili.client.loop import play_episode
+from mcp_resili.client.loop import _relist, play_episode
 from mcp_resili.client.notices import ProtocolNotices
 from mcp_resili.client.plan import PlannedEpisode, RunConfigError, RunPlan, episode_id
 from mcp_resili.client.pricing import PriceTable, load_price_table
@@ -42,7 +42,7 @@ from mcp_resili.scoring.coping import score_episode
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.store import EpisodeRow
 from mcp_resili.tools.validator import compiled, schema_error
-from mcp_resili.trace import Trace, TraceHeader
+from mcp_resili.trace import Trace, TraceEvent, TraceHeader
 
 #: Builds a model from its spec and `ProviderOptions` fields (tests substitute their own).
 ModelFactory = Callable[..., Model]
@@ -64,17 +64,29 @@ async def connect_recorded(plan: RunPlan, fault_spec: str) -> AsyncIterator[tupl
     """
     config = plan.config
     if config.server is None:
-        server = ResiliServer(
-            plan.suite, plan.fault_plans[fault_spec], seed=config.seed, time_scale=config.time_scale
-        )
-        without_idle_tracing(server.mcp)
+        async with AsyncExitStack() as stack:
+            # A suite on real servers: they start (and install on first use) before the first episode.
+            environment = (
+                await stack.enter_async_context(plan.suite.environment())
+                if plan.suite.environment is not None
+                else None
+            )
+            server = ResiliServer(
+                plan.suite,
+                plan.fault_plans[fault_spec],
+                seed=config.seed,
+                time_scale=config.time_scale,
+                environment=environment,
+            )
+            without_idle_tracing(server.mcp)
 
-        async def close(episode_id: str) -> None:
-            server.close_episode(episode_id)  # frees its state; its events were taken call by call
+            async def close(episode_id: str) -> list[TraceEvent]:
+                # Frees its state; its events were taken call by call, but for its observed end state.
+                return await server.end_episode(episode_id)
 
-        notices = ProtocolNotices()
-        async with InProcessClient(server.mcp, **notices.client_options()) as client:
-            yield client, RecordedEvents(after_call=server.take_events, at_end=close, notices=notices)
+            notices = ProtocolNotices()
+            async with InProcessClient(server.mcp, **notices.client_options()) as client:
+                yield client, RecordedEvents(after_call=server.take_events, at_end=close, notices=notices)
         return
     notices = ProtocolNotices()
     guard = None
@@ -272,6 +284,9 @@ async def play_planned(
         time_limit=config.time_limit if config.time_limit is not None else task.constraints.timeout,
         trial=planned.trial,
     )
+    if suite.environment is not None:
+        # Real servers: the episode is offered its own servers' tools, listed as it sees them.
+        tools = await _relist(client, spec, recorded, []) or []
     outcome = await play_episode(client, model, spec, tools, recorded)
     server_plan = recorded.server_plans.pop(spec.id, None) if recorded is not None else None
     if server_plan is not None:  # over --server, the plan our server played (e.g. ToolMaze's mode)

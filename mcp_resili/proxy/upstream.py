@@ -230,14 +230,18 @@ async def entered(client: Client, target: str) -> AsyncIterator[Client]:
         yield client
 
 
-def _stdio_params(target: str) -> StdioServerParameters:
+def _stdio_params(
+    target: str, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> StdioServerParameters:
     try:
         argv = shlex.split(target)
     except ValueError as exc:
         raise UpstreamError(f"cannot parse the server command {target!r}: {exc}") from None
     if not argv:
         raise UpstreamError("the server command is empty")
-    return StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+    return StdioServerParameters(
+        command=argv[0], args=argv[1:], env=dict(os.environ if env is None else env), cwd=cwd
+    )
 
 
 @asynccontextmanager
@@ -246,6 +250,8 @@ async def connect_upstream(
     *,
     read_timeout_seconds: float | None = CONNECT_TIMEOUT,
     capture_stderr: bool = False,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
     **client_options: Any,
 ) -> AsyncIterator[Upstream]:
     """Connect to ``target``: an ``http(s)://`` URL, or a command line started over stdio.
@@ -254,7 +260,9 @@ async def connect_upstream(
     machine, and many servers need their own variables (we never record them). With ``capture_stderr``
     the command's stderr goes to a temporary file (quoted when it dies) instead of ours.
     ``client_options`` go to `mcp.Client` (callbacks). Any failure to start, reach or keep the
-    connection is raised as `UpstreamError` with one line saying why.
+    connection is raised as `UpstreamError` with one line saying why. ``env`` replaces the inherited
+    environment of a started command (a benchmark's servers get only what they need), ``cwd`` sets
+    its working directory.
     """
     tap = WireTap()
     with tempfile.TemporaryDirectory(prefix="mcp-resili-upstream-") as scratch:
@@ -267,7 +275,7 @@ async def connect_upstream(
                 transport, guard = guarded_http_transport(target)
                 errlog: TextIO | None = None
             else:
-                params = _stdio_params(target)
+                params = _stdio_params(target, env, cwd)
                 errlog = stderr_path.open("w", encoding="utf-8") if stderr_path is not None else None
                 # sys.stderr as it is now (the SDK's default is the one it saw at import).
                 transport = stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)

@@ -17,6 +17,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from mcp_resili.constants import DEFAULT_SUITE
+from mcp_resili.errors import UserError
 from mcp_resili.faults.spec import FaultSpecParser, FaultSpecScope
 from mcp_resili.registry.suites import Suite, SuiteLoadError, UnknownSuiteError
 
@@ -107,6 +108,8 @@ def get_suite(name: str = DEFAULT_SUITE) -> Suite:
     Raises `UnknownSuiteError` listing the registered ones, or `SuiteLoadError` in one line naming the
     suite and its package when its code cannot be imported or does not return a `Suite`.
     """
+    if is_suite_path(name):
+        return _path_suite(name)
     entry = registered_suites().get(name)
     if entry is None:
         known = ", ".join(suite_names()) or "none (is mcp-resili installed? pip install -e .)"
@@ -129,6 +132,33 @@ def get_suite(name: str = DEFAULT_SUITE) -> Suite:
         )
     if suite.name != name:
         raise SuiteLoadError(f"suite {name!r} (from {entry.source}): its Suite is named {suite.name!r}")
+    return suite
+
+
+#: The entry-point group of suites named by a path (``--suite ./my_tasks/``): task files.
+PATH_ENTRY_POINT_GROUP = "mcp_resili.suite_paths"
+
+
+def is_suite_path(name: str) -> bool:
+    """Whether a suite name is a path (a task directory or task file) rather than a registered name."""
+    return "/" in name or name.endswith(".toml") or name in (".", "..")
+
+
+def _path_suite(path: str) -> Suite:
+    """The suite of the task files at ``path``, loaded by the ``mcp_resili.suite_paths`` entry point."""
+    points = list(importlib.metadata.entry_points(group=PATH_ENTRY_POINT_GROUP))
+    if not points:
+        raise UnknownSuiteError(f"{path!r} is a path, and no installed package loads suites from paths")
+    try:
+        suite = points[0].load()(path)
+    except UserError:
+        raise
+    except (Exception, SystemExit) as exc:
+        raise SuiteLoadError(f"suite {path!r} failed to load: {type(exc).__name__}: {exc}") from None
+    if not isinstance(suite, Suite):
+        raise SuiteLoadError(
+            f"suite {path!r}: {points[0].value} returned {type(suite).__name__}, not a Suite"
+        )
     return suite
 
 

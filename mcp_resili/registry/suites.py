@@ -25,12 +25,13 @@ from mcp_resili.tools.library import ToolLibrary
 if TYPE_CHECKING:
     from mcp_resili.agents.model import Model
     from mcp_resili.faults.spec import FaultSpecParser
+    from mcp_resili.registry.environment import EpisodeEnvironment
     from mcp_resili.report.section import ReportSection
     from mcp_resili.scoring.model import Score
     from mcp_resili.store import EpisodeRow
     from mcp_resili.tasks.lazy import TaskSummary
     from mcp_resili.tasks.model import Task
-    from mcp_resili.trace.model import Trace
+    from mcp_resili.trace.model import Trace, TraceEvent
 
 
 class UnknownTaskError(UserError, KeyError):
@@ -98,6 +99,16 @@ class Suite:
     fault_specs: Mapping[str, FaultSpecParser] = field(default_factory=dict, repr=False)
     #: The suite's own scripted agents, run as ``scripted:NAME`` (beside the generic oracle and naive).
     agents: Mapping[str, Callable[[], Model]] = field(default_factory=dict, repr=False)
+    #: Where calls go when the suite's tools are real MCP servers (None: the library's simulators): a
+    #: factory of an `mcp_resili.registry.environment.EpisodeEnvironment`, entered before serving.
+    environment: Callable[[], EpisodeEnvironment] | None = field(default=None, repr=False)
+    #: The suite's own dependency gate, checked before any fault draw when ``enforce_dependencies``
+    #: is on (None: the tools' declared dependencies only). Given the episode's task, the tool called
+    #: and the episode's events so far: None lets the call go on, else (the prerequisites not met, the
+    #: refusal's message) and the call is refused as ``DEPENDENCY_NOT_MET``.
+    dependency_gate: (
+        Callable[[Task | None, str, Sequence[TraceEvent]], tuple[tuple[str, ...], str] | None] | None
+    ) = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Checked when built: a third party's wrong field (``agents=None``...) is one `TypeError`, which
@@ -122,7 +133,15 @@ class Suite:
         for name in ("load_tasks", "render_prompt", "score"):
             if not callable(getattr(self, name)):
                 raise wrong(name, "callable", getattr(self, name))
-        for name in ("initial_state", "summarize", "summary_table", "load_default_tasks", "report_sections"):
+        for name in (
+            "initial_state",
+            "summarize",
+            "summary_table",
+            "load_default_tasks",
+            "report_sections",
+            "environment",
+            "dependency_gate",
+        ):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise wrong(name, "callable or None", value)

@@ -74,7 +74,7 @@ class Report:
     runs: tuple[RunRow, ...]
     sections: tuple[ReportSection, ...]
     rows: tuple[EpisodeRow, ...] = ()
-    workflow: Mapping[str, Mapping[str, float | int]] = field(default_factory=dict)
+    workflow: Mapping[str, Mapping[str, float | int | None]] = field(default_factory=dict)
 
     @property
     def run(self) -> RunRow:
@@ -224,15 +224,15 @@ def outcomes_section(
 
 def workflow_scores(
     rows: Sequence[EpisodeRow], suite: ReportedSuite | None
-) -> dict[str, dict[str, float | int]]:
+) -> dict[str, dict[str, float | int | None]]:
     """Episode id → workflow metrics of its executed tool sequence against the task's golden DAG."""
-    out: dict[str, dict[str, float | int]] = {}
+    out: dict[str, dict[str, float | int | None]] = {}
     if suite is None:
         return out
     # The metrics depend only on the task and the executed tool names in order, and most episodes of a
     # big run repeat a sequence already seen (an oracle always runs the golden one): compute each
     # (task, sequence) once. 20,000 episodes take seconds instead of a minute.
-    seen: dict[tuple[str, tuple[str, ...]], dict[str, float | int] | None] = {}
+    seen: dict[tuple[str, tuple[str, ...]], dict[str, float | int | None] | None] = {}
     for row in rows:
         if row.label is None:
             continue  # infrastructure errors say nothing about the agent's workflow
@@ -258,7 +258,7 @@ def _executed_tools(trace: str) -> tuple[str, ...]:
     return tuple(tools)
 
 
-def _workflow_of(row: EpisodeRow, suite: ReportedSuite) -> dict[str, float | int] | None:
+def _workflow_of(row: EpisodeRow, suite: ReportedSuite) -> dict[str, float | int | None] | None:
     trace = _trace(row)
     if trace is None:
         return None
@@ -268,9 +268,11 @@ def _workflow_of(row: EpisodeRow, suite: ReportedSuite) -> dict[str, float | int
         return None
 
 
-def workflow_section(rows: Sequence[EpisodeRow], scores: dict[str, dict[str, float | int]]) -> ReportSection:
+def workflow_section(
+    rows: Sequence[EpisodeRow], scores: dict[str, dict[str, float | int | None]]
+) -> ReportSection:
     """Mean workflow metrics per (model, faults, variant) with 95% intervals."""
-    groups: dict[str, list[dict[str, float | int]]] = {}
+    groups: dict[str, list[dict[str, float | int | None]]] = {}
     for row in rows:
         if row.episode_id in scores:
             groups.setdefault(_cell(row), []).append(scores[row.episode_id])
@@ -281,11 +283,21 @@ def workflow_section(rows: Sequence[EpisodeRow], scores: dict[str, dict[str, flo
         entry: dict[str, Any] = {"episodes": len(members)}
         cells = []
         for metric in METRICS:
-            interval = mean_interval([float(m[metric]) for m in members], METRIC_BOUNDS[metric])
-            assert interval is not None  # members is never empty
+            # τ is undefined for an episode with fewer than two aligned steps: left out, and counted.
+            defined = [float(v) for m in members if (v := m[metric]) is not None]
+            interval = mean_interval(defined, METRIC_BOUNDS[metric])
+            if interval is None:
+                entry[metric] = {"mean": None, "ci95": None, "n": 0}
+                cells.append("–")
+                continue
             mean, low, high = interval
-            entry[metric] = {"mean": round(mean, 4), "ci95": [round(low, 4), round(high, 4)]}
-            cells.append(f"{mean:.3f} ({low:.2f}–{high:.2f})")
+            entry[metric] = {
+                "mean": round(mean, 4),
+                "ci95": [round(low, 4), round(high, 4)],
+                "n": len(defined),
+            }
+            note = "" if len(defined) == len(members) else f" n={len(defined)}"
+            cells.append(f"{mean:.3f} ({low:.2f}–{high:.2f}){note}")
             if metric == "chain_f1":
                 bars.append(Bar(cell, mean, low, high))
         data[cell] = entry
@@ -295,7 +307,8 @@ def workflow_section(rows: Sequence[EpisodeRow], scores: dict[str, dict[str, flo
             "Each scored episode's successful tool calls, in order, against the task's golden DAG "
             "(exact tool identity). Chain F1 uses the best topological order; Graph F1 WorFBench's "
             "largest connected component; intervals are 95% Wilson intervals of the mean "
-            "(Kendall's τ rescaled from [-1, 1])."
+            "(Kendall's τ rescaled from [-1, 1]; an episode with fewer than two aligned steps has no τ "
+            "and is left out of its mean, n= says how many have one when not all do)."
         ),
         TableBlock("Mean per cell (95% CI)", ("cell", "episodes", *METRICS), tuple(table_rows)),
     )

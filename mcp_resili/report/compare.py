@@ -289,7 +289,7 @@ def build_comparison(
     ``find_suite`` finds each run's suite by name (handed down by the caller; generic sections only
     without it).
     """
-    workflow: dict[str, dict[str, float | int]] = {}
+    workflow: dict[str, dict[str, float | int | None]] = {}
     for run, rows in runs:
         workflow.update(workflow_scores(rows, find_suite(run.suite)))
     sections = (

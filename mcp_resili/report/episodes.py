@@ -44,7 +44,7 @@ def _truncate(value: Any) -> Any:
     return value if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + f"… ({len(text)} chars)"
 
 
-def episode_detail(row: EpisodeRow, workflow: Mapping[str, float | int] | None) -> dict[str, Any]:
+def episode_detail(row: EpisodeRow, workflow: Mapping[str, float | int | None] | None) -> dict[str, Any]:
     """One episode for the episode view: outcome, judge reasons, workflow metrics, every event."""
     events: list[dict[str, Any]] = []
     for line in trace_lines(row.trace)[1:]:

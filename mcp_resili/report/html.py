@@ -207,7 +207,7 @@ _JS = r"""
     reasons.append(document.createTextNode(ep.reasons.length ? ep.reasons.join('; ') : 'none'));
     view.append(reasons);
     if(ep.workflow){view.append(el('div', 'meta', 'workflow: ' + Object.entries(ep.workflow)
-      .map(([k, v]) => k + ' ' + v).join(', ')));}
+      .map(([k, v]) => k + ' ' + (v === null ? 'undefined' : v)).join(', ')));}
     view.append(el('div', 'meta', 'score components: ' + JSON.stringify(ep.components)));
     for(const ev of ep.events){
       let box;

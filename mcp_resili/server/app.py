@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from pydantic import Field, ValidationError
 from mcp_resili.constants import DISCOVERY_TOOLS, FINISH_TOOL, META_EVENT, TRACE_METHOD, VERSION
 from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, has_protocol_faults
+from mcp_resili.faults.rules import NoFaults
+from mcp_resili.registry.environment import EpisodeEnvironment
 from mcp_resili.registry.suites import Suite, UnknownTaskError
 from mcp_resili.server.backend import SimulatedBackend
 from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery, DiscoveryError
@@ -34,7 +37,7 @@ from mcp_resili.server.wire import modern_tool_result, tool_result
 from mcp_resili.tasks.model import Task
 from mcp_resili.tools import ToolSpec
 from mcp_resili.tools.validator import argument_problems, compiled
-from mcp_resili.trace import TraceEvent, TraceHeader, event_to_dict, event_to_meta
+from mcp_resili.trace import EndStateEvent, TraceEvent, TraceHeader, event_to_dict, event_to_meta
 from mcp_resili.trace.codes import (
     DEPENDENCY_NOT_MET,
     INVALID_INPUT,
@@ -113,25 +116,43 @@ class ResiliServer:
         trial: int | None = None,
         expose_faults: bool = False,
         call_time_limit: float | None = DEFAULT_CALL_TIME_LIMIT,
+        environment: EpisodeEnvironment | None = None,
+        max_turns: int | None = None,
+        warn_default_trial: bool = False,
     ) -> None:
+        if max_turns is not None and max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        if (environment is None) != (suite.environment is None):
+            raise ValueError(
+                f"suite {suite.name!r}: give the server the suite's entered environment, and only it"
+            )
         self.suite = suite
+        #: The suite's real servers and per-episode state (entered by the caller), or None.
+        self.environment = environment
         self.seed = seed
         self.default_task = suite.task(task) if task is not None else None
         #: The episode id of a stdio or in-memory connection that names none (``serve --episode``).
         self.connection_episode = episode
         self.expose_faults = expose_faults
+        #: The call budget written into every trace header (``serve --max-turns``; None: the task's).
+        self.max_turns = max_turns
+        #: Say once on stderr when a faulted episode plays trial 0 only because nothing named a trial.
+        self._warn_default_trial = warn_default_trial and not isinstance(plan, NoFaults)
         self.recorder = TraceRecorder(trace_dir, self._header)
         self.pipeline = CallPipeline(
-            SimulatedBackend(suite.library),
+            environment if environment is not None else SimulatedBackend(suite.library),
             plan,
             enforce_dependencies=suite.enforce_dependencies,
             recorder=self.recorder,
             time_scale=time_scale,
             initial_state=suite.initial_state,
             call_time_limit=call_time_limit,
+            dependency_gate=suite.dependency_gate,
         )
         self.episodes = EpisodeTable(default_seed=seed, trial=trial)
-        self._tools = [self._tool(spec.name) for spec in suite.library] + [_FINISH_SPEC]
+        specs = environment.specs if environment is not None else list(suite.library)
+        self._tool_by_name = {spec.name: self._tool(spec) for spec in specs}
+        self._tools = [*self._tool_by_name.values(), _FINISH_SPEC]
         self.discovery = Discovery(suite.library) if suite.discovery else None
         if self.discovery is not None:
             self._tools += [SEARCH_SPEC, INFO_SPEC]
@@ -171,16 +192,27 @@ class ResiliServer:
             fault_plan=self.pipeline.plan_dict,
             fault_key=episode.fault_key,
             trial=episode.trial,
+            max_turns=self.max_turns,
         )
 
     def episode(self, request: EpisodeRequest) -> Episode:
         """The state of the episode ``request`` names, created on first use."""
         try:
-            return self.episodes.get(
+            episode = self.episodes.get(
                 request, lambda: self.suite.task(request.task) if request.task else self.default_task
             )
         except UnknownTaskError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        defaulted = request.trial is None and request.fault_key is None and self.episodes.trial is None
+        if self._warn_default_trial and defaulted and episode.trial == 0:
+            self._warn_default_trial = False  # one line per process
+            print(
+                f"mcp-resili: warning: episode {episode.id!r} plays trial 0 (fault key "
+                f"{episode.fault_key}) because no --trial was given: every fresh server meets the "
+                "same fault draws for it; pass --trial K, or name the trial in the episode's _meta",
+                file=sys.stderr,
+            )
+        return episode
 
     def take_events(self, episode_id: str) -> list[TraceEvent]:
         """Events recorded for a live episode since the previous call (the in-process runner's view)."""
@@ -200,6 +232,8 @@ class ResiliServer:
         if episode is None:
             return EpisodeTraceResult(episode=episode_id)
         async with episode.lock:  # a call still running finishes (and is recorded) first
+            if self.environment is not None:
+                self._observed(episode, await self.environment.end_episode(episode))
             return EpisodeTraceResult(
                 episode=episode_id,
                 header=self._header(episode).model_dump(mode="json"),
@@ -216,7 +250,7 @@ class ResiliServer:
             pipeline_codes.append(TOOL_TIMEOUT)
         if spec.output_schema is not None:
             pipeline_codes.append(RESPONSE_SCHEMA_MISMATCH)
-        if spec.dependencies and self.suite.enforce_dependencies:
+        if self.suite.enforce_dependencies and (spec.dependencies or self.suite.dependency_gate):
             pipeline_codes.append(DEPENDENCY_NOT_MET)
         codes.extend(code for code in pipeline_codes if code not in codes)
         return codes
@@ -225,8 +259,7 @@ class ResiliServer:
         """A result's ``_meta``: the recorded event with ``expose_faults``, else nothing."""
         return {META_EVENT: event_to_meta(event)} if self.expose_faults else None
 
-    def _tool(self, name: str) -> types.Tool:
-        spec = self.suite.library.spec(name)
+    def _tool(self, spec: ToolSpec) -> types.Tool:
         return types.Tool(
             name=spec.name,
             description=spec.description,
@@ -242,7 +275,33 @@ class ResiliServer:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=self._tools)
+        if self.environment is None:
+            return types.ListToolsResult(tools=self._tools)
+        # Real servers: an episode of a task is offered its own servers' tools (and so sets them up).
+        try:
+            episode = self.episode(episode_request(ctx, self.connection_episode))
+        except NoEpisodeError:
+            return types.ListToolsResult(tools=self._tools)
+        if episode.task is None:
+            return types.ListToolsResult(tools=self._tools)
+        await self.environment.open_episode(episode)
+        own = [self._tool_by_name[spec.name] for spec in self.environment.episode_tools(episode.task)]
+        return types.ListToolsResult(tools=[*own, _FINISH_SPEC])
+
+    async def end_episode(self, episode_id: str) -> list[TraceEvent]:
+        """Close an episode; with real servers, first observe its end state (recorded and returned)."""
+        episode = self.close_episode(episode_id)
+        if episode is None or self.environment is None:
+            return []
+        async with episode.lock:  # a call still running finishes (and is recorded) first
+            return self._observed(episode, await self.environment.end_episode(episode))
+
+    def _observed(self, episode: Episode, observations: dict[str, Any] | None) -> list[TraceEvent]:
+        if observations is None:
+            return []
+        event = EndStateEvent(episode=episode.id, seq=episode.next_seq(), observations=observations)
+        self.recorder.record(episode, event)
+        return [event]
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -288,10 +347,17 @@ class ResiliServer:
             return await self._finish(episode, arguments or {})
         if self.discovery is not None and name in DISCOVERY_TOOLS:
             return await self._discover(episode, name, dict(arguments or {}))
+        if self.environment is not None:
+            await self.environment.open_episode(episode)
         event, outcome = await self.pipeline.call_with_outcome(episode, name, arguments)
         note_call(episode, event)
+        text = (
+            self.environment.result_text(event, outcome)
+            if self.environment is not None
+            else result_text(event, outcome)
+        )
         return tool_result(
-            result_text(event, outcome),
+            text,
             event.is_error,
             None if event.is_error else event.result,
             self._meta(event),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -30,7 +30,7 @@ from mcp_resili.server.wire import result_json_text
 from mcp_resili.tasks.model import Task
 from mcp_resili.tools import ToolSpec
 from mcp_resili.tools.validator import argument_problems, compiled, shorten
-from mcp_resili.trace import FinishEvent, ToolCallEvent
+from mcp_resili.trace import FinishEvent, ToolCallEvent, TraceEvent
 from mcp_resili.trace.codes import (
     CALL_CANCELLED,
     CANCELLED_MESSAGE,
@@ -43,6 +43,10 @@ from mcp_resili.trace.codes import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: A suite's dependency gate (`Suite.dependency_gate`): (task, tool, the episode's events so far) →
+#: None to go on, or (prerequisites not met, message) to refuse the call before any fault draw.
+DependencyGate = Callable[[Task | None, str, Sequence[TraceEvent]], tuple[tuple[str, ...], str] | None]
 
 
 class CallPipeline:
@@ -59,6 +63,7 @@ class CallPipeline:
         validate_arguments: bool = True,
         initial_state: Callable[[Task | None], dict[str, Any]] | None = None,
         call_time_limit: float | None = None,
+        dependency_gate: DependencyGate | None = None,
     ) -> None:
         self.backend = backend
         self.specs = {spec.name: spec for spec in backend.specs}
@@ -67,6 +72,8 @@ class CallPipeline:
         self.plan = plan
         self.plan_dict = plan.to_dict()
         self.enforce_dependencies = enforce_dependencies
+        #: The suite's own gate (`Suite.dependency_gate`), checked after the declared dependencies.
+        self.dependency_gate = dependency_gate
         self.recorder = recorder
         if time_scale < 0:
             raise ValueError(f"time_scale must be >= 0, got {time_scale}")
@@ -218,6 +225,10 @@ class CallPipeline:
                 f"{tool} needs {', '.join(unmet)} to have run successfully first",
                 unmet_dependencies=unmet,
             )
+        if self.enforce_dependencies and self.dependency_gate is not None:
+            refusal = self.dependency_gate(episode.task, tool, episode.events)
+            if refusal is not None:
+                return rejected(DEPENDENCY_NOT_MET, refusal[1], unmet_dependencies=refusal[0])
         # 3. decide fault
         ordinal = episode.ordinals[tool]
         episode.ordinals[tool] += 1

@@ -2,8 +2,10 @@
 
 from mcp_resili.trace.model import (
     TRACE_FORMAT_VERSION,
+    EndStateEvent,
     EpisodeEndEvent,
     FinishEvent,
+    ModelFaultEvent,
     ModelTurnEvent,
     ProtocolEvent,
     ReflectionEvent,
@@ -23,8 +25,10 @@ from mcp_resili.trace.model import (
 
 __all__ = [
     "TRACE_FORMAT_VERSION",
+    "EndStateEvent",
     "EpisodeEndEvent",
     "FinishEvent",
+    "ModelFaultEvent",
     "ModelTurnEvent",
     "ProtocolEvent",
     "ReflectionEvent",

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from mcp_resili.errors import UserError, plain_validation_error
 from mcp_resili.faults.base import Fault, FaultDecision
+from mcp_resili.faults.model_api import ModelFaultDecision
 
 TRACE_FORMAT_VERSION = 1
 
@@ -141,8 +142,51 @@ class ProtocolEvent(BaseModel):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
+class EndStateEvent(BaseModel):
+    """What an episode left behind, observed when it ended (suites on real servers, e.g. task files).
+
+    ``observations`` maps each end-state verifier (by its index) to what it needs: a file's content,
+    a query's rows, a repository's log... so that scoring reads the trace alone.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event: Literal["end_state"] = "end_state"
+    episode: str
+    seq: int
+    observations: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelFaultEvent(BaseModel):
+    """One model-API call as a fault gateway (``llm-proxy``) handled it, with its fault decision.
+
+    ``ordinal`` counts the episode's model calls from 0 (retries included: each HTTP request is a
+    call). ``status`` is what the client got (None: no answer at all, e.g. a reset or a hang it gave
+    up on); ``upstream_status`` what the upstream answered (None: not called, or unreachable).
+    ``detail`` says how the fault was delivered, or what failed that nobody injected.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event: Literal["model_fault"] = "model_fault"
+    episode: str
+    ordinal: int
+    api: Literal["openai", "anthropic"]
+    stream: bool
+    model: str | None = None
+    decision: ModelFaultDecision
+    status: int | None = None
+    upstream_status: int | None = None
+    detail: str = ""
+
+
 TraceEvent = Annotated[
-    ToolCallEvent | FinishEvent | ModelTurnEvent | EpisodeEndEvent | ReflectionEvent | ProtocolEvent,
+    ToolCallEvent
+    | FinishEvent
+    | ModelTurnEvent
+    | EpisodeEndEvent
+    | ReflectionEvent
+    | ProtocolEvent
+    | EndStateEvent
+    | ModelFaultEvent,
     Field(discriminator="event"),
 ]
 _EVENT_ADAPTER: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)
@@ -168,6 +212,11 @@ class Trace(BaseModel):
     def finish(self) -> FinishEvent | None:
         """The first explicit completion signal, if any."""
         return next((e for e in self.events if isinstance(e, FinishEvent)), None)
+
+    @property
+    def end_state(self) -> EndStateEvent | None:
+        """The episode's observed end state, when its suite records one."""
+        return next((e for e in self.events if isinstance(e, EndStateEvent)), None)
 
     @property
     def end(self) -> EpisodeEndEvent | None:

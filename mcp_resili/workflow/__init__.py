@@ -58,7 +58,9 @@ def episode_workflow_scores(
         for golden in task.golden_workflows()
     )
     # max() keeps the first of equals: the reference wins every tie.
-    return max(candidates, key=lambda s: (s.chain_f1, s.graph_f1, s.kendall_tau))
+    return max(
+        candidates, key=lambda s: (s.chain_f1, s.graph_f1, -2.0 if s.kendall_tau is None else s.kendall_tau)
+    )
 
 
 __all__ = [

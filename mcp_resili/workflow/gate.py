@@ -161,6 +161,7 @@ def compare(
         for metric in rule.metrics:
             if metric not in GATE_METRICS:
                 raise ValueError(f"rule {rule.failure_mode} names unknown metric {metric!r}")
-            if values[metric] < rule.threshold:
+            # An undefined metric (τ with fewer than two aligned steps) is no evidence: no alert.
+            if values[metric] is not None and values[metric] < rule.threshold:
                 alerts.append(f"{rule.failure_mode}: {metric} = {_below(values[metric], rule.threshold)}")
     return Verdict(scores=scores, alerts=tuple(alerts), rules=resolved, threshold_set=set_name, graph=graph)

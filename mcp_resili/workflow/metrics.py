@@ -16,7 +16,10 @@ matching before they are compared with golden edges.
     steps joined by the golden edges the prediction also has (predicted edges mapped through the
     pairs). A predicted *sequence* (an executed trace) claims an order, not edges: it has a golden
     edge when it ran the edge's two steps in that order. WorFBench's virtual START and END nodes
-    (before every source, after every sink) join components but are not counted.
+    (before every source, after every sink) join components but are not counted. For a sequence,
+    a golden source joins START (a sink joins END) only when the sequence ran it in the golden
+    order with every paired step it has an edge to: otherwise a branch run before its root would
+    still join the root's component through END (a → r → b against r → {a, b} scored 1.0).
   - ``mcs`` (WorkflowPerturb): ``k`` = the largest set of paired steps whose induced subgraphs agree
     (every pair has the same edges in the same directions in both workflows): the maximum common
     induced subgraph under the pairs, exact (a maximum clique). For a predicted sequence a pair
@@ -31,7 +34,8 @@ matching before they are compared with golden edges.
   concordant: either order is right), discordant otherwise. Missing golden steps and extra predicted
   steps are not aligned, so deleting or adding a step leaves τ alone (the F1 scores see it);
   reordering and compressing move it: k merges in an n-step chain give τ = (n−k)(n−k−1)/(n(n−1)).
-  n = 1: 1.0; n = 0: 0.0 (1.0 for two empty workflows).
+  With fewer than two aligned steps (n < 2, two empty workflows included) there is no pair to order:
+  τ is **undefined** (None), neither 1.0 nor 0.0, and no alert rule fires on it.
 * **BLEU** (Papineni et al.) with smoothing method 1 (ε = 0.1 for empty n-gram matches; 0 when no
   unigram matches, as in NLTK) and the brevity penalty, over orders 1..min(4, |reference|) so short
   tool workflows can reach 1.0;
@@ -169,10 +173,13 @@ def common_component_size(
         def shared(u: str, v: str) -> bool:
             return position[back[u]] < position[back[v]]
 
-        def pred_source(p: str) -> bool:
-            return True  # a sequence claims an order, nothing against running a golden source first
+        def in_order(p: str) -> bool:
+            # A sequence claims an order: START and END join a golden source or sink only when every
+            # golden edge between it and another paired step ran in the golden direction.
+            g = pairs[p]
+            return all(shared(u, v) for u, v in gold_edges if g in (u, v) and u in back and v in back)
 
-        pred_sink = pred_source
+        pred_source = pred_sink = in_order
     else:
         pred_edges = set(pred.structure)
         has_in = {b for _, b in pred_edges}
@@ -251,13 +258,11 @@ def aligned_steps(pred: WorkflowGraph, alignment: Alignment | Mapping[str, str])
 
 def kendall_tau(
     pred: WorkflowGraph, gold: WorkflowGraph, alignment: Alignment | Mapping[str, str] | None = None
-) -> float:
-    """Kendall's τ = (C − D) / (n(n−1)/2) over the n aligned golden steps (module docstring)."""
+) -> float | None:
+    """Kendall's τ = (C − D) / (n(n−1)/2) over the n aligned golden steps; None when n < 2."""
     positioned, n = aligned_steps(pred, align(pred, gold) if alignment is None else alignment)
     if n < 2:
-        # No pair to order: a lone aligned step disagrees with nothing; nothing aligned is no
-        # evidence of order (unless both workflows are empty).
-        return 1.0 if n == 1 or len(pred.steps) == len(gold.steps) == 0 else 0.0
+        return None  # no pair to order: no evidence of order either way
     index = {s.id: n for n, s in enumerate(gold.steps)}
     down = downsets(gold)
     # b ran after a but is one of a's ancestors: that pair is discordant.
@@ -325,15 +330,15 @@ class WorkflowScores:
     graph_f1: float
     graph_f1_lcc: float
     graph_f1_mcs: float
-    kendall_tau: float
+    kendall_tau: float | None  # None: fewer than two aligned steps, no order to judge
     bleu: float
     gleu: float
     matched: int
     predicted_steps: int
     golden_steps: int
 
-    def to_dict(self) -> dict[str, float | int]:
-        """JSON-ready form, rounded to 4 places."""
+    def to_dict(self) -> dict[str, float | int | None]:
+        """JSON-ready form, rounded to 4 places (an undefined τ is None)."""
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 

@@ -186,6 +186,7 @@ def sensitivity(
     out: dict[str, dict[str, object]] = {}
     for kind in PERTURBATIONS:
         sums = {alpha: dict.fromkeys(METRICS, 0.0) for alpha in LEVELS}
+        defined = {alpha: dict.fromkeys(METRICS, 0) for alpha in LEVELS}  # τ may be undefined (None)
         used: set[int] = set()
         variants = 0
         for offset in range(seeds):
@@ -202,17 +203,33 @@ def sensitivity(
                 for alpha, variant in perturbed.items():
                     scores = evaluate(variant, gold, graph=graph)
                     for metric in METRICS:
-                        sums[alpha][metric] += float(getattr(scores, metric))
+                        value = getattr(scores, metric)
+                        if value is not None:
+                            sums[alpha][metric] += float(value)
+                            defined[alpha][metric] += 1
                 used.add(index)
                 variants += 1
         counts = {"workflows": len(used), "skipped": len(goldens) - len(used), "variants": variants}
         if not variants:
             out[kind] = {**counts, "means": None, "delta": None}
             continue
-        means = {alpha: {m: v / variants for m, v in sums[alpha].items()} for alpha in LEVELS}
+        means = {
+            alpha: {m: v / defined[alpha][m] if defined[alpha][m] else None for m, v in sums[alpha].items()}
+            for alpha in LEVELS
+        }
+
         out[kind] = {
             **counts,
-            "means": {str(a): {m: round(v, 4) for m, v in means[a].items()} for a in LEVELS},
-            "delta": {m: round(2.5 * (means[0.1][m] - means[0.5][m]), 4) for m in METRICS},
+            "means": {str(a): {m: _rounded(v) for m, v in means[a].items()} for a in LEVELS},
+            "delta": {m: _delta(means[0.1][m], means[0.5][m]) for m in METRICS},
         }
     return out
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _delta(mild: float | None, severe: float | None) -> float | None:
+    """Δ = 2.5·(s̄₁₀ − s̄₅₀), undefined when either mean is (τ undefined on every variant)."""
+    return None if mild is None or severe is None else round(2.5 * (mild - severe), 4)

@@ -33,7 +33,8 @@ and say why."""
 def render_prompt(task: Task, variant: str = "baseline") -> str:
     """The user prompt of ``task`` with the variant's metamorphic relations applied."""
     info = details(task)
-    text = render(info.request, relations_for(variant), task_id=task.id, domain=info.domain)
+    relations = relations_for(variant)
+    text = render(info.request, relations, task_id=task.id, domain=info.domain, workflow=task.workflow)
     return f"{text}\n\n{_INSTRUCTIONS}"
 
 

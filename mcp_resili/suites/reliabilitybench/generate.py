@@ -122,8 +122,15 @@ COUPONS = {
 }
 
 
-def _clause(active: str, paraphrase: str, passive: str) -> Clause:
-    return Clause(active=active, paraphrase=paraphrase, passive=passive)
+def _clause(
+    active: str,
+    paraphrase: str,
+    passive: str,
+    *,
+    refers_to: tuple[int, ...] = (),
+    steps: tuple[str, ...] = (),
+) -> Clause:
+    return Clause(active=active, paraphrase=paraphrase, passive=passive, refers_to=refers_to, steps=steps)
 
 
 def _step(step_id: str, tool: str, **arguments: Any) -> WorkflowStep:
@@ -175,14 +182,17 @@ def _schedule_book(rng: random.Random) -> Draft:
     request = Request(
         clauses=(
             _clause(
-                "Book a meeting about '{topic}' on {date}.",
-                "Please put a '{topic}' meeting in my calendar for {date}.",
-                "A meeting about '{topic}' should be booked on {date}.",
+                "Book a meeting about '{topic}'[ on {date}].",
+                "Please put a '{topic}' meeting in my calendar[ for {date}].",
+                "A meeting about '{topic}' should be booked[ on {date}].",
+                steps=("s1",),
             ),
             _clause(
-                "Start the meeting at {time}.",
-                "The meeting should begin at {time}.",
-                "The start of the meeting is to be set at {time}.",
+                "Start the meeting[ at {time}].",
+                "The meeting should begin[ at {time}].",
+                "The start of the meeting is to be set[ at {time}].",
+                refers_to=(0,),
+                steps=("s1",),
             ),
         ),
         slots={"topic": topic, "date": date, "time": time},
@@ -203,14 +213,17 @@ def _schedule_cancel(rng: random.Random) -> Draft:
     request = Request(
         clauses=(
             _clause(
-                "Cancel my '{topic}' meeting on {date}.",
-                "Please remove the '{topic}' meeting on {date} from my calendar.",
-                "My '{topic}' meeting on {date} should be cancelled.",
+                "Cancel my '{topic}' meeting[ on {date}].",
+                "Please remove the '{topic}' meeting[ on {date}] from my calendar.",
+                "My '{topic}' meeting[ on {date}] should be cancelled.",
+                steps=("s2",),
             ),
             _clause(
                 "The meeting to cancel starts at {time}.",
                 "The meeting I mean is the one at {time}.",
                 "The meeting to be cancelled is scheduled at {time}.",
+                refers_to=(0,),
+                steps=("s2",),
             ),
         ),
         slots={"topic": topic, "date": date, "time": time},
@@ -238,14 +251,17 @@ def _schedule_conflict(rng: random.Random) -> Draft:
     request = Request(
         clauses=(
             _clause(
-                "Book a meeting about '{topic}' on {date} at {time}.",
-                "Please set up a '{topic}' meeting for {date} at {time}.",
-                "A meeting about '{topic}' should be booked on {date} at {time}.",
+                "Book a meeting about '{topic}'[ on {date} at {time}].",
+                "Please set up a '{topic}' meeting[ for {date} at {time}].",
+                "A meeting about '{topic}' should be booked[ on {date} at {time}].",
+                steps=("s2",),
             ),
             _clause(
                 "If {time} is already taken, book the first free full hour after {time} on the same day.",
                 "Should {time} be busy, take the earliest free full hour later on the same day.",
                 "If {time} is taken, the first free full hour after {time} on the same day is to be used.",
+                refers_to=(0,),
+                steps=("s2",),
             ),
         ),
         slots={"topic": topic, "date": date, "time": time},
@@ -298,14 +314,17 @@ def _travel_direct(rng: random.Random) -> Draft:
     request = Request(
         clauses=(
             _clause(
-                "Book flight {flight_id} for {passenger}.",
-                "I need a seat on flight {flight_id} for {passenger}.",
-                "Flight {flight_id} should be booked for {passenger}.",
+                "Book flight {flight_id}[ for {passenger}].",
+                "I need a seat on flight {flight_id}[ for {passenger}].",
+                "Flight {flight_id} should be booked[ for {passenger}].",
+                steps=("s1", "s2"),
             ),
             _clause(
-                "Pay for the booking with the card {card}.",
+                "Pay for the booking[ with the card {card}].",
                 "Charge the booking to the card {card}.",
-                "The booking is to be paid with the card {card}.",
+                "The booking is to be paid[ with the card {card}].",
+                refers_to=(0,),
+                steps=("s2",),
             ),
         ),
         slots={"flight_id": flight["id"], "passenger": passenger, "card": card},
@@ -326,15 +345,18 @@ def _travel_cheapest(rng: random.Random) -> Draft:
     request = Request(
         clauses=(
             _clause(
-                "Book the cheapest flight from {origin} to {dest} on {date} for {passenger}.",
-                "Find the least expensive seat from {origin} to {dest} on {date} and book the seat for "
+                "Book the cheapest flight from {origin} to {dest}[ on {date}] for {passenger}.",
+                "Find the least expensive seat from {origin} to {dest}[ on {date}] and book the seat for "
                 "{passenger}.",
-                "The cheapest flight from {origin} to {dest} on {date} should be booked for {passenger}.",
+                "The cheapest flight from {origin} to {dest}[ on {date}] should be booked for {passenger}.",
+                steps=("s1", "s2", "s3"),
             ),
             _clause(
-                "Pay for the booking with the card {card}.",
+                "Pay for the booking[ with the card {card}].",
                 "Charge the booking to the card {card}.",
-                "The booking is to be paid with the card {card}.",
+                "The booking is to be paid[ with the card {card}].",
+                refers_to=(0,),
+                steps=("s3",),
             ),
         ),
         slots={
@@ -407,15 +429,19 @@ def _support_close(rng: random.Random) -> Draft:
                 "A problem was reported by customer {customer}: '{issue}'.",
             ),
             _clause(
-                "Open a {priority}-priority ticket with the subject '{subject}' for the customer's report.",
+                "Open a {priority}-priority ticket with the subject '{subject}'[ for the customer's report].",
                 "Log the customer's report as a {priority}-priority ticket titled '{subject}'.",
-                "A {priority}-priority ticket with the subject '{subject}' should be opened for the "
-                "customer's report.",
+                "A {priority}-priority ticket with the subject '{subject}' should be opened[ for the "
+                "customer's report].",
+                refers_to=(0,),
+                steps=("s1",),
             ),
             _clause(
-                "Close the '{subject}' ticket with the resolution '{resolution}'.",
+                "Close the '{subject}' ticket[ with the resolution '{resolution}'].",
                 "Mark the '{subject}' ticket closed, resolution '{resolution}'.",
-                "The '{subject}' ticket is to be closed with the resolution '{resolution}'.",
+                "The '{subject}' ticket is to be closed[ with the resolution '{resolution}'].",
+                refers_to=(1,),
+                steps=("s2",),
             ),
         ),
         slots={
@@ -450,10 +476,12 @@ def _support_escalate(rng: random.Random) -> Draft:
                 "A problem was reported by customer {customer}: '{issue}'.",
             ),
             _clause(
-                "Open a high-priority ticket with the subject '{subject}' for the customer's report.",
+                "Open a high-priority ticket with the subject '{subject}'[ for the customer's report].",
                 "Log the customer's report as a high-priority ticket titled '{subject}'.",
-                "A high-priority ticket with the subject '{subject}' should be opened for the customer's "
-                "report.",
+                "A high-priority ticket with the subject '{subject}' should be opened[ for the customer's "
+                "report].",
+                refers_to=(0,),
+                steps=("s2",),
             ),
             _clause(
                 "Look the customer's problem up in the knowledge base and escalate the '{subject}' "
@@ -462,6 +490,8 @@ def _support_escalate(rng: random.Random) -> Draft:
                 "whichever team the article says.",
                 "The customer's problem is to be looked up in the knowledge base and the '{subject}' "
                 "ticket escalated to the team named there.",
+                refers_to=(0, 1),
+                steps=("s1", "s3"),
             ),
         ),
         slots={"customer": customer, "issue": issue, "subject": subject},
@@ -537,14 +567,17 @@ def _shop_order(rng: random.Random) -> Draft:
     request = Request(
         clauses=(
             _clause(
-                "Order {quantity} of the {name} ({sku}) for customer {customer}.",
+                "Order {quantity} of the {name} ({sku})[ for customer {customer}].",
                 "Customer {customer} wants {quantity} of the {name} ({sku}); place the order.",
-                "{quantity} of the {name} ({sku}) should be ordered for customer {customer}.",
+                "{quantity} of the {name} ({sku}) should be ordered[ for customer {customer}].",
+                steps=("s2",),
             ),
             _clause(
                 "Ship the order to {address}.",
                 "The delivery address for the order is {address}.",
                 "The order is to be shipped to {address}.",
+                refers_to=(0,),
+                steps=("s2",),
             ),
         ),
         slots={
@@ -580,15 +613,19 @@ def _shop_return(rng: random.Random) -> Draft:
     request = Request(
         clauses=(
             _clause(
-                "Return the item {sku} from order {order_id} with the reason 'arrived damaged'.",
+                "Return the item {sku} from order {order_id}[ with the reason 'arrived damaged'].",
                 "The item {sku} in order {order_id} arrived damaged; process a return with the reason "
                 "'arrived damaged'.",
-                "The item {sku} from order {order_id} should be returned with the reason 'arrived damaged'.",
+                "The item {sku} from order {order_id} should be returned[ with the reason "
+                "'arrived damaged'].",
+                steps=("s2",),
             ),
             _clause(
                 "Send the refund for the returned item to {refund}.",
                 "The refund for the returned item should go to {refund}.",
                 "The refund for the returned item is to be issued to {refund}.",
+                refers_to=(0,),
+                steps=("s2",),
             ),
         ),
         slots={"sku": sku, "order_id": order_id, "refund": phrase},
@@ -620,19 +657,24 @@ def _shop_coupon(rng: random.Random) -> Draft:
     request = Request(
         clauses=(
             _clause(
-                "Buy the cheapest {category} in the catalog for customer {customer}.",
+                "Buy the cheapest {category} in the catalog[ for customer {customer}].",
                 "Customer {customer} wants whichever {category} costs the least; order one.",
-                "The cheapest {category} in the catalog should be bought for customer {customer}.",
+                "The cheapest {category} in the catalog should be bought[ for customer {customer}].",
+                steps=("s1", "s3"),
             ),
             _clause(
                 "Apply the coupon {code} to the order.",
                 "Use the coupon code {code} on the order.",
                 "The coupon {code} is to be applied to the order.",
+                refers_to=(0,),
+                steps=("s2",),
             ),
             _clause(
                 "Ship the order to {address}.",
                 "The delivery address for the order is {address}.",
                 "The order is to be shipped to {address}.",
+                refers_to=(0,),
+                steps=("s3",),
             ),
         ),
         slots={"category": category, "customer": customer, "code": code, "address": address},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mcp_resili.tasks.model import Task
 
@@ -37,12 +37,22 @@ class Expected(BaseModel):
 
 
 class Clause(BaseModel):
-    """One sentence of the request in three wordings; ``{slot}`` placeholders name `Request.slots`."""
+    """One sentence of the request in three wordings; ``{slot}`` placeholders name `Request.slots`.
+
+    A wording may mark one constraint phrase as ``[...]`` (``Book a meeting about '{topic}'[ on
+    {date}].``): the ``reorder`` relation states it first, and otherwise the brackets are dropped.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     active: str
     paraphrase: str
     passive: str
+    #: Earlier clauses (by index) this one names something of ("the booking", "the '...' ticket"):
+    #: they must be read before it.
+    refers_to: tuple[int, ...] = ()
+    #: The gold workflow's steps (ids) this clause asks for; a numbered request must list them in an
+    #: order the workflow allows.
+    steps: tuple[str, ...] = ()
 
 
 class Correction(BaseModel):
@@ -64,6 +74,13 @@ class Request(BaseModel):
     dates: tuple[str, ...] = ()
     times: tuple[str, ...] = ()
     correction: Correction
+
+    @model_validator(mode="after")
+    def _references_point_back(self) -> Request:
+        for index, clause in enumerate(self.clauses):
+            if any(not 0 <= earlier < index for earlier in clause.refers_to):
+                raise ValueError(f"clause {index} may refer only to earlier clauses, got {clause.refers_to}")
+        return self
 
 
 class Details(BaseModel):

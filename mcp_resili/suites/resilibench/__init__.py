@@ -15,6 +15,7 @@ from mcp_resili.report.summary import ComponentColumn
 from mcp_resili.store import EpisodeRow
 from mcp_resili.suites.resilibench.agents import GreedyRetryAgent, PlanFollowerAgent
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults, parse_resilibench_spec
+from mcp_resili.suites.resilibench.gate import task_dag_gate
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.prompts import VARIANTS, render_prompt
 from mcp_resili.suites.resilibench.report import resilibench_sections
@@ -66,6 +67,7 @@ def suite() -> Suite:
         default_faults="resilibench",
         variants=VARIANTS,
         enforce_dependencies=True,
+        dependency_gate=task_dag_gate,
         initial_state=initial_state,
         report_sections=report_sections,
         stop_rules=RESILIBENCH_STOP_RULES,

@@ -8,10 +8,13 @@ ground truth binds, the value the binding gives:
   that itself ran that upstream step on the right data (any such output, so a retry after a fault
   still counts; and order is free as long as the data is there).
 
-Arguments the ground truth does not bind (``timeout``, an unbound ``options``) are free. Where a
-tool's schema declares the fields of an object argument (``records``; ``content`` and ``format``)
-only those fields are compared, so an agent that passes the records without the upstream step's
-``record_count`` passes the same data. Values compare as JSON (2 equals 2.0; a boolean is no number).
+Arguments the ground truth does not bind (``timeout``, an unbound ``options``) are free. **The same
+data** is one rule for every tool, read from the data itself, never from the receiving tool's
+schema (`same_data`): a records payload (an object with ``records``) is its records, a text payload
+(an object with ``content``) is its content and format, and their other fields (``record_count``,
+``groups``, ``transformation``, ...) are free like unbound arguments; any other value is compared
+whole. So the parser's records without its ``record_count`` are the same data wherever they go.
+Values compare as JSON (2 equals 2.0; a boolean is no number).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from typing import Any
 
 from mcp_resili.suites.resilibench.world import same_json
 from mcp_resili.tasks.model import ConstantBinding, InputBinding, StepBinding, Task, WorkflowStep
-from mcp_resili.tools import ToolLibrary
 from mcp_resili.trace import ToolCallEvent
 
 _MISSING = object()
@@ -50,16 +52,25 @@ def _at(value: Any, path: str) -> Any:
     return value
 
 
-def same_data(schema: Mapping[str, Any], actual: Any, expected: Any) -> bool:
-    """Equal as the argument's schema reads it: only the declared fields of an object, if it declares any."""
-    declared = schema.get("properties")
-    if isinstance(declared, Mapping) and isinstance(actual, Mapping) and isinstance(expected, Mapping):
-        return all(
-            same_json(actual.get(key, _MISSING), expected.get(key, _MISSING))
-            if key in actual and key in expected
-            else (key in actual) == (key in expected)
-            for key in declared
-        )
+#: The fields that hold a payload's content: a records payload's, then a text payload's.
+CONTENT_FIELDS = (("records",), ("content", "format"))
+
+
+def same_data(actual: Any, expected: Any) -> bool:
+    """Whether ``actual`` is the data ``expected`` holds (the module docstring's rule, for every tool).
+
+    When ``expected`` is a records or text payload, only its content fields are compared (each must be
+    there, with the same value, exactly when ``expected`` has it); anything else compares as JSON.
+    """
+    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+        for fields in CONTENT_FIELDS:
+            if fields[0] in expected:
+                return all(
+                    same_json(actual[key], expected[key])
+                    if key in actual and key in expected
+                    else (key in actual) == (key in expected)
+                    for key in fields
+                )
     return same_json(actual, expected)
 
 
@@ -68,11 +79,9 @@ def _mismatch(
     step: WorkflowStep,
     arguments: Mapping[str, Any],
     outputs: Mapping[str, list[Any]],
-    library: ToolLibrary,
     tool_of: Mapping[str, str],
 ) -> str | None:
     """Why ``arguments`` are not the step's right data, or None when they are (``tool_of``: step → tool)."""
-    properties = library.spec(step.tool).input_schema.get("properties", {})
     for name, binding in step.arguments.items():
         if name not in arguments:
             return f"{name} missing"
@@ -86,12 +95,12 @@ def _mismatch(
             received = [_at(r, binding.path) for r in outputs.get(binding.step, [])]
             if not received:
                 return f"{name} cannot come from {upstream}, which had not run on the right data"
-            if not any(same_data(properties.get(name, {}), actual, r) for r in received):
+            if not any(same_data(actual, r) for r in received):
                 return f"{name} is not the {binding.path} {upstream} returned"
     return None
 
 
-def trace_data_flow(task: Task, calls: Sequence[ToolCallEvent], library: ToolLibrary) -> DataFlow:
+def trace_data_flow(task: Task, calls: Sequence[ToolCallEvent]) -> DataFlow:
     """Which steps ``calls`` ran on the right data (see the module docstring), in one pass."""
     by_tool: dict[str, list[WorkflowStep]] = {}
     tool_of = {step.id: step.tool for step in task.workflow.steps}
@@ -103,9 +112,7 @@ def trace_data_flow(task: Task, calls: Sequence[ToolCallEvent], library: ToolLib
     for index, call in enumerate(calls):
         if call.is_error or call.tool not in by_tool:
             continue
-        problems = {
-            s.id: _mismatch(task, s, call.arguments, outputs, library, tool_of) for s in by_tool[call.tool]
-        }
+        problems = {s.id: _mismatch(task, s, call.arguments, outputs, tool_of) for s in by_tool[call.tool]}
         # A call serves one step: the first still open one it fits, else the first it fits at all.
         fits = [sid for sid, problem in problems.items() if problem is None]
         served = next((sid for sid in fits if sid not in right), fits[0] if fits else None)

@@ -20,6 +20,10 @@ missing_step             critical, middle,       interior steps dropped (endpoin
 redundant_operations     duplicate, unnecessary  steps repeated / logger, cache, tracker added
 logical_inconsistency    format, unrelated       a step reads the output of an incompatible step /
                                                  a tool of an absent category inserted
+
+Inserted steps (``unnecessary``, ``unrelated``) read an earlier step's output, as a repeated step
+(``duplicate``) does: a reader can follow every step of a flawed plan, so the flaw costs what it
+is (a call that does nothing for the task), never a call no agent could make.
 semantic_drift           drift, mismatch         tools replaced in a chain, each similar to the
                                                  previous replacement / by a moderately similar tool
 =======================  ======================  =========================================
@@ -67,6 +71,25 @@ FLAW_ALIASES = {
     "parameter_errors": "parameter_error",
 }
 FILLER_TOOLS = ("utility_logger", "utility_cache", "utility_tracker")
+#: Tools a flaw may insert, with the shape of ``data`` each needs: any payload, parsed records, or text
+#: content. They have no declared dependencies, no argument but ``data`` that the world checks and
+#: (``output_format``, below) a constant: an inserted step is then a call a reader can follow, fed
+#: with an earlier step's output, which costs what a redundant call costs and nothing more.
+INSERTABLE_TOOLS: dict[str, Literal["any", "records", "content"]] = {
+    "utility_logger": "any",
+    "utility_cache": "any",
+    "utility_tracker": "any",
+    "utility_helper": "any",
+    "integration_scheduler": "any",
+    "file_operations_compressor": "any",
+    "computation_simulator": "any",
+    "integration_mapper": "records",
+    "data_processing_filter": "records",
+    "computation_optimizer": "records",
+    "data_processing_parser": "content",
+    "file_operations_converter": "content",
+}
+_INSERTED_CONSTANTS = {"output_format": '"json"'}
 
 
 class FlawError(UserError):
@@ -348,14 +371,45 @@ def _duplicate(plan: Plan, severity: Severity, ctx: _Context) -> Plan:
     return Plan(steps=tuple(steps))
 
 
+def _data_shape(tool: str, ctx: _Context) -> set[str]:
+    """The fields of the ``data`` object ``tool`` returns (its output schema's)."""
+    output = ctx.library.spec(tool).output_schema or {}
+    data = output.get("properties", {}).get("data", {})
+    return set(data.get("properties", {}))
+
+
+def _insert_bound(steps: list[PlanStep], tool: str, ctx: _Context) -> bool:
+    """Insert a step of ``tool`` fed with the ``data`` of an earlier step (True), or find no place for it.
+
+    The position is drawn among those after a step whose output fits the tool (records for a records
+    tool, text content for a text tool, anything otherwise); the step reads the nearest such output.
+    """
+    need = INSERTABLE_TOOLS[tool]
+    places = []
+    for position in range(1, len(steps) + 1):
+        fits = [s.tool for s in steps[:position] if need == "any" or need in _data_shape(s.tool, ctx)]
+        if fits:
+            places.append((position, fits[-1]))
+    if not places:
+        return False
+    position, source = ctx.rng.choice(places)
+    arguments = {"data": f"the `data` returned by {source}"}
+    for name in ctx.library.spec(tool).input_schema.get("required", ()):
+        if name != "data":
+            arguments[name] = _INSERTED_CONSTANTS[name]
+    steps.insert(position, ctx.step_for(tool).model_copy(update={"arguments": arguments}))
+    return True
+
+
 def _unnecessary(plan: Plan, severity: Severity, ctx: _Context) -> Plan:
     steps = list(plan.steps)
     n = len(steps)
     k = {"light": 1, "medium": 3, "severe": n}[severity]
+    pool = [t for t in FILLER_TOOLS if t not in plan.tools] or [
+        t for t in INSERTABLE_TOOLS if t not in plan.tools
+    ]
     for _ in range(k):
-        tool = ctx.rng.choice(FILLER_TOOLS)
-        step = ctx.step_for(tool)
-        steps.insert(ctx.rng.randrange(1, len(steps) + 1), step)
+        _insert_bound(steps, ctx.rng.choice(pool), ctx)
     return Plan(steps=tuple(steps))
 
 
@@ -386,12 +440,15 @@ def _unrelated(plan: Plan, severity: Severity, ctx: _Context) -> Plan:
     n = len(steps)
     k = _count(severity, n, 1, 2, n // 2)
     present = {ctx.library.spec(t).category for t in plan.tools}
-    pool = sorted(s.name for s in ctx.library if s.category not in present)
-    if not pool:
-        pool = sorted(s.name for s in ctx.library if s.name not in set(plan.tools))
-    for _ in range(k):
+    unused = [t for t in INSERTABLE_TOOLS if t not in plan.tools]
+    pool = [t for t in unused if ctx.library.spec(t).category not in present] or unused
+    inserted = 0
+    while inserted < k and pool:
         tool = ctx.rng.choice(pool)
-        steps.insert(ctx.rng.randrange(1, len(steps) + 1), ctx.step_for(tool))
+        if _insert_bound(steps, tool, ctx):
+            inserted += 1
+        else:
+            pool.remove(tool)  # nothing before any position has the data it reads
     return Plan(steps=tuple(steps))
 
 

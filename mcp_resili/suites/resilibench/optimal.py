@@ -12,10 +12,12 @@ seeing results between calls can only help, so the MDP makes one call per step):
   outcomes (or the count of all failures when the window is ``None``), which is all the
   `ResiliBenchFaults` rule reads once dependencies are enforced.
 * actions = call a *ready* step (every DAG predecessor has succeeded), make a call the server
-  refuses (a step whose dependencies have not succeeded: it costs a call and counts as a failed
-  call for the termination rule, but never reaches the fault model), make a *filler* call (a tool
-  outside the pending steps, or a step that already succeeded: it meets the fault model like any
-  call and moves the history, but no step), or finish.
+  refuses (a step whose DAG predecessors have not succeeded on the task's data, `gate`; an unknown
+  tool; bad arguments: it costs a call and counts as a failed call for the termination rule, but
+  never reaches the fault model), make a *filler* call (a tool outside the pending steps, a step
+  that already succeeded, or a ready step on other data: it meets the fault model like any call and
+  moves the history, but no step), make a *failing* call (arguments the world refuses: it fails
+  whatever the draw), or finish. These are all the moves the server admits.
 * a call of a ready step succeeds with ``p = clamp(base · history_factor^failures)``: with
   dependencies enforced every dependency has succeeded and (never being called again) its latest
   run is that success, so the dependency factors are 1.
@@ -30,12 +32,19 @@ ready step is called, so every topological order is optimal and the DP proves it
 suite does not use.
 
 **Bound (ii)** (`clairvoyant_full_success`): an agent that knows every fault draw in advance (the
-roll of call ``o`` of tool ``t`` is ``derive_rng(seed, fault_key, t, o).random()``) and plays the
-same actions. A depth-first search decides whether some sequence of calls reaches full success.
+roll of call ``o`` of tool ``t`` is ``derive_rng(seed, fault_key, t, o).random()``). A depth-first
+search decides whether some sequence of calls reaches full success. Its moves: call a ready step
+(its next draw decides), spend a ready step's failing draw, or make a filler call that succeeds.
 Filler calls are assumed to succeed whenever the agent wants one (with some twenty tools outside any
-workflow, a clairvoyant agent nearly always has one whose next draw succeeds): an over-approximation,
-so "impossible" stays a proof. Rules that only cut an agent short (more than 15 successes, a loop)
-are left out for the same reason.
+workflow, a clairvoyant agent nearly always has one whose next draw succeeds), and rules that only
+cut an agent short (more than 15 successes, a loop) are left out: both over-approximate. Every other
+move the server admits is dominated by one of these (a refused call, a failing filler or failing
+call, a success on other data: each leaves the agent no better off, and being better off is kept by
+every later move), and the server's success probability of a call is never above the search's (the
+dependency factors are at most 1). Calls of a step that is not ready are refused before any draw
+(`gate`), so no move spends a draw of a step before it is ready. Hence "impossible" is a proof;
+`tests/suites/resilibench/test_bound_proof.py` checks it against a clairvoyant adversary that searches the
+server's real moves and replays what it finds through the real server (docs/resilibench.md).
 """
 
 from __future__ import annotations
@@ -57,9 +66,9 @@ from mcp_resili.tools import ToolLibrary
 
 #: A history summary: the last ``window`` outcomes (True = success), or the total failure count.
 History = tuple[bool, ...] | int
-#: A policy's move: call step index ``i``, make a refused call, a filler call, or finish.
+#: A policy's move: call step index ``i``, make a refused call, a filler call, a failing call, or finish.
 Action = tuple[str, int]
-CALL, REFUSED, FILLER, FINISH = "call", "refused", "filler", "finish"
+CALL, REFUSED, FILLER, FAILING, FINISH = "call", "refused", "filler", "failing", "finish"
 #: Depth-first-search nodes bound (ii) may visit before it answers "unknown" (None).
 CLAIRVOYANT_NODE_BUDGET = 200_000
 
@@ -185,6 +194,7 @@ def _value_function(graph: _Graph, faults: ResiliBenchFaults) -> Callable[[int, 
             )
         # A filler call: same odds as a step, no progress (never better, but the DP proves it).
         best = max(best, p * value(done, _push(faults, history, True), 0, turns - 1) + (1 - p) * fail)
+        best = max(best, fail)  # a failing call (arguments the world refuses): never better either
         if len(graph.ready(done)) < graph.remaining(done) and not lost:
             best = max(best, value(done, history, consecutive + 1, turns - 1))  # a refused call
         return best
@@ -215,6 +225,8 @@ def policy_success_probability(
         if kind == FINISH:
             return 1.0 if done == graph.full else 0.0
         lost = consecutive + 1 >= CONSECUTIVE_FAILURES
+        if kind == FAILING:
+            return 0.0 if lost else value(done, _push(faults, history, False), consecutive + 1, turns - 1)
         filler = kind == FILLER or (kind == CALL and bool(done >> i & 1))
         if not filler and (kind == REFUSED or i not in graph.ready(done)):
             # Refused by the dependency gate: a failed call for the termination rule, unseen by faults.
@@ -241,7 +253,7 @@ def first_pending_policy(workflow: Workflow) -> Policy:
 
 
 def random_policy(workflow: Workflow, seed: int) -> Policy:
-    """A deterministic, arbitrary policy (seeded table): any step, refused and filler calls, early finish."""
+    """A deterministic, arbitrary policy (seeded table): any step, refused, filler, failing calls, finish."""
     graph = _Graph.of(workflow)
 
     def policy(done: int, history: History, consecutive: int, turns: int) -> Action:
@@ -252,6 +264,7 @@ def random_policy(workflow: Workflow, seed: int) -> Policy:
         blocked = [i for i in range(len(graph.ids)) if not done >> i & 1 and i not in graph.ready(done)]
         choices += [(CALL, i) for i in blocked]  # refused by the server
         choices += [(FILLER, -1), (CALL, rng.randrange(len(graph.ids)))]  # may re-call a finished step
+        choices += [(FAILING, -1), (REFUSED, -1)]
         if rng.random() < 0.05:
             return (FINISH, -1)
         return rng.choice(choices)

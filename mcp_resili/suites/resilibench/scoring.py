@@ -42,7 +42,6 @@ from mcp_resili.constants import COMPLETION_PHRASES, DISCOVERY_TOOLS
 from mcp_resili.scoring.model import Score
 from mcp_resili.scoring.termination import BudgetCut, counts_against_budget, within_budget
 from mcp_resili.suites.resilibench.dataflow import trace_data_flow
-from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.optimal import episode_bound_ii, episode_bound_iii
 from mcp_resili.suites.resilibench.stop_rules import termination_index
 from mcp_resili.tasks.model import Task
@@ -92,7 +91,7 @@ def score(task: Task, trace: Trace) -> Score:
     all_calls = [e for e in cut.events if isinstance(e, ToolCallEvent) and e.tool not in DISCOVERY_TOOLS]
     end, rule = termination_index(all_calls)
     calls = all_calls[:end]
-    flow = trace_data_flow(task, calls, resilibench_library())
+    flow = trace_data_flow(task, calls)
     steps = [s.id for s in task.workflow.steps]
     done = [s for s in steps if s in flow.right]
     coverage = len(done) / len(steps) if steps else 1.0

@@ -19,10 +19,14 @@ from mcp_resili.suites.reliabilitybench.perturb import (
     EPS_LEVELS,
     RELATIONS,
     SYNONYMS,
+    Rendered,
     UnknownPerturbationError,
+    front_constraint,
     long_date,
+    order_problems,
     relations_for,
     render,
+    render_request,
     twelve_hour,
 )
 from mcp_resili.suites.reliabilitybench.scoring import check
@@ -241,3 +245,96 @@ def test_the_reading_rules_catch_the_faults_they_name(bad, problem):
         assert found == []
     else:
         assert any(p.startswith(problem) for p in found), found
+
+
+# --- ε keeps the task's order ------------------------------------------------------------------------
+
+
+def test_every_perturbed_prompt_states_the_task_in_its_order():
+    """The checker over every prompt of the suite: each task under every ε level and every relation."""
+    checked, layouts, problems = 0, collections.Counter(), []
+    for task in TASKS:
+        info = details(task)
+        for variant in VARIANTS:
+            relations = relations_for(variant)
+            rendered = render_request(
+                info.request, relations, task_id=task.id, domain=info.domain, workflow=task.workflow
+            )
+            # The checker reads what the agent reads: the prompt's request is the rendered text.
+            assert SUITE.prompt(task, variant).split("\n\n")[0] == rendered.text
+            problems += [
+                f"{task.id} {variant}: {p}" for p in order_problems(rendered, info.request, task.workflow)
+            ]
+            checked += 1
+            layouts[rendered.layout] += 1
+    assert problems == []
+    assert checked == len(TASKS) * len(VARIANTS) == 1400
+    # Both numbered and merged requests were checked (split_merge is in eps=0.3 and mr=split_merge).
+    assert layouts["numbered"] >= 40 and layouts["merged"] >= 100
+
+
+def test_the_order_checker_catches_the_old_rotation():
+    """The reorder relation used to move the last sentence first: the checker flags what that did."""
+    task = next(t for t in TASKS if details(t).pattern == "support_close")
+    info = details(task)
+    good = render_request(
+        info.request, ("split_merge",), task_id=task.id, domain=info.domain, workflow=task.workflow
+    )
+    clauses = [s for s in good.sentences if s.role == "clause"]
+    rotated = (clauses[-1], *clauses[:-1])
+    text = "\n".join(f"{n}. {s.text}" for n, s in enumerate(rotated, 1))
+    problems = order_problems(Rendered(rotated, "numbered", text), info.request, task.workflow)
+    # "Close the ... ticket" first: before the ticket is opened (clause 1), and as step 1 before s1.
+    assert any("comes before clause 1, which it refers to" in p for p in problems), problems
+    assert any("asks for s1, which runs before s2" in p for p in problems), problems
+    # A sentence that is not where the order says is caught too.
+    shuffled = Rendered(good.sentences, "prose", " ".join(s.text for s in reversed(good.sentences)))
+    assert any("not in the text" in p for p in order_problems(shuffled, info.request, task.workflow))
+
+
+def test_numbered_steps_only_when_the_workflow_allows_their_order():
+    """Clauses whose steps would be listed against the gold order are merged, never numbered."""
+    numbered_patterns, merged_patterns = set(), set()
+    for task in TASKS:
+        info = details(task)
+        rendered = render_request(
+            info.request, ("split_merge",), task_id=task.id, domain=info.domain, workflow=task.workflow
+        )
+        (numbered_patterns if rendered.layout == "numbered" else merged_patterns).add(info.pattern)
+    # Escalation looks the article up before the ticket is opened; the coupon is checked before the
+    # order is placed: their request order is no step order, so they are always merged.
+    assert not numbered_patterns & {"support_escalate", "shop_coupon"}
+    assert {"support_close", "travel_direct", "schedule_book"} <= numbered_patterns
+    # Without the workflow nothing is numbered.
+    info = details(TASKS[0])
+    assert (
+        render_request(info.request, ("split_merge",), task_id=TASKS[0].id, domain=info.domain).layout
+        == "merged"
+    )
+
+
+@pytest.mark.parametrize(
+    ("template", "fronted"),
+    [
+        ("Book a meeting about '{topic}'[ on {date}].", "On {date}, book a meeting about '{topic}'."),
+        (
+            "Book the cheapest flight from {a} to {b}[ on {date}] for {p}.",
+            "On {date}, book the cheapest flight from {a} to {b} for {p}.",
+        ),
+        ("I need a seat on flight {f}[ for {p}].", "For {p}, I need a seat on flight {f}."),
+        (
+            "{quantity} of the {name} should be ordered[ for customer {c}].",
+            "For customer {c}, {quantity} of the {name} should be ordered.",
+        ),
+        ("Ship the order to {address}.", "Ship the order to {address}."),
+    ],
+)
+def test_constraint_reordering_states_the_marked_constraint_first(template, fronted):
+    assert front_constraint(template) == fronted
+
+
+def test_relative_time_and_reordering_read_as_one_sentence():
+    task = next(t for t in TASKS if details(t).pattern == "schedule_book")
+    info = details(task)
+    text = render(info.request, ("reorder", "relative_time"), task_id=task.id, domain=info.domain)
+    assert re.search(r"\. (Tomorrow|The day after tomorrow|In \d+ days), book a meeting about '", text), text

@@ -16,6 +16,7 @@ from mcp_resili.suites.resilibench.flaws import FLAW_TYPES, optimal_plan
 from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.prompts import flawed_plan
 from mcp_resili.suites.resilibench.tasks import default_tasks
+from mcp_resili.trace import Trace
 from suites.resilibench.gold import gold_run
 
 SUITE = get_suite("resilibench")
@@ -105,3 +106,52 @@ def test_the_plan_followers_arguments_for_the_optimal_plan_are_the_ground_truths
             assert step.tool == gold.tool
             assert {n: argument_value(s, received) for n, s in step.arguments} == gold.arguments
             received[gold.tool] = gold.result
+
+
+@pytest.mark.anyio
+async def test_inserted_steps_read_an_earlier_output_and_the_follower_can_make_them(tmp_path):
+    """Unnecessary and unrelated steps are calls a reader can follow: without faults every one succeeds."""
+    variants = tuple(
+        f"flawed:{flaw}:{severity}:{method}"
+        for flaw, method in (("redundant_operations", "unnecessary"), ("logical_inconsistency", "unrelated"))
+        for severity in ("light", "medium", "severe")
+    )
+    tasks = tuple(t.id for t in SUITE.tasks[::210])
+    for variant in variants:
+        for task_id in tasks:
+            plan = flawed_plan(SUITE.task(task_id), variant.split(":", 1)[1])
+            inserted = [s for s in plan.steps if s.tool not in SUITE.task(task_id).required_tools]
+            assert inserted, (variant, task_id)
+            for step in inserted:  # every argument it needs comes from an earlier step (or is a constant)
+                assert step.arguments["data"].startswith("the `data` returned by "), step
+                source = step.arguments["data"].rsplit(" ", 1)[1]
+                assert source in plan.tools[: plan.steps.index(step)]
+    result = await execute(
+        RunConfig(
+            db=tmp_path / "r.db",
+            models=("scripted:plan-follower",),
+            variants=variants,
+            tasks=tasks,
+            trials=1,
+            faults=("none",),
+            max_turns=60,
+        )
+    )
+    inserted_calls = full = 0
+    for row in result.rows:
+        task = SUITE.task(row.task_id)
+        trace = Trace.from_lines(row.trace.splitlines())
+        for call in trace.tool_calls:
+            if call.tool not in task.required_tools:
+                inserted_calls += 1
+                assert not call.is_error, (row.variant, row.task_id, call.tool, call.result)
+        # With room for every call and no faults, a plan with only extra steps is still done in full,
+        # unless it has more than the 15 successful calls the stop rules allow.
+        rule = row.score["components"]["termination_rule"]
+        assert row.label == "full" or rule == "too_many_calls", (
+            row.variant,
+            row.task_id,
+            row.score["reasons"],
+        )
+        full += row.label == "full"
+    assert inserted_calls >= len(tasks) * len(variants) and full >= len(result.rows) * 0.8

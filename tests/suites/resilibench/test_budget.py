@@ -167,3 +167,72 @@ async def test_scripted_agents_stay_within_bound_iii_and_never_beat_bound_ii(tmp
         measured = sum(r.label == "full" for r in rows) / len(rows)
         se = math.sqrt(sum(p * (1 - p) for p in bounds)) / len(rows)
         assert measured <= sum(bounds) / len(bounds) + 3 * se, model
+
+
+async def _serve_and_play(tmp_path, name, serve_args, episodes):
+    """Play ``episodes`` (meta, calls) against `mcp-resili serve` over stdio; return its stderr."""
+    from mcp.client.stdio import stdio_client
+    from servers import stdio_parameters
+
+    errlog = tmp_path / f"{name}.stderr"
+    with errlog.open("w") as err:
+        transport = stdio_client(stdio_parameters("--suite", "resilibench", *serve_args), errlog=err)
+        async with Client(transport) as client:
+            for meta, calls in episodes:
+                for tool, arguments in calls:
+                    await client.call_tool(tool, arguments, meta=meta)
+    return errlog.read_text()
+
+
+@pytest.mark.anyio
+async def test_serve_max_turns_is_recorded_and_score_max_turns_applies_a_budget(tmp_path, capsys):
+    """An outside agent's trace scored under the paper's 10 calls, set on the server or on `score`;
+    and a faulted server without --trial says once that an episode plays trial 0 by default."""
+    task = next(t for t in default_tasks() if len(t.workflow.steps) == 8)
+    assert task.constraints.max_turns == 16
+    # Three refused calls, the eight steps and finish: 12 calls, full under 16 but not under 10.
+    calls = [("no_such_tool", {})] * 3 + [(g.tool, g.arguments) for g in gold_run(task)]
+    calls.append(("finish", {"status": "completed", "summary": "done"}))
+    named = {"mcp-resili/episode": {"id": "e1", "task": task.id, "trial": 0}}
+    # Episodes of two other tasks that name no trial: each is its task's first, so plays trial 0.
+    others = [t for t in default_tasks() if t.id != task.id][:2]
+    unnamed = [
+        (
+            {"mcp-resili/episode": {"id": f"d{n}", "task": t.id}},
+            [(gold_run(t)[0].tool, gold_run(t)[0].arguments)],
+        )
+        for n, t in enumerate(others)
+    ]
+    serve = ("--faults", "resilibench:base=1,max=1", "--trace-dir", str(tmp_path), "--max-turns", "10")
+    stderr = await _serve_and_play(tmp_path, "serve", serve, [(named, calls), *unnamed])
+    path = tmp_path / "e1.jsonl"
+    assert Trace.read(path).header.max_turns == 10
+    for extra, budget, label in (((), 10, "partial"), (("--max-turns", "16"), 16, "full")):
+        assert main(["score", str(path), *extra]) == 0
+        scored = json.loads(capsys.readouterr().out)
+        assert scored["components"]["budget"] == budget and scored["label"] == label, scored["reasons"]
+        assert scored["components"]["calls_over_budget"] == (2 if budget == 10 else 0)
+    assert main(["score", str(path), "--max-turns", "0"]) == 2
+    assert "--max-turns must be at least 1, got 0" in capsys.readouterr().err
+    # The named trial said nothing; the first unnamed one did, in one line, and only once.
+    lines = [line for line in stderr.splitlines() if "plays trial 0" in line]
+    assert len(lines) == 1 and "'d0'" in lines[0] and "--trial" in lines[0], stderr
+
+
+@pytest.mark.anyio
+async def test_the_trial_0_warning_needs_faults_and_a_trial_nobody_named(capsys):
+    task = default_tasks()[0]
+    first = gold_run(task)[0]
+    faulted = parse_fault_spec("resilibench", SUITE.spec_scope)
+    for plan, trial, meta, warns in (
+        (faulted, None, {"id": "a", "task": task.id}, True),
+        (faulted, None, {"id": "b", "task": task.id, "trial": 0}, False),
+        (faulted, 0, {"id": "c", "task": task.id}, False),
+        (parse_fault_spec("none", SUITE.spec_scope), None, {"id": "d", "task": task.id}, False),
+    ):
+        server = ResiliServer(SUITE, plan, trial=trial, time_scale=0, warn_default_trial=True)
+        async with Client(server.mcp) as client:
+            await client.call_tool(first.tool, first.arguments, meta={"mcp-resili/episode": meta})
+        assert ("plays trial 0" in capsys.readouterr().err) is warns, meta
+    with pytest.raises(ValueError, match="max_turns must be at least 1"):
+        ResiliServer(SUITE, faulted, max_turns=0)

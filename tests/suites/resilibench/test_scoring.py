@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.scoring.termination import within_budget
+from mcp_resili.suites.resilibench.dataflow import same_data
 from mcp_resili.suites.resilibench.scoring import score
 from mcp_resili.suites.resilibench.stop_rules import termination_index
 from mcp_resili.tasks import StepBinding
@@ -258,22 +259,83 @@ def test_downstream_steps_may_use_any_output_the_agent_received_from_a_right_run
     assert result.label == "full", result.reasons
 
 
-def test_only_the_fields_a_tool_declares_are_compared():
-    task = task_with(3, "data_processing_parser", "data_processing_transformer")
-    gold = gold_run(task)
-    events = []
-    for g in gold:
-        arguments = dict(g.arguments)
-        if g.tool == "data_processing_transformer":  # the parser's record_count left out
-            arguments["data"] = {"records": g.arguments["data"]["records"]}
-        events.append(call_event(0, g.tool, arguments, g.result))
-    assert score(task, trace_from(task, [*events, finish()])).label == "full"
-    records = [dict(r) for r in gold[1].result["data"]["records"]]
-    records[0]["value"] = records[0]["value"] + 1
-    events[2] = call_event(
-        0, gold[2].tool, {**gold[2].arguments, "data": {"records": records}}, gold[2].result
-    )
-    assert score(task, trace_from(task, [*events, finish()])).label != "full"
+RECORDS = [{"id": 1, "name": "a", "category": "x", "value": 2}]
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "same"),
+    [
+        # A records payload is its records: bookkeeping fields are free, the records are not.
+        ({"records": RECORDS}, {"records": RECORDS, "record_count": 1}, True),
+        ({"records": RECORDS, "record_count": 999}, {"records": RECORDS, "record_count": 1}, True),
+        ({"records": RECORDS, "note": "mine"}, {"records": RECORDS, "total": 2.0}, True),
+        ({"records": [{**RECORDS[0], "value": 3}]}, {"records": RECORDS, "record_count": 1}, False),
+        ({"record_count": 1}, {"records": RECORDS, "record_count": 1}, False),
+        ({"records": [{**RECORDS[0], "value": 2.0}]}, {"records": RECORDS}, True),  # 2 is 2.0 as JSON
+        # A text payload is its content and its format (a dropped format is another reading).
+        ({"content": "a,b\n", "format": "csv"}, {"content": "a,b\n", "format": "csv", "source": "f"}, True),
+        ({"content": "a,b\n"}, {"content": "a,b\n", "format": "csv", "source": "f"}, False),
+        ({"content": "a,b\n", "format": "json"}, {"content": "a,b\n", "format": "csv"}, False),
+        ({"content": "a,b\n"}, {"content": "a,b\n"}, True),
+        # Anything else is compared whole.
+        ({"valid": True}, {"valid": True, "checks": {"schema": True}}, False),
+        ({"valid": True, "checks": {"schema": True}}, {"valid": True, "checks": {"schema": True}}, True),
+        ([1, 2], [1, 2.0], True),
+        (True, 1, False),
+    ],
+)
+def test_the_same_data_is_one_rule_read_from_the_data(actual, expected, same):
+    assert same_data(actual, expected) is same
+
+
+def _records_into(task, declared):
+    """(upstream step, receiving step) of ``task``: a records payload into a tool whose schema does
+    (``declared``) or does not declare the fields of its ``data``."""
+    lib = SUITE.library
+    for step in task.workflow.steps:
+        binding = step.arguments.get("data")
+        if not isinstance(binding, StepBinding):
+            continue
+        upstream = task.workflow.step(binding.step)
+        out = lib.spec(upstream.tool).output_schema["properties"]["data"]["properties"]
+        fields = lib.spec(step.tool).input_schema["properties"]["data"].get("properties")
+        if "records" in out and bool(fields) == declared:
+            return upstream, step
+    return None
+
+
+def test_the_same_data_does_not_depend_on_the_receiving_tools_schema():
+    """An upstream's records without its bookkeeping fields: the same data for a records tool (whose
+    schema declares ``records``) and for a tool whose schema declares no field (before: only the first)."""
+    for declared in (True, False):
+        task = next(t for t in SUITE.tasks[:400] if _records_into(t, declared))
+        upstream, receiver = _records_into(task, declared)
+        gold = gold_run(task)
+        up = next(g for g in gold if g.step == upstream.id)
+        records_only = {"records": up.result["data"]["records"]}
+        assert records_only != up.result["data"]  # there were other fields to leave out
+        events = [
+            call_event(
+                0,
+                g.tool,
+                {**g.arguments, "data": records_only} if g.step == receiver.id else g.arguments,
+                g.result,
+            )
+            for g in gold
+        ]
+        assert score(task, trace_from(task, [*events, finish()])).label == "full", (task.id, declared)
+        changed = [dict(r) for r in records_only["records"]]
+        changed[0]["value"] = changed[0]["value"] + 1
+        wrong = [
+            call_event(
+                0,
+                g.tool,
+                {**g.arguments, "data": {"records": changed}} if g.step == receiver.id else g.arguments,
+                g.result,
+            )
+            for g in gold
+        ]
+        assert score(task, trace_from(task, [*wrong, finish()])).label != "full", (task.id, declared)
 
 
 # --- the call budget ------------------------------------------------------------------------------

@@ -1,0 +1,55 @@
+"""ResiliBench's dependency gate: a step runs only once every step before it in the task's DAG has succeeded.
+
+The paper's environment refuses a tool whose dependencies have not been executed successfully
+(App. B.1.4; the MDP's dependency filter, App. D.2.1), and its tasks' only ordering constraints are
+those dependencies. Ours have two kinds of edge: a tool's declared dependencies (the registry's, 15,232
+of the suite's 30,453 edges) and data edges (a step reads an earlier step's output: the other 15,221).
+The server gates both, the same way: a call of a workflow step's tool is refused with
+``DEPENDENCY_NOT_MET``, before any fault draw, unless every DAG predecessor of the step has
+**succeeded on the task's data** in this episode, by the scorer's own rule (`dataflow`): the gate,
+the scorer, the DP (bound iii) and the clairvoyant search (bound ii) share one notion of a step being
+ready. Without it an agent could call a step before its input exists, spend that tool's fault draws
+early and meet a better draw later, a move the bounds' model of the paper's environment does not have
+(docs/resilibench.md, "Bound (ii) is a proof").
+
+Tools the task does not use, and episodes without a task, keep only the declared dependencies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mcp_resili.constants import DISCOVERY_TOOLS
+from mcp_resili.suites.resilibench.dataflow import trace_data_flow
+from mcp_resili.tasks.model import Task
+from mcp_resili.trace import ToolCallEvent, TraceEvent
+
+
+def task_dag_gate(
+    task: Task | None, tool: str, events: Sequence[TraceEvent]
+) -> tuple[tuple[str, ...], str] | None:
+    """None when ``tool`` may run now; else (its steps' unmet predecessor tools, the refusal message).
+
+    A tool that serves several steps (none does in the stored suite) may run when any of them is ready.
+    """
+    if task is None:
+        return None
+    steps = [step.id for step in task.workflow.steps if step.tool == tool]
+    if not steps:
+        return None
+    before: dict[str, list[str]] = {step: [] for step in steps}
+    for a, b in task.workflow.edges:
+        if b in before:
+            before[b].append(a)
+    if all(not preds for preds in before.values()):
+        return None
+    calls = [e for e in events if isinstance(e, ToolCallEvent) and e.tool not in DISCOVERY_TOOLS]
+    done = trace_data_flow(task, calls).right
+    if any(all(p in done for p in preds) for preds in before.values()):
+        return None
+    tool_of = {step.id: step.tool for step in task.workflow.steps}
+    unmet = tuple(tool_of[p] for p in before[steps[0]] if p not in done)
+    return unmet, (
+        f"{tool} cannot run yet: in this task it needs {', '.join(unmet)} to have succeeded first, "
+        "on the task's data"
+    )

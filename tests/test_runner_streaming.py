@@ -4,6 +4,7 @@ import gc
 import weakref
 
 import pytest
+from tiny_suite import suite as tiny_suite
 
 from mcp_resili.client import runner
 from mcp_resili.client.runner import RunConfig, execute
@@ -32,9 +33,10 @@ async def test_finished_episodes_are_handed_to_the_store_and_not_kept(tmp_path, 
         if len(refs) % 20 == 0:
             most_alive = max(most_alive, alive(refs))
 
-    config = RunConfig(db=tmp_path / "r.db", trials=2, limit=40, concurrency=8)
-    result = await execute(config, on_episode=on_episode)
-    assert len(refs) == result.episodes == 160
+    # The tiny suite: 2 agents x 6 tasks (its default variant) x 14 trials.
+    config = RunConfig(suite="tiny", db=tmp_path / "r.db", trials=14, concurrency=8)
+    result = await execute(config, suite=tiny_suite(), on_episode=on_episode)
+    assert len(refs) == result.episodes == 168
     # Queue (4) + the batch being written (4) + episodes in flight (8) + the one being delivered.
     assert 0 < most_alive <= 4 + 4 + 8 + 1
     assert alive(refs) == 0  # the result holds counts, not rows
@@ -43,7 +45,7 @@ async def test_finished_episodes_are_handed_to_the_store_and_not_kept(tmp_path, 
         stored = store.episodes(result.run_id)
     finally:
         store.close()
-    assert len(stored) == 160
+    assert len(stored) == 168
     assert list(result.iter_rows()) == stored
     assert result.infrastructure_errors == sum(1 for r in stored if r.label is None)
     light = list(result.iter_rows(traces=False))
@@ -53,6 +55,7 @@ async def test_finished_episodes_are_handed_to_the_store_and_not_kept(tmp_path, 
 
 
 async def test_summaries_read_from_the_store_match_a_count_by_hand(tmp_path):
+    # ResiliBench: its bound columns are summary columns (the tiny suite has none).
     suite = get_suite("resilibench")
     config = RunConfig(db=tmp_path / "r.db", trials=2, limit=12, variants=("baseline", "cot"))
     result = await execute(config)

@@ -35,6 +35,8 @@ EXIT_NOTHING_SCORED = 2
 #: Exit status of a run stopped by Ctrl-C or SIGTERM (128 + the signal, what a shell reports).
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
+#: The model an agent program asks for when ``--model`` is not given (offline: the model server's).
+AGENT_CMD_MODELS = ("scripted:oracle",)
 #: Options that may change on ``--resume`` (how episodes play, not which).
 RESUMABLE = (
     "concurrency",
@@ -102,6 +104,19 @@ def _add_matrix_options(run: argparse.ArgumentParser) -> None:
         "--stop-rules",
         metavar="NAME",
         help="rules that end an episode early: resilibench, none (default: the suite's own)",
+    )
+    run.add_argument(
+        "--agent-cmd",
+        metavar="CMD",
+        help="benchmark an agent program: started per episode with the prompt on stdin and the MCP and "
+        "model endpoints in its environment (docs/harnesses.md); --model names the model it asks for "
+        "(default: scripted:oracle, offline)",
+    )
+    run.add_argument(
+        "--llm-faults",
+        metavar="SPEC",
+        help="model-API faults on every model call, through a gateway: none | llm:light | llm:medium | "
+        "llm:heavy | PATH.toml|.json (docs/llm.md)",
     )
 
 
@@ -239,9 +254,10 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
 
     if args.first and args.limit is None:
         raise RunConfigError("--first goes with --limit N (take the first N tasks instead of a sample)")
+    default_models = AGENT_CMD_MODELS if args.agent_cmd is not None else DEFAULT_MODELS
     return RunConfig(
         suite=suite_argument(args.suite or DEFAULT_SUITE),
-        models=tuple(args.models or DEFAULT_MODELS),
+        models=tuple(args.models or default_models),
         faults=tuple(args.faults or ()),
         variants=tuple(args.variants or ()),
         perturb=tuple(args.perturb or ()),
@@ -267,6 +283,8 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         max_tokens=args.max_tokens,
         time_limit=args.time_limit,
         prices=args.prices,
+        agent_cmd=args.agent_cmd,
+        llm_faults=args.llm_faults,
     )
 
 
@@ -277,7 +295,9 @@ def make_executor(args: argparse.Namespace) -> Executor:
     if args.executor == "local":
         if args.ray_address is not None or args.ray_workers is not None:
             raise RunConfigError("--ray-address and --ray-workers go with --executor ray")
-        return local_executor()
+        from mcp_resili.harness import session_factory
+
+        return local_executor(session_factory=session_factory)
     from mcp_resili.integrations.ray import RayExecutor, import_ray
     from mcp_resili.integrations.ray.executor import check_reachable, prepare_local_env
 
@@ -436,6 +456,25 @@ def _exit_status(result: RunResult, err: Console) -> int:
     return EXIT_NOTHING_SCORED
 
 
+def _harness_hint(result: RunResult, err: Console) -> None:
+    """When every agent program crashed the same way, say how (a missing package, a bad path...)."""
+    from mcp_resili.trace import Trace, trace_lines
+
+    crashed = [r for r in result.rows if r.termination == "harness_failure"]
+    if not crashed or len(crashed) != len(result.rows):
+        return
+    details = []
+    for row in crashed:
+        end = Trace.from_lines(trace_lines(row.trace), origin=row.episode_id).end
+        details.append(end.detail if end is not None else "")
+    if len(set(details)) == 1 and details[0]:
+        err.print(
+            f"every episode's agent program failed the same way: {details[0]}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def _spend_line(config: RunConfig, result: RunResult) -> str | None:
     spent = result.spent_usd if result.spent_usd is not None else result.cost_usd
     if config.max_cost is None and not spent:
@@ -472,6 +511,7 @@ def _print_summary(
     from mcp_resili.report import summarize, summary_table
     from mcp_resili.report.build import damaged_scores
     from mcp_resili.report.coping import coping_section
+    from mcp_resili.report.model_coping import model_coping_section
     from mcp_resili.report.terminal import section_tables
 
     summaries = summarize(result.rows, args.by, suite.task_info if args.by else None, suite.summary_columns)
@@ -480,22 +520,27 @@ def _print_summary(
     except Exception as exc:  # a suite's hook (possibly a third party's) met scores it cannot read
         raise damaged_scores(suite.name, exc) from None
     coping = coping_section(result.rows)  # protocol faults: recovery per fault type
+    model_coping = model_coping_section(result.rows)  # model-API faults: survival per fault type
     if args.json:
         payload = _summary_payload(config, result, summaries)
         if suite_summary is not None:
             payload["suite_summary"] = suite_summary
         if coping is not None:
             payload["coping"] = coping.data["cells"]
+        if model_coping is not None:
+            payload["model_coping"] = model_coping.data["cells"]
         print(json.dumps(payload, indent=2))
         return
     out = stdout_console()
     out.print(summary_table(result.run_id, summaries, suite.summary_columns))
     if suite_summary is not None and suite.summary_table is not None:
         out.print(suite.summary_table(suite_summary))
-    if coping is not None:
-        for table in section_tables([coping]):
-            out.print(table)
+    for section in (coping, model_coping):
+        if section is not None:
+            for table in section_tables([section]):
+                out.print(table)
     sys.stdout.flush()
+    _harness_hint(result, err)
     err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     spend = _spend_line(config, result)
     if spend is not None:

@@ -4,7 +4,8 @@ It reads only the contract's environment (docs/harnesses.md): the task prompt, t
 the model name, and the SDK's own OPENAI_BASE_URL / OPENAI_API_KEY. Nothing here knows of faults: the
 SDK's default retries are all the robustness it has.
 
-    mcp-resili run --agent-cmd "python examples/harnesses/openai_loop.py" --faults resilibench --llm-faults llm:medium
+    mcp-resili run --agent-cmd "python examples/harnesses/openai_loop.py" \
+        --faults resilibench --llm-faults llm:medium
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def verdict(
             if exit.ended_by == "time_limit"
             else _exit_words(exit)
         )
-        return Verdict(finish.status, f"the agent program called finish, then {how}")
+        return Verdict(finish.status, f"the agent program called finish, then {how}{said}")
     upstream = ended_by_upstream(events)
     if upstream is not None:
         return Verdict(

@@ -71,7 +71,10 @@ def chat(messages: list, tools: list, retries: int) -> dict:
     request = urllib.request.Request(
         os.environ["OPENAI_BASE_URL"] + "/chat/completions",
         data=json.dumps(body).encode(),
-        headers={"content-type": "application/json", "authorization": "Bearer " + os.environ["OPENAI_API_KEY"]},
+        headers={
+            "content-type": "application/json",
+            "authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+        },
     )
     for attempt in range(retries + 1):
         try:
@@ -106,12 +109,23 @@ def main() -> int:
     mcp = Mcp(os.environ["MCP_RESILI_MCP_COMMAND"])
     mcp.request(
         "initialize",
-        {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "stdlib-agent", "version": "1"}},
+        {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "stdlib-agent", "version": "1"},
+        },
     )
     mcp.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
     listed = mcp.request("tools/list", {})["tools"]
     tools = [
-        {"type": "function", "function": {"name": t["name"], "description": t.get("description", ""), "parameters": t["inputSchema"]}}
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t.get("description", ""),
+                "parameters": t["inputSchema"],
+            },
+        }
         for t in listed
     ]
     messages: list = [{"role": "user", "content": os.environ["MCP_RESILI_TASK_PROMPT"]}]
@@ -126,7 +140,13 @@ def main() -> int:
                 out.write(str(child.pid))
             time.sleep(3600)
         calls = message.get("tool_calls") or []
-        messages.append({"role": "assistant", "content": message.get("content"), **({"tool_calls": calls} if calls else {})})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": message.get("content"),
+                **({"tool_calls": calls} if calls else {}),
+            }
+        )
         if not calls:
             print(message.get("content") or "")
             return 0

@@ -90,17 +90,25 @@ class Usage:
     output_tokens: int = 0
 
 
-def usage_of(stream: bool, head: bytes, tail: bytes) -> Usage | None:
-    """The usage an answer reports (OpenAI or Anthropic, whole or streamed), or None."""
+def usage_of(stream: bool, head: bytes, tail: bytes, *, contiguous: bool) -> Usage | None:
+    """The usage an answer reports (OpenAI or Anthropic, whole or streamed), or None.
+
+    ``head`` and ``tail`` are the answer's first and last bytes; ``contiguous`` when nothing was
+    dropped between them (then they are the whole answer). A stream reports usage in its first event
+    (Anthropic's ``message_start``) and its last ones; a whole answer is read only when whole.
+    """
     if not stream:
+        if not contiguous:
+            return None
         try:
-            body = json.loads(head + tail if len(tail) else head)
+            body = json.loads(head + tail)
         except ValueError:
             return None
         return _usage_fields(body.get("usage") if isinstance(body, dict) else None, Usage())
     found = Usage()
     seen = False
-    for raw in (head + b"\n" + tail).split(b"\n"):
+    data = head + tail if contiguous else head + b"\n" + tail
+    for raw in data.split(b"\n"):
         if not raw.startswith(b"data:"):
             continue
         try:
@@ -142,6 +150,8 @@ class _Watch:
         self.size = 0
         self._head = bytearray()
         self._tail = bytearray()
+        #: Whether bytes between the head and the tail were dropped (a long answer).
+        self._dropped = False
         self.event: ModelFaultEvent | None = None
         link.in_flight += 1
         if link.in_flight == 1:
@@ -155,7 +165,9 @@ class _Watch:
             data = data[room:]
         if data:
             self._tail += data
-            del self._tail[:-USAGE_TAIL_BYTES]
+            if len(self._tail) > USAGE_TAIL_BYTES:
+                del self._tail[:-USAGE_TAIL_BYTES]
+                self._dropped = True
 
     def recorded(self, event: ModelFaultEvent) -> None:
         self.event = event
@@ -167,7 +179,11 @@ class _Watch:
     def usage(self) -> Usage:
         """What the call used; estimated from the request's and the answer's sizes when not reported."""
         stream = self.event.stream if self.event is not None else False
-        reported = usage_of(stream, bytes(self._head), bytes(self._tail)) if self.size else None
+        reported = (
+            usage_of(stream, bytes(self._head), bytes(self._tail), contiguous=not self._dropped)
+            if self.size
+            else None
+        )
         if reported is not None:
             return reported
         return Usage(self.request_size // CHARS_PER_TOKEN, self.size // CHARS_PER_TOKEN)

@@ -36,7 +36,8 @@ async def main() -> None:
             mcp_servers=[server],
             tool_use_behavior={"stop_at_tool_names": ["finish"]},
         )
-        result = await Runner.run(agent, os.environ["MCP_RESILI_TASK_PROMPT"], max_turns=turns + 2)
+        # The call budget counts finish: with the run stopping at finish, one model turn per call.
+        result = await Runner.run(agent, os.environ["MCP_RESILI_TASK_PROMPT"], max_turns=turns)
         print(result.final_output)
 
 

@@ -24,15 +24,18 @@ from pydantic_ai.usage import UsageLimits
 
 async def main() -> None:
     provider = OpenAIProvider(base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ["OPENAI_API_KEY"])
+    turns = int(os.environ.get("MCP_RESILI_MAX_TURNS", "20"))
     agent = Agent(
         OpenAIChatModel(os.environ["MCP_RESILI_MODEL"], provider=provider),
         instructions="Do the task with the tools. Call `finish` when it is done or cannot be done.",
         toolsets=[MCPToolset(os.environ["MCP_RESILI_MCP_URL"])],
+        # A failed tool call goes back to the model as a retry; the default (1) ends the run at a tool's
+        # second failure in a row, which transient tool faults cause (docs/harnesses.md).
+        retries=turns,
     )
-    turns = int(os.environ.get("MCP_RESILI_MAX_TURNS", "20"))
     async with agent:
         result = await agent.run(
-            os.environ["MCP_RESILI_TASK_PROMPT"], usage_limits=UsageLimits(request_limit=turns + 2)
+            os.environ["MCP_RESILI_TASK_PROMPT"], usage_limits=UsageLimits(request_limit=turns)
         )
     print(result.output)
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from mcp_resili.errors import UserError
 from mcp_resili.report.coping import coping_section
+from mcp_resili.report.model_coping import model_coping_section
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.stats import mcnemar_exact, mean_interval
 from mcp_resili.report.summary import LEVELS, ComponentColumn, column_value, rate, shown_columns, summarize
@@ -483,4 +484,7 @@ def build_report(
     coping = coping_section(rows)
     if coping is not None:
         sections.insert(1, coping)
+    model_coping = model_coping_section(rows)  # beside the protocol one: model-API faults
+    if model_coping is not None:
+        sections.insert(2 if coping is not None else 1, model_coping)
     return Report(runs=(run,), sections=tuple(sections), rows=tuple(rows), workflow=scores)

@@ -27,6 +27,8 @@ from harness_support import (
     stdlib_agent,
     trace_of,
 )
+from llm_support import serving
+from servers import child_env, cli_command, free_port
 
 from mcp_resili.client.runner import execute, load_run_config, local_executor
 from mcp_resili.harness import contract, session_factory
@@ -228,3 +230,73 @@ async def test_the_bridge_answers_every_request_when_the_server_is_gone():
     assert set(by_id) == {7, None} and "could not be reached" in by_id[7]["message"]
     assert by_id[None]["code"] == -32700
     assert os.environ.get("MCP_RESILI_MCP_URL") is None  # the test process never had the contract
+
+
+async def test_a_bad_upstream_is_one_line_and_exit_2_before_any_agent_program_starts(tmp_path):
+    async def html(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/html")]}
+        )
+        await send({"type": "http.response.body", "body": b"<html>not a model API</html>"})
+
+    suite = get_suite("resilibench")
+    locked = ModelServer({suite.name: suite}, token="k" * 20)
+    marker = tmp_path / "started"
+    agent = stdlib_agent("--env-dump", str(marker))
+    results: dict[str, tuple[int, str]] = {}
+    async with serving(html) as page, serving(locked.app) as keyed:
+
+        async def attempt(name: str, base_url: str) -> None:
+            args = ("run", "--agent-cmd", agent, "--model", "openai:scripted:oracle", "--base-url", base_url)
+            args += ("--limit", "1", "--trials", "1", "--db", str(tmp_path / f"{name}.db"))
+            with anyio.fail_after(120):
+                done = await anyio.run_process(
+                    cli_command(*args), env=child_env(OPENAI_API_KEY="sk-wrong-key-123456"), check=False
+                )
+            results[name] = (done.returncode, done.stderr.decode())
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(attempt, "unreachable", f"http://127.0.0.1:{free_port()}/v1")
+            group.start_soon(attempt, "wrong format", f"{page}/v1")
+            group.start_soon(attempt, "refused", f"{keyed}/v1")
+    for name, (status, stderr) in results.items():
+        assert status == 2 and stderr.count("\n") == 1 and stderr.startswith("mcp-resili: error: "), (
+            name,
+            stderr,
+        )
+    assert "is unreachable" in results["unreachable"][1]
+    assert "does not look like" in results["wrong format"][1]
+    assert "(HTTP 401)" in results["refused"][1] and "sk-wrong-key" not in results["refused"][1]
+    assert not marker.exists()  # no agent program was started
+
+
+def test_reports_and_exports_carry_an_agent_programs_episodes(tmp_path):
+    async def play() -> None:
+        await run_agent(tmp_path, stdlib_agent("--crash-after", "1"), llm_faults="llm:light")
+
+    anyio.run(play)
+    db = str(tmp_path / "runs.db")
+    report = subprocess.run(
+        cli_command("report", "--db", db, "--json"),
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+    )
+    assert report.returncode == 0, report.stderr
+    sections = json.loads(report.stdout)["sections"]
+    (cell,) = sections["model_coping"]["cells"].values()
+    assert cell["harness_failures"] == 1 and cell["architecture"] == "agent-cmd"
+    out = tmp_path / "episodes.csv"
+    exported = subprocess.run(
+        cli_command("export", "--db", db, "--format", "csv", "--out", str(out)),
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+    )
+    assert exported.returncode == 0, exported.stderr
+    header, row = out.read_text().splitlines()[:2]
+    assert "score_llm_harness_failure" in header and "harness_failure" in row

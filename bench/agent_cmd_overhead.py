@@ -78,9 +78,9 @@ async def main(episodes: int) -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         await measure("warm-up", tasks[:2], Path(tmp))  # imports, suite data, first connections
-        print(
-            "| run | episodes | runner CPU ms/episode | agent programs' CPU ms/episode | wall ms/episode (concurrency 4) | full |"
-        )
+        columns = ("run", "episodes", "runner CPU ms/episode", "agent programs' CPU ms/episode")
+        columns += ("wall ms/episode (concurrency 4)", "full")
+        print("| " + " | ".join(columns) + " |")
         print("|---|---|---|---|---|---|")
         for name, options in runs.items():
             m = await measure(name.replace(" ", "_").strip("-"), tasks, Path(tmp), **options)

@@ -39,7 +39,16 @@ from rich.table import Table
 from mcp_resili.faults.chaos import lambda_profile
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock
 from mcp_resili.report.svg import heatmap, line_chart
-from mcp_resili.scoring.passk import VOLUME_K, TaskTrials, pass_k_curve, surface, wilson
+from mcp_resili.scoring.passk import (
+    LEARNING_ARCHITECTURES,
+    VOLUME_K,
+    TaskTrials,
+    estimator_name,
+    pass_k_curve,
+    per_trial_rates,
+    surface,
+    wilson,
+)
 from mcp_resili.store import EpisodeRow
 from mcp_resili.suites.reliabilitybench.model import details
 from mcp_resili.suites.reliabilitybench.tasks import default_tasks
@@ -93,9 +102,16 @@ def _trials(rows: Sequence[EpisodeRow]) -> list[TaskTrials]:
             successes=sum(1 for r in members if r.label == "full"),
             valid=sum(1 for r in members if r.label is not None),
             infrastructure_errors=sum(1 for r in members if r.label is None),
+            ordered=_ordered(members),
         )
         for task_id, members in sorted(by_task.items())
     ]
+
+
+def _ordered(members: Sequence[EpisodeRow]) -> tuple[bool | None, ...]:
+    """A task's outcomes by trial index (None: an infrastructure error, or a trial not stored)."""
+    by_trial = {r.trial: (None if r.label is None else r.label == "full") for r in members}
+    return tuple(by_trial.get(index) for index in range(max(by_trial, default=-1) + 1))
 
 
 def _components(row: EpisodeRow) -> dict[str, Any]:
@@ -175,7 +191,9 @@ def _domains(rows: Sequence[EpisodeRow]) -> dict[str, str]:
     return found
 
 
-def _by_domain(rows: Sequence[EpisodeRow], domains: dict[str, str]) -> dict[str, Any]:
+def _by_domain(
+    rows: Sequence[EpisodeRow], domains: dict[str, str], sequential: bool = False
+) -> dict[str, Any]:
     groups: dict[str, list[EpisodeRow]] = {}
     for row in rows:
         groups.setdefault(domains.get(row.task_id, "unknown"), []).append(row)
@@ -185,7 +203,7 @@ def _by_domain(rows: Sequence[EpisodeRow], domains: dict[str, str]) -> dict[str,
         calls = [int(_components(r)["tool_calls"]) for r in members if r.score is not None]
         out[domain] = {
             "tasks": len(trials),
-            "pass_k": [p.to_dict() for p in pass_k_curve(trials)],
+            "pass_k": [p.to_dict() for p in pass_k_curve(trials, sequential=sequential)],
             "mean_tool_calls": round(sum(calls) / len(calls), 3) if calls else None,
         }
     return out
@@ -204,6 +222,7 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
     duplicates: dict[tuple[str, str], int] = {}
     for (model, architecture, faults, variant), members in sorted(cells.items()):
         trials = _trials(members)
+        sequential = architecture in LEARNING_ARCHITECTURES
         lam, eps = fault_level(faults), perturbation_level(variant)
         table.append(
             {
@@ -217,11 +236,13 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
                 "episodes": len(members),
                 "infrastructure_errors": sum(t.infrastructure_errors for t in trials),
                 "tasks_with_infrastructure_errors": [t.task_id for t in trials if t.infrastructure_errors],
-                "pass_k": [p.to_dict() for p in pass_k_curve(trials)],
+                "pass_k": [p.to_dict() for p in pass_k_curve(trials, sequential=sequential)],
+                "estimator": estimator_name(sequential),
+                **({"by_trial": [p.to_dict() for p in per_trial_rates(trials)]} if sequential else {}),
                 "faults_measured": _faults(faults, members),
                 "terminations": _terminations(members),
                 "recovery": _recovery(members),
-                "by_domain": _by_domain(members, domains),
+                "by_domain": _by_domain(members, domains, sequential),
             }
         )
         cell = {"model": model, "architecture": architecture, "faults": faults, "variant": variant}
@@ -245,7 +266,7 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
             {
                 "model": model,
                 "architecture": architecture,
-                **surface(grid).to_dict(),
+                **surface(grid, sequential=architecture in LEARNING_ARCHITECTURES).to_dict(),
                 "volume_normalisation": VOLUME_NORMALISATION,
                 "duplicate_cells": duplicates.get((model, architecture), 0),
             }

@@ -205,6 +205,12 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
         help="repeatable: also break the summary down by this key",
     )
     run.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
+    run.add_argument(
+        "--baseline",
+        metavar="SPEC",
+        help="with two fault specs or more: the one degradation is measured from (default: none, else "
+        "the mildest spec)",
+    )
 
 
 def suite_argument(name: str) -> str:
@@ -298,6 +304,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     config = run_config(args)
     suite = get_suite(config.suite)  # the top: the suite is resolved once, here, and handed down
+    check_baseline(args.baseline, config.faults or (suite.default_faults,))
     if args.estimate:
         estimate = anyio.run(estimate_run, config, args.resume, suite)
         print(json.dumps(asdict(estimate), indent=2) if args.json else estimate.describe())
@@ -332,6 +339,16 @@ def run_command(args: argparse.Namespace) -> int:
             ) from None
     _print_summary(config, suite, result, args, err)
     return _exit_status(result, err)
+
+
+def check_baseline(baseline: str | None, faults: tuple[str, ...]) -> None:
+    """Refuse, before anything runs, a ``--baseline`` that is not one of the run's fault specs."""
+    from mcp_resili.client.runner import RunConfigError
+
+    if baseline is not None and baseline not in faults:
+        raise RunConfigError(
+            f"--baseline {baseline!r} is not one of the run's fault specs: {', '.join(faults)}"
+        )
 
 
 def _stored_episodes(db: Path, run_id: str) -> int:
@@ -472,7 +489,8 @@ def _print_summary(
     from mcp_resili.report import summarize, summary_table
     from mcp_resili.report.build import damaged_scores
     from mcp_resili.report.coping import coping_section
-    from mcp_resili.report.terminal import section_tables
+    from mcp_resili.report.degradation import degradation, degradation_section
+    from mcp_resili.report.terminal import section_summaries, section_tables
 
     summaries = summarize(result.rows, args.by, suite.task_info if args.by else None, suite.summary_columns)
     try:
@@ -480,12 +498,15 @@ def _print_summary(
     except Exception as exc:  # a suite's hook (possibly a third party's) met scores it cannot read
         raise damaged_scores(suite.name, exc) from None
     coping = coping_section(result.rows)  # protocol faults: recovery per fault type
+    degraded = degradation(result.rows, args.baseline)  # two fault specs or more: paired drops
     if args.json:
         payload = _summary_payload(config, result, summaries)
         if suite_summary is not None:
             payload["suite_summary"] = suite_summary
         if coping is not None:
             payload["coping"] = coping.data["cells"]
+        if degraded is not None:
+            payload["degradation"] = degraded.to_dict()
         print(json.dumps(payload, indent=2))
         return
     out = stdout_console()
@@ -495,6 +516,12 @@ def _print_summary(
     if coping is not None:
         for table in section_tables([coping]):
             out.print(table)
+    if degraded is not None:
+        section = degradation_section(degraded)
+        for table in section_tables([section]):
+            out.print(table)
+        for line in section_summaries([section]):
+            out.print(line, highlight=False, soft_wrap=True)
     sys.stdout.flush()
     err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     spend = _spend_line(config, result)

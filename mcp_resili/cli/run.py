@@ -306,8 +306,15 @@ def run_command(args: argparse.Namespace) -> int:
     suite = get_suite(config.suite)  # the top: the suite is resolved once, here, and handed down
     check_baseline(args.baseline, config.faults or (suite.default_faults,))
     if args.estimate:
+        from mcp_resili.cli.estimate import describe_extras, estimate_extras
+        from mcp_resili.client.runner import resolve_run
+
         estimate = anyio.run(estimate_run, config, args.resume, suite)
-        print(json.dumps(asdict(estimate), indent=2) if args.json else estimate.describe())
+        extras = estimate_extras(resolve_run(config, suite, args.resume))
+        if args.json:
+            print(json.dumps({**asdict(estimate), **extras}, indent=2))
+        else:
+            print("\n".join([estimate.describe(), *describe_extras(extras)]))
         return 0
     executor = make_executor(args)
     err = Console(stderr=True, markup=False)  # specs and paths are text, never markup

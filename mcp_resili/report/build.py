@@ -20,7 +20,15 @@ from mcp_resili.errors import UserError
 from mcp_resili.report.clustered import PAIRED_METHOD, RATE_METHOD, clustered_mean_interval
 from mcp_resili.report.coping import coping_section
 from mcp_resili.report.degradation import degradation, degradation_section
-from mcp_resili.report.noise import COMPARISON_COLUMNS, NOISE_NOTE, compare, comparison_rows, paired_rows
+from mcp_resili.report.noise import (
+    COMPARISON_COLUMNS,
+    METRIC_BY_NAME,
+    NOISE_NOTE,
+    compare,
+    comparison_rows,
+    describe,
+    paired_rows,
+)
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.summary import (
     LEVELS,
@@ -375,6 +383,7 @@ def paired_section(rows: Sequence[EpisodeRow]) -> ReportSection:
     data = []
     table_rows: list[tuple[str, ...]] = []
     count_rows = []
+    sentences = []
     for (faults, variant), models in sorted(cells.items()):
         for a, b in itertools.combinations(sorted(models), 2):
             pairs = paired_rows(models[a], models[b])
@@ -385,6 +394,8 @@ def paired_section(rows: Sequence[EpisodeRow]) -> ReportSection:
                 {"model_a": a, "model_b": b, "faults": faults, "variant": variant, **comparison.to_dict()}
             )
             table_rows.extend(comparison_rows((a, b, faults, variant), comparison))
+            full = comparison.differences["full"]
+            sentences.append(f"{faults}, {variant}: {describe(a, b, METRIC_BY_NAME['full'], full)}")
             test = comparison.counts
             count_rows.append(
                 (
@@ -417,7 +428,7 @@ def paired_section(rows: Sequence[EpisodeRow]) -> ReportSection:
                 tuple(count_rows),
             ),
         ),
-        data={"pairs": data, "method": PAIRED_METHOD},
+        data={"pairs": data, "method": PAIRED_METHOD, "summary": sentences},
     )
 
 

@@ -23,7 +23,15 @@ from typing import Any
 from mcp_resili.report.build import Report, SuiteFinder, load_runs, no_suite, workflow_scores
 from mcp_resili.report.clustered import PAIRED_METHOD, RATE_METHOD
 from mcp_resili.report.degradation import degradation_from_runs, degradation_section
-from mcp_resili.report.noise import COMPARISON_COLUMNS, NOISE_NOTE, compare, comparison_rows, paired_rows
+from mcp_resili.report.noise import (
+    COMPARISON_COLUMNS,
+    METRIC_BY_NAME,
+    NOISE_NOTE,
+    compare,
+    comparison_rows,
+    describe,
+    paired_rows,
+)
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.summary import GroupSummary, episode_rate, summarize
 from mcp_resili.report.svg import PALETTE, grouped_bar_chart
@@ -212,6 +220,7 @@ def paired_runs_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> 
     data = []
     table_rows: list[tuple[str, ...]] = []
     unpaired = []
+    sentences = []
     for (i, (run_a, _)), (j, (run_b, _)) in itertools.combinations(enumerate(runs), 2):
         same_draws = run_a.seed == run_b.seed
         for model_a, model_b in _arms(cells[i], cells[j]):
@@ -233,6 +242,15 @@ def paired_runs_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> 
                 data.append({**entry, "faults": cell[0], "variant": cell[1], **comparison.to_dict()})
                 prefix = (run_a.id, model_a, run_b.id, model_b, *cell, "yes" if same_draws else "no")
                 table_rows.extend(comparison_rows(prefix, comparison))
+                sentences.append(
+                    f"{', '.join(cell)}: "
+                    + describe(
+                        f"{model_a} ({run_a.id})",
+                        f"{model_b} ({run_b.id})",
+                        METRIC_BY_NAME["full"],
+                        comparison.differences["full"],
+                    )
+                )
             if not found:
                 why = _why_no_pairs(a, b)
                 data.append({**entry, "pairs": 0, "note": why})
@@ -256,7 +274,7 @@ def paired_runs_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> 
         id="paired-runs",
         title="Paired comparison across runs",
         blocks=tuple(blocks),
-        data={"pairs": data, "method": PAIRED_METHOD},
+        data={"pairs": data, "method": PAIRED_METHOD, "summary": sentences},
     )
 
 

@@ -74,11 +74,15 @@ def _pct(value: float | None) -> str:
 
 
 def section_summaries(sections: Sequence[ReportSection]) -> list[str]:
-    """The sentences a terminal reader needs besides the tables: who degrades more, and by how much."""
+    """The sentences a reader needs besides the tables: each comparison's verdict, who degrades more."""
+    titles = {"paired": "Paired comparison", "paired-runs": "Paired comparison across runs"}
     lines = []
     for section in sections:
         if section.id == "degradation":
             lines.append(f"Degradation (baseline {section.data['baseline']}):")
+            lines.extend(f"  {line}" for line in section.data["summary"])
+        elif section.id in titles and section.data.get("summary"):
+            lines.append(f"{titles[section.id]} (full success):")
             lines.extend(f"  {line}" for line in section.data["summary"])
     return lines
 

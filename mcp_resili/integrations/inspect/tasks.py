@@ -122,6 +122,7 @@ def _suite_task(
     server: str | None = None,
 ) -> Task:
     from mcp_resili.faults import parse_fault_spec
+    from mcp_resili.faults.rules import check_rule_tools
     from mcp_resili.registry.loader import get_suite, spec_scope
 
     suite = get_suite(suite_name)
@@ -136,7 +137,8 @@ def _suite_task(
         _check_reachable(str(server))
     else:
         spec = spec or suite.default_faults
-        parse_fault_spec(spec, spec_scope(suite))
+        plan = parse_fault_spec(spec, spec_scope(suite))
+        check_rule_tools(plan, (t.name for t in suite.library.specs), spec, f"suite {suite.name!r}")
     tasks = suite.tasks if _flag("all_tasks", all_tasks) else suite.default_tasks
     samples = [
         Sample(

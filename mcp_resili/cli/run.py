@@ -10,7 +10,7 @@ import signal
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,7 @@ def register(commands: Commands) -> None:
 def _add_matrix_options(run: argparse.ArgumentParser) -> None:
     """What plays: suite, models, fault specs, prompt variants, architecture."""
     from mcp_resili.agents.model import ARCHITECTURES
+    from mcp_resili.report.ladder import LADDERS
 
     run.add_argument("--suite", help=f"the benchmark suite to play (default: {DEFAULT_SUITE})")
     run.add_argument(
@@ -78,6 +79,14 @@ def _add_matrix_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--faults", action="append", metavar="SPEC", help="repeatable fault spec; default: the suite's own"
+    )
+    run.add_argument(
+        "--ladder",
+        action="append",
+        choices=sorted(LADDERS),
+        metavar="FAMILY",
+        help="repeatable: play a fault family's standard ladder, from none to harsh, and draw each model's "
+        f"robustness curve ({', '.join(sorted(LADDERS))}); instead of --faults",
     )
     run.add_argument(
         "--variant",
@@ -229,6 +238,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
             f"--{name.replace('_', '-')}" for name in MATRIX_FIELDS if getattr(args, name, None) is not None
         ]
         given += ["--first"] if args.first else []
+        given += ["--ladder"] if args.ladder else []
         if given:
             raise RunConfigError(
                 f"--resume replays the stored configuration of {args.resume}; drop {', '.join(given)}"
@@ -243,12 +253,16 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
     from mcp_resili.client.providers import DEFAULT_MODELS
     from mcp_resili.client.runner import RunConfig, RunConfigError
 
+    if args.ladder and args.faults:
+        raise RunConfigError(
+            "--ladder plays a family's standard fault specs; drop --faults (or name every spec with --faults)"
+        )
     if args.first and args.limit is None:
         raise RunConfigError("--first goes with --limit N (take the first N tasks instead of a sample)")
     return RunConfig(
         suite=suite_argument(args.suite or DEFAULT_SUITE),
         models=tuple(args.models or DEFAULT_MODELS),
-        faults=tuple(args.faults or ()),
+        faults=tuple(args.faults or ()) or ladder_specs(args.ladder or ()),
         variants=tuple(args.variants or ()),
         perturb=tuple(args.perturb or ()),
         architecture=args.architecture or "react",
@@ -274,6 +288,16 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         time_limit=args.time_limit,
         prices=args.prices,
     )
+
+
+def ladder_specs(families: Sequence[str]) -> tuple[str, ...]:
+    """The fault specs of the families' standard ladders, in order, each once (``none`` is shared)."""
+    from mcp_resili.report.ladder import LADDERS
+
+    specs: list[str] = []
+    for family in families:
+        specs.extend(spec for spec in LADDERS[family].specs if spec not in specs)
+    return tuple(specs)
 
 
 def make_executor(args: argparse.Namespace) -> Executor:
@@ -497,6 +521,7 @@ def _print_summary(
     from mcp_resili.report.build import damaged_scores
     from mcp_resili.report.coping import coping_section
     from mcp_resili.report.degradation import degradation, degradation_section
+    from mcp_resili.report.robustness import robustness, robustness_section
     from mcp_resili.report.terminal import section_summaries, section_tables
 
     summaries = summarize(result.rows, args.by, suite.task_info if args.by else None, suite.summary_columns)
@@ -506,6 +531,7 @@ def _print_summary(
         raise damaged_scores(suite.name, exc) from None
     coping = coping_section(result.rows)  # protocol faults: recovery per fault type
     degraded = degradation(result.rows, args.baseline)  # two fault specs or more: paired drops
+    curves = robustness(result.rows)  # two rungs of a fault ladder or more: robustness curves
     if args.json:
         payload = _summary_payload(config, result, summaries)
         if suite_summary is not None:
@@ -514,6 +540,8 @@ def _print_summary(
             payload["coping"] = coping.data["cells"]
         if degraded is not None:
             payload["degradation"] = degraded.to_dict()
+        if curves is not None:
+            payload["robustness"] = robustness_section(curves).data
         print(json.dumps(payload, indent=2))
         return
     out = stdout_console()
@@ -523,12 +551,14 @@ def _print_summary(
     if coping is not None:
         for table in section_tables([coping]):
             out.print(table)
-    if degraded is not None:
-        section = degradation_section(degraded)
-        for table in section_tables([section]):
-            out.print(table)
-        for line in section_summaries([section]):
-            out.print(line, highlight=False, soft_wrap=True)
+    sections = [
+        *([robustness_section(curves)] if curves is not None else []),
+        *([degradation_section(degraded)] if degraded is not None else []),
+    ]
+    for table in section_tables(sections):
+        out.print(table)
+    for line in section_summaries(sections):
+        out.print(line, highlight=False, soft_wrap=True)
     sys.stdout.flush()
     err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     spend = _spend_line(config, result)

@@ -29,6 +29,7 @@ from mcp_resili.report.noise import (
     describe,
     paired_rows,
 )
+from mcp_resili.report.robustness import robustness, robustness_section
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.summary import (
     LEVELS,
@@ -112,10 +113,11 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """JSON form: the run(s) and every section's data (episodes' events are left to the HTML).
 
-        ``degradation`` (the section's data) is also at the top when the episodes have two fault specs.
+        ``degradation`` (two fault specs or more) and ``robustness`` (two rungs of a fault ladder or
+        more), the sections' data, are also at the top.
         """
         sections = {s.id: s.data for s in self.sections}
-        top = {"degradation": sections["degradation"]} if "degradation" in sections else {}
+        top: dict[str, Any] = {key: sections[key] for key in ("degradation", "robustness") if key in sections}
         if self.comparison:
             return {
                 "runs": [
@@ -549,4 +551,7 @@ def build_report(
     degraded = degradation(rows, baseline)
     if degraded is not None:
         sections.insert(1, degradation_section(degraded))
+    curves = robustness(rows)
+    if curves is not None:
+        sections.insert(1, robustness_section(curves))
     return Report(runs=(run,), sections=tuple(sections), rows=tuple(rows), workflow=scores)

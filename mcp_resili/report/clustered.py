@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any
 
@@ -349,8 +349,21 @@ def detectable_multiplier(clusters: int, alpha: float = ALPHA, power: float = PO
     return t_quantile(1 - alpha / 2, clusters - 1) + t_quantile(power, clusters - 1)
 
 
-def paired_difference(pairs: Sequence[tuple[Hashable, float, float]]) -> PairedDifference:
-    """The paired difference of ``(task, a, b)`` pairs: b - a, clustered by task (see the module)."""
+def paired_difference(
+    pairs: Sequence[tuple[Hashable, float, float]], limits: tuple[float, float] | None = None
+) -> PairedDifference:
+    """The paired difference of ``(task, a, b)`` pairs: b - a, clustered by task (see the module).
+
+    ``limits``: the range a difference can take (-1..1 for two rates); the interval is cut to it.
+    """
+    found = _paired_difference(pairs)
+    if limits is None:
+        return found
+    low, high = limits
+    return replace(found, low=min(max(found.low, low), high), high=max(min(found.high, high), low))
+
+
+def _paired_difference(pairs: Sequence[tuple[Hashable, float, float]]) -> PairedDifference:
     components = variance_components(pairs)
     estimate = clustered_mean((cluster, b - a) for cluster, a, b in pairs)
     if estimate is None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from mcp_resili.report.build import Report, SuiteFinder, load_runs, no_suite, workflow_scores
 from mcp_resili.report.clustered import PAIRED_METHOD, RATE_METHOD
-from mcp_resili.report.degradation import degradation_from_runs, degradation_section
+from mcp_resili.report.degradation import degradation_from_runs, degradation_section, pooled_rows
 from mcp_resili.report.noise import (
     COMPARISON_COLUMNS,
     METRIC_BY_NAME,
@@ -32,6 +32,7 @@ from mcp_resili.report.noise import (
     describe,
     paired_rows,
 )
+from mcp_resili.report.robustness import robustness, robustness_section
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.summary import GroupSummary, episode_rate, summarize
 from mcp_resili.report.svg import PALETTE, grouped_bar_chart
@@ -349,9 +350,13 @@ def build_comparison(
         paired_runs_section(runs),
         cost_by_run_section(runs),
     ]
-    degraded = degradation_from_runs(comparable_trials(runs)[0], baseline)
+    comparable = comparable_trials(runs)[0]
+    degraded = degradation_from_runs(comparable, baseline)
     if degraded is not None:
         sections.insert(3, degradation_section(degraded))
+    curves = robustness(pooled_rows(comparable)[0])
+    if curves is not None:
+        sections.insert(3, robustness_section(curves))
     return Report(
         runs=tuple(run for run, _ in runs),
         sections=tuple(sections),

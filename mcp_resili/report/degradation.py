@@ -120,12 +120,12 @@ class DropDifference:
         d = self.differences[metric.name]
         a, b = self.a[0], self.b[0]
         if d.pairs == 0:
-            return f"{b} vs {a} under {self.faults}: no episodes paired across both specs"
+            return f"under {self.faults}, {b} vs {a}: no episodes paired across both specs"
         if d.clusters < 2:
-            return f"{b} vs {a} under {self.faults}: one task only, no noise estimate"
+            return f"under {self.faults}, {b} vs {a}: one task only, no noise estimate"
         floor = amount(metric, d.mde, signed=False)
         if d.se == 0 and d.delta == 0:
-            return f"{a} and {b} degrade identically in {metric.title} under {self.faults} (every pair)"
+            return f"under {self.faults}, {a} and {b} degrade identically in {metric.title} (every pair)"
         more, less = (b, a) if d.delta > 0 else (a, b)
         size = amount(metric, abs(d.delta), signed=False)
         if not d.significant:
@@ -213,7 +213,7 @@ def degradation(rows: Sequence[EpisodeRow], baseline: str | None = None) -> Degr
                     faults,
                     {
                         m.name: paired_difference(
-                            [(k[0], m.of(by_spec[faults][k]), m.of(base[k])) for k in keys]
+                            [(k[0], m.of(by_spec[faults][k]), m.of(base[k])) for k in keys], m.limits()
                         )
                         for m in METRICS
                     },
@@ -251,7 +251,8 @@ def _drop_difference(
             [
                 (k[0], m.of(sides[0][k]) - m.of(sides[1][k]), m.of(sides[2][k]) - m.of(sides[3][k]))
                 for k in keys
-            ]
+            ],
+            m.limits(2),
         )
 
     return DropDifference(a, b, faults, {m.name: drops(m) for m in METRICS})
@@ -267,7 +268,19 @@ def degradation_from_runs(
     """
     if not runs:
         return None
-    seed = runs[0][0].seed
+    pooled, left_out = pooled_rows(runs)
+    result = degradation(pooled, baseline)
+    if result is None:
+        return None
+    return Degradation(result.baseline, result.why, result.drops, result.differences, tuple(left_out))
+
+
+def pooled_rows(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> tuple[list[EpisodeRow], list[str]]:
+    """The episodes of the runs that share the first run's seed, each arm once; and the runs left out.
+
+    An arm (model, architecture, variant, faults) played by several runs is taken from the first.
+    """
+    seed = runs[0][0].seed if runs else 0
     taken: set[tuple[str, str, str, str]] = set()
     pooled: list[EpisodeRow] = []
     left_out = []
@@ -279,10 +292,7 @@ def degradation_from_runs(
         fresh = arms - taken
         pooled.extend(r for r in rows if (r.model, r.architecture, r.variant, r.faults) in fresh)
         taken |= fresh
-    result = degradation(pooled, baseline)
-    if result is None:
-        return None
-    return Degradation(result.baseline, result.why, result.drops, result.differences, tuple(left_out))
+    return pooled, left_out
 
 
 def degradation_section(result: Degradation) -> ReportSection:

@@ -6,7 +6,7 @@ an intensity on the family's own axis:
 | family | specs | intensity |
 |---|---|---|
 | ``resilibench`` | none, base 0.9, 0.8 (the default), 0.6 | 1 − base success: 0, 0.1, 0.2, 0.4 |
-| ``lambda`` | λ = 0, 0.1, 0.2, 0.3 (ReliabilityBench's profiles) | λ |
+| ``lambda`` | none, λ = 0.1, 0.2, 0.3 (ReliabilityBench's profiles) | λ |
 | ``toolmaze`` | NP, P1, P2, P3, P4 | the mode's rank 0..4 (explicit, then implicit; transient first) |
 | ``protocol`` | none, light, medium, heavy | the profile's rank 0..3 |
 
@@ -46,7 +46,7 @@ LADDERS: dict[str, Ladder] = {
     ),
     "lambda": Ladder(
         "lambda",
-        ("lambda=0.0", "lambda=0.1", "lambda=0.2", "lambda=0.3"),
+        ("none", "lambda=0.1", "lambda=0.2", "lambda=0.3"),
         (0.0, 0.1, 0.2, 0.3),
         "fault rate λ",
     ),

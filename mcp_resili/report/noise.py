@@ -32,6 +32,13 @@ class Metric:
     #: A rate in [0, 1] shown in percentage points (else as a plain number).
     percent: bool
 
+    def limits(self, differences: int = 1) -> tuple[float, float] | None:
+        """The range of a difference of rates (``differences`` = 2 for a difference of differences).
+
+        None for the score value, whose range is the suite's.
+        """
+        return (-float(differences), float(differences)) if self.percent else None
+
 
 def _full(row: EpisodeRow) -> float:
     return 1.0 if row.label == "full" else 0.0
@@ -85,7 +92,8 @@ class Comparison:
 def compare(pairs: Sequence[tuple[EpisodeRow, EpisodeRow]]) -> Comparison:
     """Every metric of `METRICS` compared over ``pairs`` (A, B), clustered by task: B - A."""
     differences = {
-        m.name: paired_difference([(a.task_id, m.of(a), m.of(b)) for a, b in pairs]) for m in METRICS
+        m.name: paired_difference([(a.task_id, m.of(a), m.of(b)) for a, b in pairs], m.limits())
+        for m in METRICS
     }
     counts = mcnemar_exact([(a.label == "full", b.label == "full") for a, b in pairs])
     return Comparison(len(pairs), differences, counts)

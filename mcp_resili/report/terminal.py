@@ -78,7 +78,10 @@ def section_summaries(sections: Sequence[ReportSection]) -> list[str]:
     titles = {"paired": "Paired comparison", "paired-runs": "Paired comparison across runs"}
     lines = []
     for section in sections:
-        if section.id == "degradation":
+        if section.id == "robustness":
+            lines.append("Robustness curves (full success against fault intensity):")
+            lines.extend(f"  {line}" for line in section.data["summary"])
+        elif section.id == "degradation":
             lines.append(f"Degradation (baseline {section.data['baseline']}):")
             lines.extend(f"  {line}" for line in section.data["summary"])
         elif section.id in titles and section.data.get("summary"):

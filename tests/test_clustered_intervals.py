@@ -168,3 +168,43 @@ def test_tasks_needed_follows_the_variance_of_the_paired_difference():
     assert needed in range(691, 695)  # t quantiles of ~690 tasks add a task or two
     assert tasks_needed(0.05, parts, 1) > needed > tasks_needed(0.05, parts, 10)
     assert tasks_needed(0.1, parts, 3) == pytest.approx(needed / 4, rel=0.02)
+
+
+def test_toolmazes_intervals_take_its_tasks_as_the_units():
+    """Twelve tasks whose four trajectories always agree carry the information of twelve, not 48."""
+    from mcp_resili.scoring.model import Score
+    from mcp_resili.store import EpisodeRow
+    from mcp_resili.suites.toolmaze.report import report_sections
+
+    def row(task, trial, success):
+        components = {"mode": "P1", "level": "C1", "i_succ": success, "i_pert": True}
+        components |= {"i_recov": success, "c_rec": 0.0}
+        score = Score(suite="toolmaze", task=task, label="full", value=1.0, components=components)
+        return EpisodeRow(
+            run_id="r",
+            episode_id=f"{task}-{trial}",
+            model="m",
+            faults="toolmaze:P1",
+            variant="b",
+            task_id=task,
+            trial=trial,
+            termination="completed",
+            label="full",
+            value=1.0,
+            score=score.model_dump(mode="json"),
+            trace="",
+        )
+
+    agreeing = [row(f"t{t}", k, t < 6) for t in range(12) for k in range(4)]
+    mixed = [row(f"t{t}", k, k % 2 == 0) for t in range(12) for k in range(4)]  # every task: 2 of 4
+    widths = {}
+    for name, rows in (("agreeing", agreeing), ("mixed", mixed)):
+        (section,) = report_sections(rows)
+        tsr = next(g for g in section.data["groups"] if (g["mode"], g["level"]) == ("P1", "C1"))["tsr"]
+        assert tsr["n"] == 48
+        widths[name] = tsr["ci95"][1] - tsr["ci95"][0]
+    plain = wilson(0.5, 48)
+    # Trials that always agree within a task (design effect 4): far wider than Wilson over 48.
+    assert widths["agreeing"] > 1.4 * (plain[1] - plain[0])
+    # Tasks that do not differ carry no design effect (deff 1; t with 11 rather than 47 df: +10%).
+    assert widths["mixed"] == pytest.approx(plain[1] - plain[0], rel=0.15)

@@ -38,6 +38,7 @@ from rich.table import Table
 
 from mcp_resili.faults.chaos import lambda_profile
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock
+from mcp_resili.report.summary import rate_by_task
 from mcp_resili.report.svg import heatmap, line_chart
 from mcp_resili.scoring.passk import (
     LEARNING_ARCHITECTURES,
@@ -47,7 +48,6 @@ from mcp_resili.scoring.passk import (
     pass_k_curve,
     per_trial_rates,
     surface,
-    wilson,
 )
 from mcp_resili.store import EpisodeRow
 from mcp_resili.suites.reliabilitybench.model import details
@@ -119,24 +119,42 @@ def _components(row: EpisodeRow) -> dict[str, Any]:
     return components
 
 
-def _share(count: int, n: int) -> dict[str, Any]:
-    low, high = wilson(count / n if n else 0.0, n)
+def _share(per_task: dict[str, list[int]]) -> dict[str, Any]:
+    """A rate of calls (count of n per task) with its 95% interval, the task's calls correlated.
+
+    Calls are the observations and tasks the clusters (`rate_by_task`): the calls of one episode, and
+    the episodes of one task, meet one task's workflow.
+    """
+    count = sum(c for c, _ in per_task.values())
+    n = sum(total for _, total in per_task.values())
+    found = rate_by_task((task, i < c) for task, (c, total) in per_task.items() for i in range(max(c, total)))
     return {
         "count": count,
         "n": n,
         "rate": round(count / n, 4) if n else None,
-        "ci95": [round(low, 4), round(high, 4)],
+        "ci95": [round(found.low, 4), round(found.high, 4)],
     }
 
 
 def _faults(spec: str, rows: Sequence[EpisodeRow]) -> dict[str, Any]:
-    scored = [_components(r) for r in rows if r.score is not None]
-    faulted = sum(int(c.get("faults", 0)) for c in scored)
-    cascade = sum(int(c.get("cascade_calls", 0)) for c in scored)
+    injection: dict[str, list[int]] = {}
+    exposure: dict[str, list[int]] = {}
+    for row in rows:
+        if row.score is None:
+            continue
+        c = _components(row)
+        faulted, cascade = int(c.get("faults", 0)), int(c.get("cascade_calls", 0))
+        for table, count, n in (
+            (injection, faulted - cascade, int(c.get("rolled_calls", 0))),
+            (exposure, faulted, int(c.get("tool_calls", 0))),
+        ):
+            entry = table.setdefault(row.task_id, [0, 0])
+            entry[0] += count
+            entry[1] += n
     return {
         "nominal_rate": nominal_rate(spec),
-        "injection": _share(faulted - cascade, sum(int(c.get("rolled_calls", 0)) for c in scored)),
-        "exposure": _share(faulted, sum(int(c.get("tool_calls", 0)) for c in scored)),
+        "injection": _share(injection),
+        "exposure": _share(exposure),
     }
 
 

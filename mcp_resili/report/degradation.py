@@ -24,7 +24,7 @@ from typing import Any
 
 from mcp_resili.errors import UserError
 from mcp_resili.report.clustered import PAIRED_METHOD, PairedDifference, format_p, paired_difference
-from mcp_resili.report.ladder import mildest_by_ladder
+from mcp_resili.report.ladder import mildest_by_ladder, spec_intensity
 from mcp_resili.report.noise import (
     METRICS,
     Metric,
@@ -185,9 +185,15 @@ def _arms(rows: Sequence[EpisodeRow]) -> dict[Arm, dict[str, dict[PairKey, Episo
     }
 
 
+def _by_intensity(spec: str) -> tuple[float, str]:
+    """Sort key: a ladder's rungs from mild to harsh, other specs after them by name."""
+    found = spec_intensity(spec)
+    return (found[1] if found is not None else float("inf"), spec)
+
+
 def degradation(rows: Sequence[EpisodeRow], baseline: str | None = None) -> Degradation | None:
     """The degradation of ``rows`` (one run, or runs already matched); None with fewer than two specs."""
-    specs = sorted({r.faults for r in rows})
+    specs = sorted({r.faults for r in rows}, key=_by_intensity)
     if len(specs) < 2:
         if baseline is not None and baseline not in specs:
             raise BaselineError(

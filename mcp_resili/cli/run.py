@@ -10,7 +10,7 @@ import signal
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +68,7 @@ def register(commands: Commands) -> None:
 def _add_matrix_options(run: argparse.ArgumentParser) -> None:
     """What plays: suite, models, fault specs, prompt variants, architecture."""
     from mcp_resili.agents.model import ARCHITECTURES
+    from mcp_resili.report.ladder import LADDERS
 
     run.add_argument("--suite", help=f"the benchmark suite to play (default: {DEFAULT_SUITE})")
     run.add_argument(
@@ -80,6 +81,14 @@ def _add_matrix_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--faults", action="append", metavar="SPEC", help="repeatable fault spec; default: the suite's own"
+    )
+    run.add_argument(
+        "--ladder",
+        action="append",
+        choices=sorted(LADDERS),
+        metavar="FAMILY",
+        help="repeatable: play a fault family's standard ladder, from none to harsh, and draw each model's "
+        f"robustness curve ({', '.join(sorted(LADDERS))}); instead of --faults",
     )
     run.add_argument(
         "--variant",
@@ -220,6 +229,12 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
         help="repeatable: also break the summary down by this key",
     )
     run.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
+    run.add_argument(
+        "--baseline",
+        metavar="SPEC",
+        help="with two fault specs or more: the one degradation is measured from (default: none, else "
+        "the mildest spec)",
+    )
 
 
 def suite_argument(name: str) -> str:
@@ -238,6 +253,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
             f"--{name.replace('_', '-')}" for name in MATRIX_FIELDS if getattr(args, name, None) is not None
         ]
         given += ["--first"] if args.first else []
+        given += ["--ladder"] if args.ladder else []
         if given:
             raise RunConfigError(
                 f"--resume replays the stored configuration of {args.resume}; drop {', '.join(given)}"
@@ -252,13 +268,17 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
     from mcp_resili.client.providers import DEFAULT_MODELS
     from mcp_resili.client.runner import RunConfig, RunConfigError
 
+    if args.ladder and args.faults:
+        raise RunConfigError(
+            "--ladder plays a family's standard fault specs; drop --faults (or name every spec with --faults)"
+        )
     if args.first and args.limit is None:
         raise RunConfigError("--first goes with --limit N (take the first N tasks instead of a sample)")
     default_models = AGENT_CMD_MODELS if args.agent_cmd is not None else DEFAULT_MODELS
     return RunConfig(
         suite=suite_argument(args.suite or DEFAULT_SUITE),
         models=tuple(args.models or default_models),
-        faults=tuple(args.faults or ()),
+        faults=tuple(args.faults or ()) or ladder_specs(args.ladder or ()),
         variants=tuple(args.variants or ()),
         perturb=tuple(args.perturb or ()),
         architecture=args.architecture or "react",
@@ -286,6 +306,16 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         agent_cmd=args.agent_cmd,
         llm_faults=args.llm_faults,
     )
+
+
+def ladder_specs(families: Sequence[str]) -> tuple[str, ...]:
+    """The fault specs of the families' standard ladders, in order, each once (``none`` is shared)."""
+    from mcp_resili.report.ladder import LADDERS
+
+    specs: list[str] = []
+    for family in families:
+        specs.extend(spec for spec in LADDERS[family].specs if spec not in specs)
+    return tuple(specs)
 
 
 def make_executor(args: argparse.Namespace) -> Executor:
@@ -318,9 +348,17 @@ def run_command(args: argparse.Namespace) -> int:
 
     config = run_config(args)
     suite = get_suite(config.suite)  # the top: the suite is resolved once, here, and handed down
+    check_baseline(args.baseline, config.faults or (suite.default_faults,))
     if args.estimate:
+        from mcp_resili.cli.estimate import describe_extras, estimate_extras
+        from mcp_resili.client.runner import resolve_run
+
         estimate = anyio.run(estimate_run, config, args.resume, suite)
-        print(json.dumps(asdict(estimate), indent=2) if args.json else estimate.describe())
+        extras = estimate_extras(resolve_run(config, suite, args.resume))
+        if args.json:
+            print(json.dumps({**asdict(estimate), **extras}, indent=2))
+        else:
+            print("\n".join([estimate.describe(), *describe_extras(extras)]))
         return 0
     executor = make_executor(args)
     err = Console(stderr=True, markup=False)  # specs and paths are text, never markup
@@ -352,6 +390,16 @@ def run_command(args: argparse.Namespace) -> int:
             ) from None
     _print_summary(config, suite, result, args, err)
     return _exit_status(result, err)
+
+
+def check_baseline(baseline: str | None, faults: tuple[str, ...]) -> None:
+    """Refuse, before anything runs, a ``--baseline`` that is not one of the run's fault specs."""
+    from mcp_resili.client.runner import RunConfigError
+
+    if baseline is not None and baseline not in faults:
+        raise RunConfigError(
+            f"--baseline {baseline!r} is not one of the run's fault specs: {', '.join(faults)}"
+        )
 
 
 def _stored_episodes(db: Path, run_id: str) -> int:
@@ -511,8 +559,10 @@ def _print_summary(
     from mcp_resili.report import summarize, summary_table
     from mcp_resili.report.build import damaged_scores
     from mcp_resili.report.coping import coping_section
+    from mcp_resili.report.degradation import degradation, degradation_section
     from mcp_resili.report.model_coping import model_coping_section
-    from mcp_resili.report.terminal import section_tables
+    from mcp_resili.report.robustness import robustness, robustness_section
+    from mcp_resili.report.terminal import section_summaries, section_tables
 
     summaries = summarize(result.rows, args.by, suite.task_info if args.by else None, suite.summary_columns)
     try:
@@ -521,6 +571,8 @@ def _print_summary(
         raise damaged_scores(suite.name, exc) from None
     coping = coping_section(result.rows)  # protocol faults: recovery per fault type
     model_coping = model_coping_section(result.rows)  # model-API faults: survival per fault type
+    degraded = degradation(result.rows, args.baseline)  # two fault specs or more: paired drops
+    curves = robustness(result.rows)  # two rungs of a fault ladder or more: robustness curves
     if args.json:
         payload = _summary_payload(config, result, summaries)
         if suite_summary is not None:
@@ -529,6 +581,10 @@ def _print_summary(
             payload["coping"] = coping.data["cells"]
         if model_coping is not None:
             payload["model_coping"] = model_coping.data["cells"]
+        if degraded is not None:
+            payload["degradation"] = degraded.to_dict()
+        if curves is not None:
+            payload["robustness"] = robustness_section(curves).data
         print(json.dumps(payload, indent=2))
         return
     out = stdout_console()
@@ -539,6 +595,14 @@ def _print_summary(
         if section is not None:
             for table in section_tables([section]):
                 out.print(table)
+    sections = [
+        *([robustness_section(curves)] if curves is not None else []),
+        *([degradation_section(degraded)] if degraded is not None else []),
+    ]
+    for table in section_tables(sections):
+        out.print(table)
+    for line in section_summaries(sections):
+        out.print(line, highlight=False, soft_wrap=True)
     sys.stdout.flush()
     _harness_hint(result, err)
     err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")

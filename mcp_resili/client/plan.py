@@ -32,6 +32,7 @@ from mcp_resili.faults import BasePlan, FaultSpecParser, FaultSpecScope, parse_f
 from mcp_resili.faults.base import FaultSpecError, parse_plan
 from mcp_resili.faults.model_api import ModelFaultPlan, parse_model_fault_spec
 from mcp_resili.faults.rng import derive_rng
+from mcp_resili.faults.rules import check_rule_tools
 from mcp_resili.registry.suites import Suite
 from mcp_resili.scoring.termination import NO_STOP_RULES, StopRules
 from mcp_resili.store import DEFAULT_DB, Store
@@ -422,6 +423,8 @@ class RunPlan:
         specs = () if config.server else (config.faults or (suite.default_faults,))
         scope = suite.spec_scope.with_elsewhere(lambda: _spec_parsers(others))
         plans = {spec: _fault_plan(config, spec, scope) for spec in specs}
+        for spec, plan in plans.items():  # a rule whose pattern matches no tool would never fire
+            check_rule_tools(plan, (t.name for t in suite.library.specs), spec, f"suite {suite.name!r}")
         if config.architecture not in ARCHITECTURES:
             raise RunConfigError(
                 f"unknown architecture {config.architecture!r}; choose from {', '.join(ARCHITECTURES)}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -300,3 +301,25 @@ def test_reports_and_exports_carry_an_agent_programs_episodes(tmp_path):
     assert exported.returncode == 0, exported.stderr
     header, row = out.read_text().splitlines()[:2]
     assert "score_llm_harness_failure" in header and "harness_failure" in row
+
+
+async def test_sigterm_stops_a_run_in_one_line_and_ends_the_agent_programs_it_started(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    become_run = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'mcp_resili', *sys.argv[1:]])"
+    )
+    args = ["run", "--agent-cmd", stdlib_agent("--hang", str(pidfile)), "--task", first_tasks(1)[0]]
+    args += ["--trials", "1", "--db", str(tmp_path / "runs.db")]
+    async with await anyio.open_process([sys.executable, "-c", become_run, *args], env=child_env()) as run:
+        with anyio.fail_after(120):
+            while not pidfile.exists() or not pidfile.read_text():
+                await anyio.sleep(0.02)  # polling another process's file; nothing is timed
+        run.send_signal(signal.SIGTERM)
+        assert run.stderr is not None
+        with anyio.fail_after(120):
+            stderr = b"".join([chunk async for chunk in run.stderr]).decode()
+            status = await run.wait()
+    assert status == 143 and stderr.count("\n") == 1 and "stopped by SIGTERM" in stderr, stderr
+    child = Path(f"/proc/{int(pidfile.read_text())}/status")
+    assert not child.exists() or "\nState:\tZ" in child.read_text()

@@ -125,34 +125,40 @@ async def run_program(
         return ProgramExit(None, None, "", "", 0.0, start_error=f"{type(exc).__name__}: {exc}")
     out, err = _Tail(), _Tail()
     ended_by: str | None = None
-    async with process, anyio.create_task_group() as readers:
-        assert process.stdout is not None and process.stderr is not None
-        readers.start_soon(out.drain, process.stdout)
-        readers.start_soon(err.drain, process.stderr)
-        readers.start_soon(_feed, process, prompt)
-        async with anyio.create_task_group() as race:
+    async with process:
+        try:
+            async with anyio.create_task_group() as readers:
+                assert process.stdout is not None and process.stderr is not None
+                readers.start_soon(out.drain, process.stdout)
+                readers.start_soon(err.drain, process.stderr)
+                readers.start_soon(_feed, process, prompt)
+                async with anyio.create_task_group() as race:
 
-            async def exited() -> None:
-                await process.wait()
-                race.cancel_scope.cancel()
+                    async def exited() -> None:
+                        await process.wait()
+                        race.cancel_scope.cancel()
 
-            async def told_to_stop() -> None:
-                nonlocal ended_by
-                await stop.wait()
-                ended_by = why()
-                race.cancel_scope.cancel()
+                    async def told_to_stop() -> None:
+                        nonlocal ended_by
+                        await stop.wait()
+                        ended_by = why()
+                        race.cancel_scope.cancel()
 
-            race.start_soon(exited)
-            race.start_soon(told_to_stop)
-            if time_limit is not None and math.isfinite(time_limit):
-                race.cancel_scope.deadline = anyio.current_time() + time_limit
-        if ended_by is None and process.returncode is None:
-            ended_by = "time_limit"
-        await _end_group(process)  # after a normal exit too: what it started goes with it
-        with anyio.move_on_after(DRAIN_SECONDS):
-            await out.done.wait()
-            await err.done.wait()
-        readers.cancel_scope.cancel()
+                    race.start_soon(exited)
+                    race.start_soon(told_to_stop)
+                    if time_limit is not None and math.isfinite(time_limit):
+                        race.cancel_scope.deadline = anyio.current_time() + time_limit
+                if ended_by is None and process.returncode is None:
+                    ended_by = "time_limit"
+                await _end_group(process)  # after a normal exit too: what it started goes with it
+                with anyio.move_on_after(DRAIN_SECONDS):
+                    await out.done.wait()
+                    await err.done.wait()
+                readers.cancel_scope.cancel()
+        finally:
+            # The run itself cancelled (Ctrl-C, SIGTERM) or failed: the program's group goes all the same.
+            with anyio.CancelScope(shield=True):
+                await _end_group(process)
     return ProgramExit(process.returncode, ended_by, out.text(), err.text(), time.monotonic() - started)
 
 

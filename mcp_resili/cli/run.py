@@ -58,6 +58,7 @@ def register(commands: Commands) -> None:
     )
     # Options that define the run matrix default to None so that `--resume` can refuse them.
     _add_matrix_options(run)
+    _add_program_options(run)
     _add_selection_options(run)
     _add_execution_options(run)
     _add_limit_options(run)
@@ -114,6 +115,10 @@ def _add_matrix_options(run: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="rules that end an episode early: resilibench, none (default: the suite's own)",
     )
+
+
+def _add_program_options(run: argparse.ArgumentParser) -> None:
+    """Agent programs instead of the built-in loop, and faults at the model API."""
     run.add_argument(
         "--agent-cmd",
         metavar="CMD",
@@ -604,6 +609,11 @@ def _print_summary(
     for line in section_summaries(sections):
         out.print(line, highlight=False, soft_wrap=True)
     sys.stdout.flush()
+    _print_stored(config, result, err)
+
+
+def _print_stored(config: RunConfig, result: RunResult, err: Console) -> None:
+    """What was stored, spent and left (on stderr, after the tables)."""
     _harness_hint(result, err)
     err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     spend = _spend_line(config, result)

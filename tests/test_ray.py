@@ -13,6 +13,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from dataclasses import replace
 
 import anyio
 import pytest
@@ -380,7 +381,6 @@ def test_a_workers_feeders_keep_exactly_its_share_in_flight():
 async def test_more_ray_workers_than_concurrency_start_no_more_actors_than_slots(
     ray_cluster, local_rows, tmp_path
 ):
-    from dataclasses import replace
 
     config = replace(RunConfig(db=tmp_path / "r.db", **CONFIG), concurrency=2)
     executor = RayExecutor(workers=100_000)
@@ -440,7 +440,6 @@ class _FailsToArrive:
 async def test_a_worker_that_dies_three_times_before_it_starts_stops_the_run_in_one_line(
     ray_cluster, tmp_path
 ):
-    from dataclasses import replace
 
     from mcp_resili.client.executor import RunJob, WorkItem
     from mcp_resili.client.limits import LimitSpec
@@ -517,3 +516,28 @@ def test_the_cluster_examples_parse_and_pin_the_ray_version_the_extra_installs()
     assert any("mcp-resili[ray]" in command for command in launcher["setup_commands"])
     head = kuberay["spec"]["headGroupSpec"]["rayStartParams"]
     assert head["num-cpus"] == "0"  # the driver's node plans and stores; workers play
+
+
+async def test_an_agent_program_on_a_ray_worker_stores_what_it_stores_locally(ray_cluster, tmp_path):
+    from harness_support import first_tasks, stdlib_agent
+
+    from mcp_resili.client.runner import local_executor
+    from mcp_resili.harness import session_factory
+
+    config = RunConfig(
+        agent_cmd=stdlib_agent("--retries", "2"),
+        models=("scripted:oracle",),
+        faults=("resilibench",),
+        llm_faults="llm:heavy",
+        tasks=first_tasks(2),
+        trials=1,
+        seed=5,
+        time_scale=0.0,
+    )
+    local = await execute(
+        replace(config, db=tmp_path / "l.db"), executor=local_executor(session_factory=session_factory)
+    )
+    executor = RayExecutor(workers=1)
+    remote = await execute(replace(config, db=tmp_path / "r.db"), executor=executor)
+    assert remote.executor == "ray" and os.getpid() not in executor.pids
+    assert len(remote.rows) == 2 and comparable(remote) == comparable(local)

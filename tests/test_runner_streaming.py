@@ -10,6 +10,7 @@ from mcp_resili.client import runner
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.report import summarize
+from mcp_resili.report.summary import rate_by_task
 from mcp_resili.store import EpisodeRow, Store, StoredRows
 
 pytestmark = pytest.mark.anyio
@@ -71,6 +72,9 @@ async def test_summaries_read_from_the_store_match_a_count_by_hand(tmp_path):
         assert summary.scored == len(scored)
         for level in ("full", "partial", "failure"):
             assert summary.levels[level].count == sum(1 for r in scored if r.label == level)
+            # The interval too, clustered by task, exactly as from the rows in memory.
+            assert summary.levels[level] == rate_by_task((r.task_id, r.label == level) for r in scored)
+        assert summary.tasks == len({r.task_id for r in scored}) == 12
         assert summary.mean_value == pytest.approx(sum(r.value or 0.0 for r in scored) / len(scored))
         for column in suite.summary_columns:
             assert summary.columns[column.key] == column.of(scored)

@@ -211,25 +211,33 @@ def _settle_for_a_long_life() -> None:
     gc.freeze()
 
 
-def serve_command(args: argparse.Namespace) -> int:
-    """Serve a suite until interrupted."""
-    from mcp_resili.faults import parse_fault_spec
-    from mcp_resili.registry.loader import get_suite, spec_scope
-    from mcp_resili.server.app import ResiliServer
-    from mcp_resili.server.budget import MemoryBudget
-    from mcp_resili.server.transports import serve_http, serve_stdio
-
+def _check_serve_numbers(args: argparse.Namespace) -> None:
+    """One line (`UserError`) for a trial, turn budget or call time limit out of range."""
     if args.trial is not None and args.trial < 0:
         raise UserError(f"--trial must be >= 0, got {args.trial}")
     if args.max_turns is not None and args.max_turns < 1:
         raise UserError(f"--max-turns must be at least 1, got {args.max_turns}")
     if args.call_time_limit <= 0:
         raise UserError(f"--call-time-limit must be positive, got {args.call_time_limit}")
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Serve a suite until interrupted."""
+    from mcp_resili.faults import parse_fault_spec
+    from mcp_resili.faults.rules import check_rule_tools
+    from mcp_resili.registry.loader import get_suite, spec_scope
+    from mcp_resili.server.app import ResiliServer
+    from mcp_resili.server.budget import MemoryBudget
+    from mcp_resili.server.transports import serve_http, serve_stdio
+
+    _check_serve_numbers(args)
     access = _http_access(args)
     suite = get_suite(args.suite)
     # Loaded now: a suite whose tasks do not load is one line (exit 2), not a failing prompts/list.
     _ = suite.tasks
     plan = parse_fault_spec(args.faults or suite.default_faults, spec_scope(suite))
+    tools = (t.name for t in suite.library.specs)
+    check_rule_tools(plan, tools, args.faults or suite.default_faults, f"suite {suite.name!r}")
     server = ResiliServer(
         suite,
         plan,

@@ -1,4 +1,9 @@
-"""Summaries of stored episodes: rates per (model, architecture, faults, variant), 95% Wilson intervals."""
+"""Summaries of stored episodes: rates per (model, architecture, faults, variant), 95% intervals.
+
+Trials of one task are correlated, so the rates of stored episodes get intervals clustered by task
+(`mcp_resili.report.clustered`: Wilson at the effective sample size); `rate` (count, n) stays the plain
+Wilson interval for counts of independent units.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from mcp_resili.report.clustered import RATE_METHOD, clustered_rate
 from mcp_resili.report.svg import Bar
 from mcp_resili.scoring.passk import Z95, wilson
 from mcp_resili.store import EpisodeRow
@@ -47,9 +53,24 @@ class Rate:
 
 
 def rate(count: int, n: int) -> Rate:
-    """A `Rate` with its Wilson interval."""
+    """A `Rate` with its Wilson interval (for independent units: tasks, or one episode per task)."""
     low, high = wilson_interval(count, n)
     return Rate(count, n, low, high)
+
+
+def rate_by_task(outcomes: Iterable[tuple[str, bool]]) -> Rate:
+    """A `Rate` of ``(task id, outcome)`` observations with its interval clustered by task.
+
+    The trials of a task are correlated: the interval is Wilson's at the effective sample size
+    (`mcp_resili.report.clustered.clustered_rate`, named by `RATE_METHOD`).
+    """
+    count, n, low, high, _ = clustered_rate(outcomes)
+    return Rate(count, n, low, high)
+
+
+def episode_rate(rows: Iterable[EpisodeRow], counts: Callable[[EpisodeRow], bool]) -> Rate:
+    """The share of ``rows`` for which ``counts`` holds, its interval clustered by task."""
+    return rate_by_task((row.task_id, counts(row)) for row in rows)
 
 
 @dataclass(frozen=True)
@@ -79,7 +100,11 @@ class ComponentColumn:
         if not values:
             return None
         if self.summary == "share":
-            return rate(sum(1 for v in values if v), len(values))
+            return rate_by_task(
+                (r.task_id, bool(c[self.component]))
+                for r in scored
+                if (c := (r.score or {}).get("components", {})).get(self.component) is not None
+            )
         return sum(float(v) for v in values) / len(values)
 
 
@@ -123,10 +148,13 @@ class GroupSummary:
     output_tokens: int = 0
     #: USD over every episode (infrastructure errors cost money too); ``None`` when no price is known.
     cost_usd: float | None = None
+    #: Distinct tasks among the scored episodes (the clusters of the intervals).
+    tasks: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form (``ci_method`` names how the level intervals were made)."""
         data = asdict(self)
+        data["ci_method"] = RATE_METHOD
         del data["columns"]  # each column is a key of its own, placed where the suite's JSON had it
         data["levels"] = {k: v.to_dict() for k, v in self.levels.items()}
         data["mean_value"] = None if self.mean_value is None else round(self.mean_value, 4)
@@ -165,17 +193,23 @@ def _breakdown(
 
 
 class _Group:
-    """Running counts of one group: what `GroupSummary` needs, without keeping its rows."""
+    """Running counts of one group: what `GroupSummary` needs, without keeping its rows.
+
+    The rates' intervals cluster by task (`rate_by_task`), so each task keeps one byte per scored
+    episode (its level, and per share column its value), in the order the rows came: the same
+    observations, in the same order, as the rows themselves would give.
+    """
 
     __slots__ = (
-        "columns",
         "cost",
         "episodes",
         "input_tokens",
         "levels",
+        "means",
         "output_tokens",
         "priced",
         "scored",
+        "shares",
         "value",
     )
 
@@ -183,9 +217,12 @@ class _Group:
         self.episodes = self.scored = self.input_tokens = self.output_tokens = 0
         self.value = self.cost = 0.0
         self.priced = False
-        self.levels = dict.fromkeys(LEVELS, 0)
-        #: Per column: [episodes carrying the component, true ones (share) or their sum (mean)].
-        self.columns: dict[str, list[float]] = {column.key: [0, 0.0] for column in columns}
+        #: Per task (first seen first), each scored episode's level (its index in `LEVELS`, or 255).
+        self.levels: dict[str, bytearray] = {}
+        #: Per share column, per task, each carrying episode's value (1 true, 0 false).
+        self.shares: dict[str, dict[str, bytearray]] = {c.key: {} for c in columns if c.summary == "share"}
+        #: Per mean column: [episodes carrying the component, the sum of its values].
+        self.means: dict[str, list[float]] = {c.key: [0, 0.0] for c in columns if c.summary == "mean"}
 
     def add(self, row: EpisodeRow, columns: Sequence[ComponentColumn]) -> None:
         self.episodes += 1
@@ -198,23 +235,34 @@ class _Group:
             return
         self.scored += 1
         self.value += row.value or 0.0
-        if row.label in self.levels:
-            self.levels[row.label] += 1
+        level = LEVELS.index(row.label) if row.label in LEVELS else 255
+        self.levels.setdefault(row.task_id, bytearray()).append(level)
         if not columns:
             return
         components = (row.score or {}).get("components", {})
         for column in columns:
             value = components.get(column.component)
-            if value is not None:
-                counts = self.columns[column.key]
+            if value is None:
+                continue
+            if column.summary == "share":
+                self.shares[column.key].setdefault(row.task_id, bytearray()).append(1 if value else 0)
+            else:
+                counts = self.means[column.key]
                 counts[0] += 1
-                counts[1] += (1 if value else 0) if column.summary == "share" else float(value)
+                counts[1] += float(value)
+
+    def level(self, level: str) -> Rate:
+        index = LEVELS.index(level)
+        return rate_by_task((task, code == index) for task, codes in self.levels.items() for code in codes)
 
     def column(self, column: ComponentColumn) -> Rate | float | None:
-        n, total = self.columns[column.key]
-        if not n:
-            return None
-        return rate(int(total), int(n)) if column.summary == "share" else total / n
+        if column.summary == "share":
+            by_task = self.shares[column.key]
+            if not by_task:
+                return None
+            return rate_by_task((task, bool(v)) for task, values in by_task.items() for v in values)
+        n, total = self.means[column.key]
+        return total / n if n else None
 
 
 def summarize(
@@ -252,13 +300,14 @@ def summarize(
                 episodes=group.episodes,
                 scored=n,
                 infrastructure_errors=group.episodes - n,
-                levels={level: rate(group.levels[level], n) for level in LEVELS},
+                levels={level: group.level(level) for level in LEVELS},
                 mean_value=group.value / n if n else None,
                 breakdown=dict(zip(by, extra, strict=True)),
                 columns={column.key: group.column(column) for column in columns},
                 input_tokens=group.input_tokens,
                 output_tokens=group.output_tokens,
                 cost_usd=group.cost if group.priced else None,
+                tasks=len(group.levels),
             )
         )
     return summaries

@@ -156,8 +156,11 @@ class ProtocolLayer:
         *,
         server_info: dict[str, Any],
         connection_episode: Callable[[], str | None] = lambda: None,
+        resolve: Callable[[ServerRequestContext[Any]], Episode | None] | None = None,
     ) -> None:
         self.pipeline = pipeline
+        #: The server's own way from a request to its live episode (ownership, handles), if it has one.
+        self._resolve = resolve
         #: The server's ``serverInfo`` stamp, for the 2026-era answers this layer gives itself.
         self.server_info = server_info
         self.episodes = episodes
@@ -200,6 +203,8 @@ class ProtocolLayer:
 
     def _peek(self, ctx: ServerRequestContext[Any]) -> Episode | None:
         """The live episode of a request, if it has one (never creates an episode)."""
+        if self._resolve is not None:
+            return self._resolve(ctx)
         try:
             request = episode_request(ctx, self._connection_episode())
         except NoEpisodeError:

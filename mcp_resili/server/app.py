@@ -50,9 +50,11 @@ from mcp_resili.server.handles import (
     start_tool,
     started_text,
 )
+from mcp_resili.server.logs import EpisodeLog
 from mcp_resili.server.pipeline import CallPipeline, result_text
 from mcp_resili.server.protocol import ProtocolLayer, note_call
 from mcp_resili.server.recorder import TraceRecorder
+from mcp_resili.server.resources import TaskResources
 from mcp_resili.server.wire import modern_tool_result, tool_result
 from mcp_resili.tasks.model import Task
 from mcp_resili.tools import ToolSpec
@@ -201,7 +203,16 @@ class ResiliServer:
             on_list_tools=self._list_tools,
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_resource_templates,
+            on_read_resource=self._read_resource,
+            on_completion=self._complete,
         )
+        #: Each task's prompt and public task file as read-only resources; completion of their names.
+        self.resources = TaskResources(suite, self.default_task)
+        #: Log messages for the clients that ask (``logging/setLevel``, or 2026's per-request opt-in).
+        self.log = EpisodeLog()
+        self.mcp.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self.log.set_level)
         self.mcp.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
         self.mcp.add_request_handler(TRACE_METHOD, EpisodeTraceParams, self._episode_trace)
         #: The MCP layer of protocol faults, installed only when the plan holds any (`server.protocol`).
@@ -438,7 +449,22 @@ class ResiliServer:
     async def _tool_result(
         self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None
     ) -> dict[str, Any]:
-        """A call's result in wire form (``content``, ``isError``, ``structuredContent``, ``_meta``)."""
+        """A call's result in wire form (``content``, ``isError``, ``structuredContent``, ``_meta``).
+
+        Logged (for clients that asked) as the client sees it: the tool, and ok or error.
+        """
+        result = await self._answer(ctx, name, arguments)
+        await self.log.log(
+            ctx,
+            "info" if name in (START_TOOL, FINISH_TOOL) else "debug",
+            {"tool": name, "outcome": "error" if result.get("isError") else "ok"},
+        )
+        return result
+
+    async def _answer(
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A call's result in wire form, for its episode (handle mode included)."""
         routed = self.route(ctx)
         try:
             if routed is None:
@@ -615,3 +641,36 @@ class ResiliServer:
             description=task.description,
             messages=[types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))],
         )
+
+    # --- resources and completion ---------------------------------------------------------------
+
+    def _episode_task(self, ctx: ServerRequestContext[Any]) -> Task | None:
+        """The task of the request's live episode, if it has one (nothing is created or bound)."""
+        episode = self.peek_episode(ctx)
+        return episode.task if episode is not None else None
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        """The episode's task's resources; with no task, every task's, paginated."""
+        return self.resources.listing(self._episode_task(ctx), params.cursor if params else None)
+
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return self.resources.templates()
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        """A task resource; reading changes nothing (no call, no draw, no task bound)."""
+        try:
+            return self.resources.read(str(params.uri))
+        except (ValueError, UnknownTaskError) as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+
+    async def _complete(
+        self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams
+    ) -> types.CompleteResult:
+        """Completion of a prompt's ``variant`` and of a task resource template's ``task``."""
+        return self.resources.complete(params)

@@ -137,6 +137,43 @@ def _add_episode_options(serve: argparse.ArgumentParser) -> None:
     )
 
 
+#: Mirror `mcp_resili.proxy.run`'s defaults (not imported: ``--help`` stays fast).
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_PROXY_CALL_TIMEOUT = 120.0
+DEFAULT_UPSTREAM_SESSIONS = 32
+
+
+def _add_upstream_options(proxy: argparse.ArgumentParser) -> None:
+    """``proxy``'s options about its upstream: timeouts and sessions."""
+    proxy.add_argument(
+        "--connect-timeout",
+        type=_non_negative,
+        default=DEFAULT_CONNECT_TIMEOUT,
+        help=f"seconds the upstream may take to start and answer (default {DEFAULT_CONNECT_TIMEOUT:g}; "
+        "a first `npx -y` download may need more)",
+    )
+    proxy.add_argument(
+        "--call-timeout",
+        type=_non_negative,
+        default=DEFAULT_PROXY_CALL_TIMEOUT,
+        help="seconds a forwarded request may wait for the upstream, then a tool call is an "
+        f"UPSTREAM_TIMEOUT error result (default {DEFAULT_PROXY_CALL_TIMEOUT:g}; 0: as long as the client)",
+    )
+    proxy.add_argument(
+        "--shared-upstream",
+        action="store_true",
+        help="one upstream connection for every client (default: one upstream session per client, "
+        "with that client's capabilities and protocol era)",
+    )
+    proxy.add_argument(
+        "--max-upstream-sessions",
+        type=int,
+        default=DEFAULT_UPSTREAM_SESSIONS,
+        help=f"upstream sessions open at once, one per client (default {DEFAULT_UPSTREAM_SESSIONS}); "
+        "past it the least recently used is closed",
+    )
+
+
 def register(commands: Commands) -> None:
     """Add ``serve`` and ``proxy``."""
     serve = commands.add_parser("serve", help="serve a suite's tools over MCP, with faults injected")
@@ -169,6 +206,7 @@ def register(commands: Commands) -> None:
         "--time-scale", type=_non_negative, default=1.0, help="multiply injected delays; 0 = none"
     )
     _add_network(proxy, 8766)
+    _add_upstream_options(proxy)
     proxy.set_defaults(handler=proxy_command)
 
 
@@ -243,11 +281,19 @@ def proxy_command(args: argparse.Namespace) -> int:
             on_started = announce(f"proxying {args.upstream}")
             await serve_http(proxy, args.host, args.port, sock=sock, on_started=on_started, access=access)
 
+    if args.connect_timeout <= 0:
+        raise UserError(f"--connect-timeout must be positive, got {args.connect_timeout:g}")
+    if args.max_upstream_sessions < 1:
+        raise UserError(f"--max-upstream-sessions must be at least 1, got {args.max_upstream_sessions}")
     options = {
         "seed": args.seed,
         "trace_dir": args.trace_dir,
         "expose_faults": args.expose_faults,
         "time_scale": args.time_scale,
+        "shared_upstream": args.shared_upstream,
+        "connect_timeout": args.connect_timeout,
+        "call_timeout": args.call_timeout or None,
+        "max_sessions": args.max_upstream_sessions,
     }
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(lambda: run_proxy(args.upstream, plan, serve, **options))

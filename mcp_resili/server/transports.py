@@ -193,6 +193,14 @@ def parse_line(line: bytes | OverlongLine) -> types.JSONRPCMessage | types.JSONR
     )
 
 
+def _modern_request(message: object) -> bool:
+    """Whether ``message`` is a request in the 2026-07-28 envelope (``initialize`` never is)."""
+    if not isinstance(message, types.JSONRPCRequest) or message.method == "initialize":
+        return False
+    meta = (message.params or {}).get("_meta")
+    return isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta
+
+
 class _Pending:
     """Ids of the requests read from stdio and not answered yet."""
 
@@ -279,6 +287,8 @@ async def serve_stdio(
     outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage](0)
 
     pending = _Pending()
+    #: The server serves the handshake era only (a proxy of a handshake-era upstream).
+    handshake_only = bool(getattr(server, "handshake_only", False))
     layer = getattr(server, "protocol", None)
     wire = StdioWire() if layer is not None else None
     if layer is not None:
@@ -293,6 +303,13 @@ async def serve_stdio(
                 parsed = parse_line(line)
                 if isinstance(parsed, types.JSONRPCError):
                     await replies.send(SessionMessage(parsed))
+                elif handshake_only and _modern_request(parsed):
+                    # A proxy of a handshake-era server answers a 2026-07-28 request as that server
+                    # would, and leaves the connection's era to the client's next try (initialize).
+                    assert isinstance(parsed, types.JSONRPCRequest)
+                    await replies.send(
+                        SessionMessage(_error(types.METHOD_NOT_FOUND, "Method not found", parsed.id))
+                    )
                 elif parsed is not None:
                     pending.inbound(parsed)
                     await inbound_send.send(SessionMessage(parsed))

@@ -146,7 +146,14 @@ def coping(trace: Trace) -> dict[str, Any]:
         f"{PREFIX}retried_writes": sum(
             1 for m in met if m.type in _LOST and not m.recovered and _retried(trace, m)
         ),
-        f"{PREFIX}ended_cleanly": bool(met) and end is not None and end.termination in _CLEAN_ENDS,
+        # A trace an outside agent left (serve --trace-dir) has no runner's end record: its accepted
+        # finish is its clean end.
+        f"{PREFIX}ended_cleanly": bool(met)
+        and (
+            end.termination in _CLEAN_ENDS
+            if end is not None
+            else any(isinstance(e, FinishEvent) for e in trace.events)
+        ),
         f"{PREFIX}refused_requests": sum(1 for e in protocol if e.kind == "refused"),
     }
     for kind in PROTOCOL_TYPES:

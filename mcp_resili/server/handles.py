@@ -92,6 +92,12 @@ def start_tool(
                 "out to be given one."
             ),
         }
+    else:
+        properties["task"] = {
+            "type": "string",
+            "enum": [fixed_task],
+            "description": f"This server plays task {fixed_task} only (the default).",
+        }
     properties["trial"] = {
         "type": "integer",
         "minimum": 0,

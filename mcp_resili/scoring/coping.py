@@ -21,6 +21,18 @@ Recovered, per fault type (the fault's call is the one that met it):
   (the episode did not end in a broken connection, an overflowing context or its time limit);
 * ``elicitation_request``, ``sampling_request``: the client answered (accepted, declined, cancelled or
   refused with an error), or was never asked because it declared no such capability.
+
+The 2026-07-28 family:
+
+* ``stale_listing``: renamed, a later call reached the tool by its new name; removed, as ``tool_removed``
+  (no notice came: only a client that refetches within ``ttlMs`` finds out);
+* ``notification_dropped``, ``notification_duplicated``: the tools were listed again (the new tool found)
+  and the client kept working;
+* ``handle_expired``: a later call succeeded (a new ``start_episode`` resumes the episode; without
+  handles, the session expired and the client initialized again);
+* ``input_required``: every round was answered well-formed (or the client was never asked: it
+  declared no elicitation capability);
+* ``discover_changed``: the episode went on (a later successful call or an explicit finish).
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcp_resili.errors import UserError
-from mcp_resili.faults.protocol import FAMILY_OF, PROTOCOL_TYPES, has_protocol_faults
+from mcp_resili.faults.protocol import ALL_PROTOCOL_TYPES, FAMILY_OF, has_protocol_faults
 from mcp_resili.scoring.model import Score
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import EpisodeEndEvent, FinishEvent, ProtocolEvent, ToolCallEvent, Trace, TraceEvent
@@ -38,7 +50,7 @@ from mcp_resili.trace import EpisodeEndEvent, FinishEvent, ProtocolEvent, ToolCa
 #: Prefix of every coping component (so exports and reports find them by name).
 PREFIX = "coping_"
 _CATALOGUE_RELIST = ("tool_removed", "tool_renamed", "tool_added", "schema_changed")
-_SESSION = ("session_expired", "unauthorized", "server_restart")
+_SESSION = ("session_expired", "unauthorized", "server_restart", "handle_expired")
 _LOST = ("response_delayed", "response_dropped", "stream_stalled", "transport_reset")
 _ANSWERS = ("accept", "decline", "cancel", "answered", "not_supported")
 _CLEAN_ENDS = ("completed", "aborted", "agent_stopped")
@@ -78,6 +90,27 @@ def _recovered(kind: str, call: ToolCallEvent, later: Sequence[TraceEvent]) -> b
     tool = call.tool
     protocol = [e for e in later if isinstance(e, ProtocolEvent)]
     calls = [e for e in later if isinstance(e, ToolCallEvent)]
+    if kind == "stale_listing":
+        # Renamed: a call reached the tool by its new name. Removed: listed again, old name left alone.
+        if any(e.kind == "renamed_call" and e.detail.get("tool") == tool for e in protocol):
+            return True
+        kind = "tool_removed"
+    if kind in ("notification_dropped", "notification_duplicated"):
+        # Dropped: it found the new tool without the notice. Doubled: it acted on the notice and lived.
+        return any(e.kind == "list_tools" for e in protocol) and _survived(later)
+    if kind == "input_required":
+        final = next(
+            (
+                e.detail.get("answer")
+                for e in protocol
+                if e.kind == "answered" and e.method == "input_required"
+            ),
+            None,
+        )
+        rounds_done = any(e.kind == "answered" and e.detail.get("answer") == "complete" for e in protocol)
+        return rounds_done or final == "not_supported"
+    if kind == "discover_changed":
+        return _went_on(later)
     if kind == "tool_removed":
         relist = next(
             (i for i, e in enumerate(later) if isinstance(e, ProtocolEvent) and e.kind == "list_tools"), None
@@ -156,7 +189,7 @@ def coping(trace: Trace) -> dict[str, Any]:
         ),
         f"{PREFIX}refused_requests": sum(1 for e in protocol if e.kind == "refused"),
     }
-    for kind in PROTOCOL_TYPES:
+    for kind in ALL_PROTOCOL_TYPES:
         components[f"{PREFIX}{kind}_met"] = sum(1 for m in met if m.type == kind)
         components[f"{PREFIX}{kind}_recovered"] = sum(1 for m in met if m.type == kind and m.recovered)
     return components

@@ -10,6 +10,7 @@ from typing import Any
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -207,7 +208,11 @@ class ResiliServer:
             on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
             on_completion=self._complete,
+            on_subscriptions_listen=self._listen,
         )
+        #: ``subscriptions/listen`` streams (2026-07-28), one bus per client: a change in one client's
+        #: episode is announced to that client only.
+        self._buses: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
         #: Each task's prompt and public task file as read-only resources; completion of their names.
         self.resources = TaskResources(suite, self.default_task)
         #: Log messages for the clients that ask (``logging/setLevel``, or 2026's per-request opt-in).
@@ -224,6 +229,8 @@ class ResiliServer:
                 server_info=self.mcp.server_info_stamp,
                 connection_episode=lambda: self.connection_episode,
                 resolve=self.peek_episode,
+                publish=self._publish_tools_changed,
+                revoke_handle=lambda episode, unknown: self.episodes.revoke_handle(episode.id, unknown),
             )
             self.mcp.middleware.append(self.protocol.middleware)
         self._server_info = self.mcp.server_info_stamp
@@ -469,7 +476,7 @@ class ResiliServer:
         try:
             if routed is None:
                 if name == START_TOOL:
-                    return self._start_episode(ctx, arguments or {})
+                    return await self._start_episode(ctx, arguments or {})
                 handle, arguments = split_handle(arguments)
                 if not isinstance(handle, str) or not handle:
                     return tool_result(no_handle_text(name), True)
@@ -498,7 +505,33 @@ class ResiliServer:
             self._meta(event),
         )
 
-    def _start_episode(self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    def _bus(self, ctx: ServerRequestContext[Any]) -> tuple[InMemorySubscriptionBus, ListenHandler]:
+        channel = client_identity(ctx).channel or "anonymous"
+        if channel not in self._buses:
+            if len(self._buses) >= self.episodes.max_episodes:
+                self._buses.pop(next(iter(self._buses)))
+            bus = InMemorySubscriptionBus()
+            self._buses[channel] = (bus, ListenHandler(bus))
+        return self._buses[channel]
+
+    async def _listen(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """``subscriptions/listen``: the client's stream of list changes (its episodes' catalogues)."""
+        return await self._bus(ctx)[1](ctx, params)
+
+    async def _publish_tools_changed(self, ctx: ServerRequestContext[Any]) -> int:
+        """Announce a tools list change on the client's listen streams; how many streams were open."""
+        channel = client_identity(ctx).channel or "anonymous"
+        held = self._buses.get(channel)
+        if held is None or not held[1]._streams:
+            return 0
+        await held[0].publish(ToolsListChanged())
+        return len(held[1]._streams)
+
+    async def _start_episode(
+        self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]
+    ) -> dict[str, Any]:
         """``start_episode``: open an episode under a fresh handle and give its task (never recorded)."""
         task_id = arguments.get("task")
         trial = arguments.get("trial")
@@ -524,6 +557,9 @@ class ResiliServer:
             handle, episode = self.episodes.start(request, task, identity)
         except EpisodeRefusedError as exc:
             return tool_result(f"Error {exc.reason}: {exc.error.message}", True)
+        if episode.seq > 0 and self.protocol is not None:
+            # A fault had revoked this episode's handle: the client started again and continues it.
+            await self.protocol.resumed(episode)
         text = started_text(handle, episode.task.id if episode.task else None, episode.trial or 0, prompt)
         structured = {
             HANDLE_ARGUMENT: handle,

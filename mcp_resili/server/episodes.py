@@ -384,6 +384,8 @@ class EpisodeTable:
         self._handles: OrderedDict[str, str] = OrderedDict()
         #: Client channel -> the episode it started last (what its un-named listings show).
         self._latest: OrderedDict[str, str] = OrderedDict()
+        #: (client, task) -> the live episode whose handle a fault revoked: ``start`` resumes it.
+        self._revoked: OrderedDict[tuple[str, str | None], str] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._live)
@@ -457,18 +459,48 @@ class EpisodeTable:
         """
         self._expire(self._clock())
         handle = self.mint.mint("handle", HANDLE_PREFIX, owner.principal)
-        live = self._open(request, task, owner)
+        resumed = self._resumable(owner, task, request.trial)
+        live = resumed if resumed is not None else self._open(request, task, owner)
         live.handle = handle
         live.episode.last_used = self._clock()
-        self._handles[handle] = request.id
+        self._handles[handle] = live.episode.id  # a resumed episode keeps its id
         while len(self._handles) > MAX_HANDLES:
             self._handles.popitem(last=False)
         if owner.channel is not None:
-            self._latest[owner.channel] = request.id
+            self._latest[owner.channel] = live.episode.id
             self._latest.move_to_end(owner.channel)
             while len(self._latest) > self.max_episodes:
                 self._latest.popitem(last=False)
         return handle, live.episode
+
+    def revoke_handle(self, episode_id: str, unknown: bool = False) -> bool:
+        """Revoke a live episode's handle (a `HandleExpired` fault); False when it has none.
+
+        The old handle then reads as expired (``unknown``: as never issued). The same client calling
+        ``start`` again for the same task resumes the episode under a new handle.
+        """
+        live = self._live.get(episode_id)
+        if live is None or live.handle is None:
+            return False
+        if unknown:
+            self._handles.pop(live.handle, None)
+        live.handle = None
+        owner = live.owner or ClientIdentity()
+        task_id = live.episode.task.id if live.episode.task is not None else None
+        self._revoked[(owner.channel or owner.principal or "", task_id)] = episode_id
+        while len(self._revoked) > self.max_episodes:
+            self._revoked.popitem(last=False)
+        return True
+
+    def _resumable(self, owner: ClientIdentity, task: Task | None, trial: int | None) -> _Live | None:
+        """The episode of ``owner`` and ``task`` whose handle was revoked, if it is live (and that trial)."""
+        key = (owner.channel or owner.principal or "", task.id if task is not None else None)
+        episode_id = self._revoked.get(key)
+        live = self._live.get(episode_id) if episode_id is not None else None
+        if live is None or (trial is not None and live.episode.trial != trial):
+            return None
+        del self._revoked[key]
+        return live
 
     def latest(self, owner: ClientIdentity) -> Episode | None:
         """The live episode the client on ``owner``'s channel started last with ``start``, if any."""
@@ -488,11 +520,17 @@ class EpisodeTable:
         now = self._clock()
         self._expire(now)
         episode_id = self._handles.get(handle)
-        live = self._live.get(episode_id) if episode_id is not None else None
-        if live is None:
-            why = self._closed.get(episode_id or "", "closed")
+        if episode_id is None:
             raise HandleError(
-                "EPISODE_EXPIRED", f"the episode of handle {handle[:60]!r} has ended ({why}). {again}"
+                "INVALID_HANDLE", f"the episode handle {handle[:60]!r} is unknown to this server. {again}"
+            )
+        live = self._live.get(episode_id)
+        if live is None or live.handle != handle:
+            why = self._closed.get(episode_id, "expired") if live is None else "its handle expired"
+            raise HandleError(
+                "EPISODE_EXPIRED",
+                f"the episode of handle {handle[:60]!r} is no longer reachable by it ({why}). {again} "
+                "To continue the same task, call start_episode with the same task.",
             )
         self._live.move_to_end(live.episode.id)
         live.episode.last_used = now

@@ -313,3 +313,55 @@ def _json(value: Any) -> str:
     import json
 
     return json.dumps(value)
+
+
+# --- the proxy applies them in front of any server, in either era -------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_proxy_applies_every_modern_fault_in_front_of_a_server(mode: str) -> None:
+    from mcp_resili.faults import NoFaults
+    from mcp_resili.proxy import ProxyServer
+
+    met: dict[str, Any] = {}
+    for kind in MODERN_TYPES:
+        upstream = ResiliServer(SUITE, NoFaults())
+        notices: list[Any] = []
+        asked: list[Any] = []
+
+        async def on_message(message: Any, notices: list[Any] = notices) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                notices.append(message)
+
+        async def on_elicit(context: Any, params: Any, asked: list[Any] = asked) -> types.ElicitResult:
+            asked.append(params)
+            return types.ElicitResult(action="accept", content={"confirm": True})
+
+        options: dict[str, Any] = {"message_handler": on_message, "elicitation_callback": on_elicit}
+        async with Client(upstream.mcp) as direct:
+            proxy = await ProxyServer.create(direct, one_fault(kind), upstream="in-memory")
+            async with Client(proxy.mcp, mode=mode, **options) as client:
+                listing = await client.list_tools()
+                try:
+                    first: Any = await client.call_tool(READER, ARGS, meta=META)
+                except MCPError as exc:
+                    first = exc
+                if kind == "discover_changed":
+                    first = await _rediscover(client)
+                if kind == "handle_expired":
+                    await _rediscover(client)  # the way back into an expired session
+                listed = {t.name for t in (await client.list_tools(meta=META, cache_mode="refresh")).tools}
+        live = proxy._episodes.peek("ep")
+        assert live is not None
+        plan = proxy.pipeline.plan_dict
+        header = TraceHeader(suite="proxy", task=None, episode="ep", seed=0, fault_plan=plan, fault_key="k")
+        components = coping(Trace(header=header, events=tuple(live.events)))
+        assert components[f"coping_{kind}_met"] == 1, kind
+        met[kind] = (listing.ttl_ms, first, listed, len(notices), len(asked))
+    assert met["stale_listing"][0] == (300_000 if mode == "auto" else 0)  # no promise before 2026
+    assert f"{READER}_v2" in met["stale_listing"][2] and met["stale_listing"][3] == 0
+    assert isinstance(met["handle_expired"][1], MCPError)  # no handles behind a proxy: the session expires
+    assert met["input_required"][4] == 2 and not met["input_required"][1].is_error
+    assert f"{READER}_next" in met["notification_dropped"][2] and met["notification_dropped"][3] == 0
+    assert met["notification_duplicated"][3] == 2
+    assert "prompts" not in met["discover_changed"][1]["capabilities"]

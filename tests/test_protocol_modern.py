@@ -207,7 +207,7 @@ async def test_input_required_rounds_must_be_answered_well_formed(mode: str) -> 
         "good": ({"rounds": 2}, {"confirm": True}, 1),
         "late": ({"rounds": 2, "late": True}, {"confirm": True}, 1),
         "malformed": ({"rounds": 2}, {"confirm": "yes please"}, 0),
-        "declined": ({"rounds": 2}, None, 0),
+        "declined": ({"rounds": 2}, None, 1),  # a clean refusal is an answer
     }
     for name, (fields, content, expected) in cases.items():
         server = ResiliServer(SUITE, one_fault("input_required", **fields), time_scale=0)
@@ -234,7 +234,7 @@ async def test_input_required_rounds_must_be_answered_well_formed(mode: str) -> 
         if name == "malformed":
             assert asked == 6 and answers[-1] == "incomplete"  # asked again, up to three times the rounds
         if name == "declined":
-            assert asked == 1 and answers == ["decline", "incomplete"]
+            assert asked == 1 and answers == ["decline", "declined"]
     # A client that declared no elicitation capability is never asked.
     server = ResiliServer(SUITE, one_fault("input_required"), time_scale=0)
     async with Client(server.mcp, mode=mode) as client:

@@ -30,8 +30,9 @@ The 2026-07-28 family:
   and the client kept working;
 * ``handle_expired``: a later call succeeded (a new ``start_episode`` resumes the episode; without
   handles, the session expired and the client initialized again);
-* ``input_required``: every round was answered well-formed (or the client was never asked: it
-  declared no elicitation capability);
+* ``input_required``: the rounds ended in well-formed answers or a clean refusal (decline, cancel), or
+  the client was never asked (it declared no elicitation capability); malformed answers until the
+  server gives up, or none, are not coping;
 * ``discover_changed``: the episode went on (a later successful call or an explicit finish).
 """
 
@@ -99,16 +100,9 @@ def _recovered(kind: str, call: ToolCallEvent, later: Sequence[TraceEvent]) -> b
         # Dropped: it found the new tool without the notice. Doubled: it acted on the notice and lived.
         return any(e.kind == "list_tools" for e in protocol) and _survived(later)
     if kind == "input_required":
-        final = next(
-            (
-                e.detail.get("answer")
-                for e in protocol
-                if e.kind == "answered" and e.method == "input_required"
-            ),
-            None,
-        )
-        rounds_done = any(e.kind == "answered" and e.detail.get("answer") == "complete" for e in protocol)
-        return rounds_done or final == "not_supported"
+        # Every round answered well-formed, or refused cleanly (decline, cancel), or never asked.
+        ends = [str(e.detail.get("answer")) for e in protocol if (e.kind, e.method) == ("answered", kind)]
+        return bool({"complete", "declined"} & set(ends)) or ends[:1] == ["not_supported"]
     if kind == "discover_changed":
         return _went_on(later)
     if kind == "tool_removed":

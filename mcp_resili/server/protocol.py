@@ -681,6 +681,7 @@ class ProtocolLayer:
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             held: dict[str, Any] = {"fault": "input_required", "kind": "elicitation", "result": _dump(result)}
             held |= {"left": fault.rounds, "late": fault.late, "asked": 1, "cap": 3 * fault.rounds}
+            held["message"] = fault.message
             return await self._ask_round(episode, held, request)
         good = asked = 0
         while good < fault.rounds and asked < 3 * fault.rounds:
@@ -691,7 +692,7 @@ class ProtocolLayer:
                 good += 1
             elif answer in ("decline", "cancel") or answer.startswith(("error", "no_answer")):
                 break
-        final = "complete" if good == fault.rounds else "incomplete"
+        final = _rounds_ended(fault.rounds - good, answer)
         await self._record(episode, "answered", "input_required", answer=final, rounds=good)
         return result
 
@@ -732,11 +733,12 @@ class ProtocolLayer:
         if answer == "accept":
             held["left"] -= 1
         if answer in ("decline", "cancel") or held["left"] == 0 or held["asked"] >= held["cap"]:
-            final = "complete" if held["left"] == 0 else "incomplete"
+            final = _rounds_ended(held["left"], answer)
             await self._record(episode, "answered", "input_required", answer=final, asked=held["asked"])
             return self._shaped(ctx, dict(held["result"]))
         held["asked"] += 1
-        return self._shaped(ctx, _dump(await self._ask_round(episode, held, _confirm_request())))
+        asking = await self._ask_round(episode, held, _confirm_request(held["message"]))
+        return self._shaped(ctx, _dump(asking))
 
 
 def _related(ctx: ServerRequestContext[Any]) -> Any:
@@ -778,6 +780,13 @@ def _confirm_request(message: str = "Please confirm that the operation may conti
     return types.ElicitRequest(
         params=types.ElicitRequestFormParams(message=message, requested_schema=CONFIRM_SCHEMA)
     )
+
+
+def _rounds_ended(left: int, last: str) -> str:
+    """How `InputRequired` rounds ended: ``complete``, ``declined`` (a clean refusal), or ``incomplete``."""
+    if left == 0:
+        return "complete"
+    return "declined" if last in ("decline", "cancel") else "incomplete"
 
 
 def _round_answer(response: object) -> str:

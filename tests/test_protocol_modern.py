@@ -16,6 +16,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from servers import running_http_server
 
 from mcp_resili.constants import META_EPISODE, START_TOOL
@@ -172,8 +173,9 @@ async def test_discovery_answers_change_and_a_client_that_goes_on_recovers(mode:
                 elif mode == "auto":
                     assert answer["supportedVersions"][0] == NEWER_VERSION
                     assert "2026-07-28" in answer["supportedVersions"]
-                else:
-                    assert answer["protocolVersion"] == client.protocol_version  # its version stays
+                else:  # a new handshake negotiates another, supported version
+                    assert answer["protocolVersion"] != client.protocol_version
+                    assert answer["protocolVersion"] in HANDSHAKE_PROTOCOL_VERSIONS
                 if go_on:
                     assert not (await client.call_tool(READER, ARGS, meta=META)).is_error
             met, recovered, events = scored(server, "discover_changed")
@@ -365,3 +367,31 @@ async def test_the_proxy_applies_every_modern_fault_in_front_of_a_server(mode: s
     assert f"{READER}_next" in met["notification_dropped"][2] and met["notification_dropped"][3] == 0
     assert met["notification_duplicated"][3] == 2
     assert "prompts" not in met["discover_changed"][1]["capabilities"]
+
+
+# --- the runner meets the modern profile; reports show every type -----------------------------------
+
+
+def test_the_runner_meets_the_modern_profile_and_reports_coping_per_type(tmp_path: Path) -> None:
+    from mcp_resili.client.runner import RunConfig, execute
+    from mcp_resili.report.coping import coping_data
+
+    config = RunConfig(
+        models=("scripted:oracle",),
+        faults=("protocol:modern",),
+        trials=2,
+        limit=20,
+        time_scale=0,
+        seed=1,  # with this seed the 40 episodes meet all six types (a property of the draws)
+        db=tmp_path / "runs.db",
+    )
+    result = anyio.run(execute, config)
+    assert all(row.termination != "infrastructure_error" for row in result.rows)
+    data = next(iter(coping_data(result.rows).values()))["types"]
+    assert {kind for kind, entry in data.items() if entry["met"] and kind != "all"} == set(MODERN_TYPES)
+    rate = {kind: data[kind]["recovery"]["rate"] for kind in MODERN_TYPES}
+    # The loop re-initializes, answers (declines) input requests, relists on a notice and goes on ...
+    for kind in ("handle_expired", "input_required", "notification_duplicated", "discover_changed"):
+        assert rate[kind] == 1.0, (kind, rate)
+    # ... but never refetches a list no notice invalidated: the silent changes catch it.
+    assert rate["notification_dropped"] == 0.0 and rate["stale_listing"] < 0.5

@@ -380,7 +380,8 @@ class DiscoverChanged(ModernFault):
     """Later discovery answers change: ``server/discover`` (or a new ``initialize``) for this episode.
 
     ``capabilities``: prompts, resources, logging and completions are gone and no list changes are
-    announced. ``version``: the supported versions name a newer revision first (the client's stays).
+    announced. ``version``: ``server/discover``'s supported versions name an unknown newer revision
+    first (the client's stays among them); a new ``initialize`` negotiates another, older version.
     """
 
     type: Literal["discover_changed"] = "discover_changed"

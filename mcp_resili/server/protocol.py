@@ -35,7 +35,7 @@ from mcp.server import ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from mcp_resili.faults.protocol import (
@@ -664,6 +664,10 @@ class ProtocolLayer:
         elif ctx.method == "server/discover":
             versions = [v for v in answer.get("supportedVersions") or [] if v != NEWER_VERSION]
             answer["supportedVersions"] = [NEWER_VERSION, *versions]
+        else:
+            # The handshake era's equivalent: the new initialize negotiates another (older) version.
+            asked = answer.get("protocolVersion")
+            answer["protocolVersion"] = next(v for v in HANDSHAKE_PROTOCOL_VERSIONS if v != asked)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return self._shaped(ctx, answer)
         return answer

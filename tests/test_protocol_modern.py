@@ -395,3 +395,26 @@ def test_the_runner_meets_the_modern_profile_and_reports_coping_per_type(tmp_pat
         assert rate[kind] == 1.0, (kind, rate)
     # ... but never refetches a list no notice invalidated: the silent changes catch it.
     assert rate["notification_dropped"] == 0.0 and rate["stale_listing"] < 0.5
+
+
+async def test_a_list_change_is_announced_on_its_own_clients_listen_stream_only() -> None:
+    server = ResiliServer(SUITE, one_fault("notification_duplicated"), time_scale=0)
+    heard: dict[str, list[Any]] = {"player": [], "bystander": []}
+
+    def handler(name: str) -> Any:
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                heard[name].append(message)
+
+        return on_message
+
+    async with (
+        Client(server.mcp, message_handler=handler("player")) as player,
+        Client(server.mcp, message_handler=handler("bystander")) as bystander,
+        player.listen(tools_list_changed=True),
+        bystander.listen(tools_list_changed=True),
+    ):
+        assert not (await player.call_tool(READER, ARGS, meta=META)).is_error
+        assert len(heard["player"]) == 2  # both copies came before the player's result
+        await bystander.list_tools()  # a round trip of the bystander's after the notices went out
+    assert len(heard["player"]) == 2 and heard["bystander"] == []

@@ -10,7 +10,6 @@ from typing import Any
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -51,6 +50,7 @@ from mcp_resili.server.handles import (
     start_tool,
     started_text,
 )
+from mcp_resili.server.listen import ListenStreams
 from mcp_resili.server.logs import EpisodeLog
 from mcp_resili.server.pipeline import CallPipeline, result_text
 from mcp_resili.server.protocol import ProtocolLayer, note_call
@@ -210,9 +210,9 @@ class ResiliServer:
             on_completion=self._complete,
             on_subscriptions_listen=self._listen,
         )
-        #: ``subscriptions/listen`` streams (2026-07-28), one bus per client: a change in one client's
-        #: episode is announced to that client only.
-        self._buses: dict[str, tuple[InMemorySubscriptionBus, ListenHandler]] = {}
+        #: ``subscriptions/listen`` streams (2026-07-28): a change in one client's episode is announced
+        #: to that client only.
+        self.listening = ListenStreams(self.episodes.max_episodes)
         #: Each task's prompt and public task file as read-only resources; completion of their names.
         self.resources = TaskResources(suite, self.default_task)
         #: Log messages for the clients that ask (``logging/setLevel``, or 2026's per-request opt-in).
@@ -229,7 +229,7 @@ class ResiliServer:
                 server_info=self.mcp.server_info_stamp,
                 connection_episode=lambda: self.connection_episode,
                 resolve=self.peek_episode,
-                publish=self._publish_tools_changed,
+                publish=self.listening.tools_changed,
                 revoke_handle=lambda episode, unknown: self.episodes.revoke_handle(episode.id, unknown),
             )
             self.mcp.middleware.append(self.protocol.middleware)
@@ -505,29 +505,11 @@ class ResiliServer:
             self._meta(event),
         )
 
-    def _bus(self, ctx: ServerRequestContext[Any]) -> tuple[InMemorySubscriptionBus, ListenHandler]:
-        channel = client_identity(ctx).channel or "anonymous"
-        if channel not in self._buses:
-            if len(self._buses) >= self.episodes.max_episodes:
-                self._buses.pop(next(iter(self._buses)))
-            bus = InMemorySubscriptionBus()
-            self._buses[channel] = (bus, ListenHandler(bus))
-        return self._buses[channel]
-
     async def _listen(
         self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         """``subscriptions/listen``: the client's stream of list changes (its episodes' catalogues)."""
-        return await self._bus(ctx)[1](ctx, params)
-
-    async def _publish_tools_changed(self, ctx: ServerRequestContext[Any]) -> int:
-        """Announce a tools list change on the client's listen streams; how many streams were open."""
-        channel = client_identity(ctx).channel or "anonymous"
-        held = self._buses.get(channel)
-        if held is None or not held[1]._streams:
-            return 0
-        await held[0].publish(ToolsListChanged())
-        return len(held[1]._streams)
+        return await self.listening.listen(ctx, params)
 
     async def _start_episode(
         self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]

@@ -486,15 +486,21 @@ class EpisodeTable:
             self._handles.pop(live.handle, None)
         live.handle = None
         owner = live.owner or ClientIdentity()
+        client = owner.channel or owner.principal
+        if client is None:
+            return True  # a client no one can tell apart cannot be recognised when it comes back
         task_id = live.episode.task.id if live.episode.task is not None else None
-        self._revoked[(owner.channel or owner.principal or "", task_id)] = episode_id
+        self._revoked[(client, task_id)] = episode_id
         while len(self._revoked) > self.max_episodes:
             self._revoked.popitem(last=False)
         return True
 
     def _resumable(self, owner: ClientIdentity, task: Task | None, trial: int | None) -> _Live | None:
         """The episode of ``owner`` and ``task`` whose handle was revoked, if it is live (and that trial)."""
-        key = (owner.channel or owner.principal or "", task.id if task is not None else None)
+        client = owner.channel or owner.principal
+        if client is None:
+            return None
+        key = (client, task.id if task is not None else None)
         episode_id = self._revoked.get(key)
         live = self._live.get(episode_id) if episode_id is not None else None
         if live is None or (trial is not None and live.episode.trial != trial):

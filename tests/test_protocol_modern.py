@@ -8,18 +8,22 @@ that copes and one that does not score differently.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from servers import running_http_server
 
-from mcp_resili.constants import META_EPISODE, START_TOOL
+from mcp_resili.constants import EPISODE_HEADER, META_EPISODE, START_TOOL
 from mcp_resili.faults import ALL_PROTOCOL_TYPES, MODERN_TYPES, PROTOCOL_TYPES, ProtocolFaults, parse_plan
 from mcp_resili.faults.spec import parse_fault_spec
 from mcp_resili.registry.loader import get_suite
@@ -183,18 +187,28 @@ async def test_discovery_answers_change_and_a_client_that_goes_on_recovers(mode:
             assert [e.detail["change"] for e in events if e.kind == "discover_changed"] == [change]
 
 
-async def _rediscover(client: Client) -> dict[str, Any]:
+async def _go_on(client: Client, kind: str, meta: Any) -> None:
+    """Cope: discover again after a discovery change, refetch the list, call the tool by its name now."""
+    if kind == "discover_changed":
+        await _rediscover(client, meta)
+    listed = {t.name for t in (await client.list_tools(meta=meta, cache_mode="refresh")).tools}
+    name = f"{READER}_v2" if kind == "stale_listing" else READER
+    assert name in listed, kind
+    assert not (await client.call_tool(name, ARGS, meta=meta)).is_error, kind
+
+
+async def _rediscover(client: Client, meta: Any = META) -> dict[str, Any]:
     """``server/discover`` (2026-07-28) or a new ``initialize`` (handshake era), in wire form."""
     result: Any
     if client.protocol_version == "2026-07-28":
-        request: Any = types.DiscoverRequest(params=types.RequestParams(_meta=META))
+        request: Any = types.DiscoverRequest(params=types.RequestParams(_meta=meta))
         result = await client.session.send_request(request, types.DiscoverResult)
     else:
         params = types.InitializeRequestParams(
             protocol_version=client.protocol_version,
             capabilities=types.ClientCapabilities(),
             client_info=types.Implementation(name="t", version="1"),
-            _meta=META,
+            _meta=meta,
         )
         result = await client.session.send_request(
             types.InitializeRequest(params=params), types.InitializeResult
@@ -418,3 +432,85 @@ async def test_a_list_change_is_announced_on_its_own_clients_listen_stream_only(
         assert len(heard["player"]) == 2  # both copies came before the player's result
         await bystander.list_tools()  # a round trip of the bystander's after the notices went out
     assert len(heard["player"]) == 2 and heard["bystander"] == []
+
+
+# --- over Streamable HTTP: one server, both eras, every modern type ------------------------------------
+
+
+async def test_over_http_both_eras_meet_every_modern_type_from_one_plan(tmp_path: Path) -> None:
+    import json
+
+    eras = {"auto": 0, "legacy": 100}  # trial offsets: each (era, type) has its own fault key
+    rules = [
+        {"fault": {"type": kind}, "at_call": [1], "fault_key": f"untasked/{base + i}"}
+        for base in eras.values()
+        for i, kind in enumerate(MODERN_TYPES)
+    ]
+    faults = tmp_path / "faults.json"
+    faults.write_text(json.dumps({"kind": "protocol", "rules": rules}), encoding="utf-8")
+    trace_dir = tmp_path / "traces"
+    args = ("--faults", str(faults), "--time-scale", "0", "--trace-dir", str(trace_dir))
+    heard: dict[str, int] = {}
+    async with running_http_server(*args, workdir=tmp_path) as server:
+        for mode, base in eras.items():
+            for i, kind in enumerate(MODERN_TYPES):
+                episode = json.dumps({"id": f"{mode}-{kind}", "trial": base + i})
+                heard[f"{mode}-{kind}"] = await _play_over_http(server.url, mode, kind, episode)
+    traces = {t.header.episode: t for t in (Trace.read(p) for p in trace_dir.glob("*.jsonl"))}
+    for mode in eras:
+        for kind in MODERN_TYPES:
+            components = coping(traces[f"{mode}-{kind}"])
+            assert components[f"coping_{kind}_met"] == 1, (mode, kind)
+            assert components[f"coping_{kind}_recovered"] == 1, (mode, kind)  # this client copes
+    assert heard["auto-notification_duplicated"] == heard["legacy-notification_duplicated"] == 2
+    assert heard["auto-notification_dropped"] == heard["legacy-notification_dropped"] == 0
+    listened = [e for e in traces["auto-notification_duplicated"].events if isinstance(e, ProtocolEvent)]
+    assert [e.detail.get("listeners") for e in listened if e.kind == "notified"] == [1]
+
+
+async def _play_over_http(url: str, mode: str, kind: str, episode: str) -> int:
+    """One client meets ``kind`` on its first call and copes; how many list-change notices it heard.
+
+    It names its episode in our header, which its handshake (SDK-sent) carries too: a handshake
+    client whose session expired continues the episode in a new session.
+    """
+    meta = None
+    notices = 0
+
+    async def on_message(message: Any) -> None:
+        nonlocal notices
+        if isinstance(message, types.ToolListChangedNotification):
+            notices += 1
+
+    async def on_elicit(context: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"confirm": True})
+
+    options: dict[str, Any] = {"mode": mode, "message_handler": on_message, "elicitation_callback": on_elicit}
+
+    @contextlib.asynccontextmanager
+    async def connect() -> AsyncIterator[Client]:
+        http = httpx2.AsyncClient(headers={EPISODE_HEADER: episode}, timeout=30)
+        async with http, Client(streamable_http_client(url, http_client=http), **options) as client:
+            yield client
+
+    expired = False
+    async with connect() as client:
+        listening = client.listen(tools_list_changed=True) if mode == "auto" else None
+        async with listening if listening is not None else _nothing():
+            try:
+                await client.call_tool(READER, ARGS, meta=meta)
+            except MCPError:
+                expired = True  # handle_expired without handles: the session expired
+                if mode == "auto":
+                    await _rediscover(client, meta)  # 2026-07-28 has no session to replace
+            if not expired or mode == "auto":
+                await _go_on(client, kind, meta)
+    if expired and mode == "legacy":
+        async with connect() as client:  # a handshake session that expired is gone for good
+            await _go_on(client, kind, meta)
+    return notices
+
+
+@contextlib.asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield

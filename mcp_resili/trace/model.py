@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from mcp_resili.errors import UserError, plain_validation_error
 from mcp_resili.faults.base import Fault, FaultDecision
+from mcp_resili.faults.model_api import ModelFaultDecision
 
 TRACE_FORMAT_VERSION = 1
 
@@ -155,6 +156,28 @@ class EndStateEvent(BaseModel):
     observations: dict[str, Any] = Field(default_factory=dict)
 
 
+class ModelFaultEvent(BaseModel):
+    """One model-API call as a fault gateway (``llm-proxy``) handled it, with its fault decision.
+
+    ``ordinal`` counts the episode's model calls from 0 (retries included: each HTTP request is a
+    call). ``status`` is what the client got (None: no answer at all, e.g. a reset or a hang it gave
+    up on); ``upstream_status`` what the upstream answered (None: not called, or unreachable).
+    ``detail`` says how the fault was delivered, or what failed that nobody injected.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event: Literal["model_fault"] = "model_fault"
+    episode: str
+    ordinal: int
+    api: Literal["openai", "anthropic"]
+    stream: bool
+    model: str | None = None
+    decision: ModelFaultDecision
+    status: int | None = None
+    upstream_status: int | None = None
+    detail: str = ""
+
+
 TraceEvent = Annotated[
     ToolCallEvent
     | FinishEvent
@@ -162,7 +185,8 @@ TraceEvent = Annotated[
     | EpisodeEndEvent
     | ReflectionEvent
     | ProtocolEvent
-    | EndStateEvent,
+    | EndStateEvent
+    | ModelFaultEvent,
     Field(discriminator="event"),
 ]
 _EVENT_ADAPTER: TypeAdapter[TraceEvent] = TypeAdapter(TraceEvent)

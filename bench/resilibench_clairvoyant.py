@@ -1,7 +1,7 @@
 """Bound (ii) against a clairvoyant adversary on every task, at two fault settings (>= 10,000 pairs).
 
 For each (task, seed, fault key) pair: bound (ii) (`clairvoyant_full_success`), then the adversary of
-tests/resilibench_adversary.py, which searches the moves the real server admits (ready steps, calls
+tests/suites/resilibench/adversary.py, which searches the moves the real server admits (ready steps, calls
 of steps that are not ready, made-up data, failing arguments, fillers, refused calls) knowing every
 fault draw. Every full sequence it finds is replayed through a real in-process `ResiliServer` over
 an MCP client and scored by the suite. Counted: pairs where bound (ii) says impossible, and of those
@@ -34,9 +34,9 @@ from mcp import Client
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from benchdocs import write_section  # noqa: E402
-from resilibench_adversary import Adversary, Recipes, replay  # noqa: E402
+from suites.resilibench.adversary import Adversary, Recipes, replay  # noqa: E402
 
-from mcp_resili.registry.suites import get_suite  # noqa: E402
+from mcp_resili.registry.loader import get_suite  # noqa: E402
 from mcp_resili.server.app import ResiliServer  # noqa: E402
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults  # noqa: E402
 from mcp_resili.suites.resilibench.optimal import clairvoyant_full_success  # noqa: E402
@@ -141,7 +141,8 @@ def main():
         "",
         f"{pairs:,} (task, seed, fault key) pairs: every {every}task of the full suite"
         " at each setting (seed k mod 7, trial k mod 3 for the k-th task). The adversary "
-        "(tests/resilibench_adversary.py) knows every fault draw and searches every move the server admits; "
+        "(tests/suites/resilibench/adversary.py) knows every fault draw and searches every move "
+        "the server admits; "
         "every full sequence it finds is replayed through a real in-process server over MCP and scored by "
         "the suite. default: base 0.8, each task's budget; harsh: base 0.6, 10 calls.",
         "",

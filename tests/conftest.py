@@ -3,11 +3,14 @@ import fcntl
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from mcp_resili.registry import loader as _loader
 from mcp_resili.server import backend as _backend
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -22,6 +25,55 @@ _backend.verify_fresh_results = True
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+# --- the tiny suite, installed as a third party's suite would be ----------------------------------
+
+TINY_PACKAGE = REPO_ROOT / "tests" / "tiny_suite"
+
+
+def install_tiny_suite(root: Path) -> Path:
+    """Register ``tests/tiny_suite`` under ``root`` the way pip would: a ``tiny_suite-0.0.0.dist-info``
+    (METADATA, and entry_points.txt naming ``tiny = tiny_suite:suite`` in ``mcp_resili.suites``) and
+    the package linked beside it. With ``root`` on the path, `importlib.metadata` lists the entry point
+    and ``get_suite("tiny")`` imports the package."""
+    dist = root / "tiny_suite-0.0.0.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tiny-suite\nVersion: 0.0.0\n", encoding="utf-8"
+    )
+    (dist / "entry_points.txt").write_text("[mcp_resili.suites]\ntiny = tiny_suite:suite\n", encoding="utf-8")
+    link = root / "tiny_suite"
+    if not link.exists():
+        link.symlink_to(TINY_PACKAGE, target_is_directory=True)
+    return root
+
+
+#: Where the tiny suite is installed for this test session: created by the first test process (the
+#: pytest-xdist controller, or the one process with ``-n 0``), whose workers inherit it through the
+#: environment. It is on ``sys.path`` here and on ``PYTHONPATH`` for every process a test starts
+#: (`servers.child_env` copies it), so ``--suite tiny`` resolves by name everywhere, through a real
+#: entry point.
+_INHERITED_SITE = os.environ.get("MCP_RESILI_TESTS_TINY_SITE")
+_OWN_SITE = not (_INHERITED_SITE and Path(_INHERITED_SITE, "tiny_suite-0.0.0.dist-info").is_dir())
+TINY_SITE = (
+    install_tiny_suite(Path(tempfile.mkdtemp(prefix="mcp-resili-tiny-site-")))
+    if _OWN_SITE
+    else Path(str(_INHERITED_SITE))
+)
+os.environ["MCP_RESILI_TESTS_TINY_SITE"] = str(TINY_SITE)
+if str(TINY_SITE) not in sys.path:
+    sys.path.append(str(TINY_SITE))
+_PATHS = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+if str(TINY_SITE) not in _PATHS:
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TINY_SITE), *_PATHS])
+_loader.registered_suites.cache_clear()  # in case anything listed the suites before it was installed
+_loader.get_suite.cache_clear()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _OWN_SITE:  # the process that made it removes it, after its workers are done
+        shutil.rmtree(TINY_SITE, ignore_errors=True)
 
 
 PEERS = REPO_ROOT / "tests" / "peers"

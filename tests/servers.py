@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shlex
 import socket
 import sqlite3
 import subprocess
@@ -49,6 +50,16 @@ def child_env(**extra: str) -> dict[str, str]:
             env[name] = os.environ[name]
     env.update(extra)
     return env
+
+
+def with_test_path(command: str) -> str:
+    """``command`` (a shell-style command line) run with `child_env`'s ``PYTHONPATH``.
+
+    The runner starts a ``--server`` command with the MCP SDK's default environment, which has no
+    ``PYTHONPATH``: a suite installed for the tests only (the tiny suite, see tests/conftest.py) is
+    found there through this, as a user would name where their suite lives.
+    """
+    return f"env PYTHONPATH={shlex.quote(child_env()['PYTHONPATH'])} {command}"
 
 
 def cli_command(*args: str) -> list[str]:

@@ -6,11 +6,11 @@ from pathlib import Path
 import mcp_types as types
 import pytest
 from mcp import Client
+from tiny_suite import suite as tiny_suite
 
 from mcp_resili.check import CheckError, check_server, check_target, sample_arguments, strict_mode_problems
 from mcp_resili.cli.config import ClientConfigError, render_config, server_entry, write_config
 from mcp_resili.faults import NoFaults
-from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 
 BROKEN = Path(__file__).parent / "fakes" / "broken_server.py"
@@ -21,11 +21,11 @@ pytest_plugins = ["mcp_resili.check.pytest_plugin"]
 
 @pytest.mark.anyio
 async def test_our_server_passes_every_contract_check_including_calls():
-    server = ResiliServer(get_suite("resilibench"), NoFaults())
+    server = ResiliServer(tiny_suite(), NoFaults())
     async with Client(server.mcp) as client:
         report = await check_server(client, "in-memory", call_tools=True)
     assert report.ok(strict=True), report.render()
-    assert report.tools == 33 and report.calls > 33  # 30 tools, finish, search_tools, tool_info
+    assert report.tools == 6 and report.calls > 6  # 5 tools and finish
 
 
 @pytest.mark.anyio

@@ -1,25 +1,33 @@
+"""Exports (JSONL, CSV, Parquet, traces) of real and synthetic runs of the tiny suite (tests/tiny_suite),
+and the refusals that keep the results database and its stored values safe."""
+
 import csv
 import io
 import json
 import sys
+from dataclasses import replace
 
 import pytest
+from tiny_suite import suite as tiny_suite
+from tiny_suite.synthetic import write_synthetic_run
 
 from mcp_resili.cli import main
 from mcp_resili.client.runner import RunConfig, execute
+from mcp_resili.scoring.termination import StopDecision, StopRules
 from mcp_resili.store import Store
 from mcp_resili.store.export import FIXED_COLUMNS, trace_file_name
-from mcp_resili.suites.resilibench.synthetic import write_synthetic_run
 from mcp_resili.trace import Trace
 
 
 @pytest.fixture(scope="module")
 def run_db(tmp_path_factory):
-    """A real offline run (ResiliBench faults, so ledgers are not empty), played with --trace-dir."""
+    """A real offline run (the tiny suite's own faults, so ledgers are not empty), played with --trace-dir."""
     base = tmp_path_factory.mktemp("export")
     db, traces = base / "r.db", base / "traces"
     argv = [
         "run",
+        "--suite",
+        "tiny",
         "--db",
         str(db),
         "--trials",
@@ -88,10 +96,11 @@ def test_csv_and_parquet_exports_carry_the_same_typed_rows(run_db, tmp_path, cap
     types = {f.name: str(f.type) for f in table.schema}
     assert types["tool_calls"] == "int64" and types["value"] == "double"
     assert types["infrastructure_error"] == "bool" and types["score_order_ok"] == "bool"
+    assert types["score_steps_done"] == "int64"
     assert table.schema.metadata[b"mcp_resili.export_version"] == b"2"
     columns = table.to_pydict()
     for i, record in enumerate(records):
-        for name in ("episode_id", "label", "injected_total", "score_coverage", "cost_usd"):
+        for name in ("episode_id", "label", "injected_total", "score_steps_done", "cost_usd"):
             assert columns[name][i] == record[name]
     # A fault type an episode did not meet is 0 there, not missing.
     assert all(isinstance(v, int) for name in columns if name.startswith("injected_") for v in columns[name])
@@ -154,21 +163,30 @@ def test_parquet_without_pyarrow_names_the_extra(run_db, tmp_path, capsys, monke
 
 
 def test_react_and_reflexion_rows_of_one_run_set_are_told_apart_by_architecture(tmp_path, capsys):
-    """ReliabilityBench keys every result by architecture; the export must carry it (and the stop rule)."""
+    """ReliabilityBench keys every result by architecture; the export must carry it (and the stop rule).
+
+    The tiny suite names no stop rules: here it is handed down with one of its own, which ends an
+    episode at two failed calls in a row, so some rows carry a rule and others none.
+    """
     import anyio
 
+    def two_errors(calls):
+        errors = [c.is_error for c in calls]
+        return StopDecision("two_errors", "too_many_errors") if errors[-2:] == [True, True] else None
+
+    suite = replace(tiny_suite(), stop_rules=StopRules("twice", "two failed calls in a row", two_errors))
     db = tmp_path / "rb.db"
     for architecture in ("react", "reflexion"):
         config = RunConfig(
-            suite="reliabilitybench",
+            suite="tiny",
             db=db,
-            time_scale=0,
+            faults=("tiny:p=0.5",),
             trials=2,
-            limit=2,
-            models=("scripted:learner",),
+            limit=4,
+            models=("scripted:naive",),
             architecture=architecture,
         )
-        anyio.run(lambda config=config: execute(config))
+        anyio.run(lambda config=config: execute(config, suite=suite))
     store = Store(db)
     run_ids = store.run_ids()
     rows = {(r.run_id, r.episode_id): r for run_id in run_ids for r in store.episodes(run_id)}
@@ -176,7 +194,8 @@ def test_react_and_reflexion_rows_of_one_run_set_are_told_apart_by_architecture(
     assert main(["export", *run_ids, "--db", str(db)]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted({r["architecture"] for r in records}) == ["react", "reflexion"]
-    assert len(records) == len(rows) == 8
+    assert len(records) == len(rows) == 16
+    assert {r["stop_rule"] for r in records} == {None, "two_errors"}
     for record in records:
         row = rows[(record["run_id"], record["episode_id"])]
         assert (record["architecture"], record["stop_rule"]) == (row.architecture, row.stop_rule)
@@ -253,12 +272,12 @@ def test_a_damaged_stored_value_is_one_line_naming_it(run_db, tmp_path, capsys, 
     [
         ("json_set(config, '$.models', 5)", "stored run config is damaged: models"),
         (
-            """json_set(config, '$.fault_plans', json('[["resilibench", "not json"]]'))""",
-            "stored plan of fault spec 'resilibench' is damaged",
+            """json_set(config, '$.fault_plans', json('[["tiny", "not json"]]'))""",
+            "stored plan of fault spec 'tiny' is damaged",
         ),
         (
-            """json_set(config, '$.fault_plans', json('[["resilibench", "{\\"kind\\": \\"nope\\"}"]]'))""",
-            "stored plan of fault spec 'resilibench' is damaged",
+            """json_set(config, '$.fault_plans', json('[["tiny", "{\\"kind\\": \\"nope\\"}"]]'))""",
+            "stored plan of fault spec 'tiny' is damaged",
         ),
     ],
 )
@@ -277,6 +296,7 @@ def test_a_stored_config_damaged_inside_is_refused_on_resume(run_db, tmp_path, c
 
 
 def test_a_suite_score_missing_a_field_is_one_line_in_report_and_resume(tmp_path, capsys):
+    # On ToolMaze: a suite summary hook (its `summarize`) that meets a damaged score; the tiny suite has none.
     import sqlite3
 
     import anyio

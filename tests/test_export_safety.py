@@ -1,4 +1,5 @@
-"""`export` never damages what it writes over, reads back row for row, and survives its reader leaving."""
+"""`export` never damages what it writes over, reads back row for row (lone surrogates in stored scores
+included), and survives its reader leaving."""
 
 import csv
 import io
@@ -7,8 +8,10 @@ import os
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from servers import run_cli
 
 from mcp_resili.cli import main
 from mcp_resili.store import EpisodeRow, Store
@@ -18,7 +21,7 @@ def three_episode_db(path, note):
     """A database with run ``r1`` of three episodes whose score component ``note`` is ``note``."""
     store = Store(path)
     try:
-        store.add_run("r1", "2026-01-01T00:00:00+00:00", "resilibench", 0, {})
+        store.add_run("r1", "2026-01-01T00:00:00+00:00", "tiny", 0, {})
         for trial in range(3):
             store.add_episode(
                 EpisodeRow(
@@ -152,3 +155,56 @@ def test_stdout_gets_utf8_whatever_its_encoding(tmp_path, capsys, monkeypatch, f
         rows = list(csv.DictReader(io.StringIO(text, newline="")))
         assert [row["score_note"] for row in rows] == [note] * 3
     assert capsys.readouterr().err.count("\n") == 1  # only the "wrote ..." line
+
+
+# --- a lone surrogate in a stored score (a review finding: export crashed on it) ---------------------
+
+LONE = "bad \ud800 note"
+
+
+@pytest.fixture
+def surrogate_db(tmp_path: Path) -> Path:
+    """Three episodes whose score component ``note`` holds a lone surrogate (the store keeps JSON
+    escapes, so it can); one of them also has it in a judge's reason."""
+    db = three_episode_db(tmp_path / "s.db", LONE)
+    with sqlite3.connect(db) as conn:
+        score = json.dumps({"components": {"note": LONE}, "reasons": [LONE, "fine"]})  # ASCII: escaped
+        conn.execute("UPDATE episodes SET score = ? WHERE episode_id = 'e0'", (score,))
+    return db
+
+
+def test_export_jsonl_writes_a_lone_surrogate_as_its_json_escape(surrogate_db: Path, tmp_path: Path) -> None:
+    proc = run_cli("export", "--db", str(surrogate_db))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 3 and all("\\ud800" in line for line in lines)
+    records = [json.loads(line) for line in lines]
+    assert [r["score_note"] for r in records] == [LONE] * 3  # reads back as stored
+    assert json.loads(records[0]["reasons"]) == [LONE, "fine"]
+    out = tmp_path / "out.jsonl"
+    proc = run_cli("export", "--db", str(surrogate_db), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text(encoding="utf-8").splitlines() == lines  # the same bytes as stdout
+
+
+def test_export_csv_writes_a_lone_surrogate_backslash_escaped(surrogate_db: Path, tmp_path: Path) -> None:
+    proc = run_cli("export", "--db", str(surrogate_db), "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    stdout = proc.stdout
+    rows = list(csv.DictReader(io.StringIO(stdout)))
+    assert [r["score_note"] for r in rows] == ["bad \\ud800 note"] * 3  # the six characters \ud800
+    assert json.loads(rows[0]["reasons"]) == [LONE, "fine"]  # JSON text: the escape reads back
+    out = tmp_path / "out.csv"
+    proc = run_cli("export", "--db", str(surrogate_db), "--format", "csv", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == stdout.encode("utf-8")  # the same bytes as stdout
+
+
+def test_export_parquet_writes_a_lone_surrogate_as_csv_does(surrogate_db: Path, tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "out.parquet"
+    proc = run_cli("export", "--db", str(surrogate_db), "--format", "parquet", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert pq.read_table(out).to_pydict()["score_note"] == ["bad \\ud800 note"] * 3

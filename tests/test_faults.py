@@ -1,11 +1,14 @@
+"""Faults as data: the seeded RNG, SPEC strings in the scope a suite hands down, fault files, rule
+schedules and response-side faults. The suite-specific SPEC is the tiny suite's own ``tiny``."""
+
 import json
 
 import pytest
+from tiny_suite import TinyFaults, library
+from tiny_suite import suite as tiny_suite
 
-from mcp_resili import get_suite
 from mcp_resili.faults import (
     CallContext,
-    CallOutcome,
     ErrorFault,
     FaultInjector,
     FaultSpecError,
@@ -14,8 +17,8 @@ from mcp_resili.faults import (
     derive_rng,
     parse_fault_spec,
 )
-from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
-from mcp_resili.suites.resilibench.library import resilibench_library
+
+TINY = tiny_suite()
 
 
 def test_derived_rng_depends_only_on_its_coordinates():
@@ -35,38 +38,36 @@ def test_negative_ordinal_is_rejected():
         derive_rng(0, "ep", "t", -1)
 
 
-def test_spec_none_and_resilibench_defaults():
-    assert parse_fault_spec("none") == NoFaults()
-    plan = parse_fault_spec("resilibench", get_suite("resilibench").spec_scope)
-    assert isinstance(plan, ResiliBenchFaults)
-    assert (plan.base_success, plan.history_window, plan.min_success, plan.max_success) == (0.8, 3, 0.1, 0.95)
+def test_spec_none_everywhere_and_a_suites_own_name_only_in_its_scope():
+    assert parse_fault_spec("none") == NoFaults() == parse_fault_spec("none", TINY.spec_scope)
+    assert parse_fault_spec("tiny", TINY.spec_scope) == TinyFaults(failure=0.3)
+    with pytest.raises(FaultSpecError, match="unknown fault spec 'tiny'"):
+        parse_fault_spec("tiny")  # no scope handed down: the generic names only
 
 
 def test_spec_overrides_use_short_names():
-    plan = parse_fault_spec("resilibench:base=0.7,window=all,max=1", get_suite("resilibench").spec_scope)
-    assert isinstance(plan, ResiliBenchFaults)
-    assert plan.base_success == 0.7 and plan.history_window is None and plan.max_success == 1
+    plan = parse_fault_spec("tiny:p=0.7", TINY.spec_scope)
+    assert isinstance(plan, TinyFaults) and plan.failure == 0.7
 
 
-@pytest.mark.parametrize(
-    "spec", ["resilibench:base=2", "resilibench:nope=1", "resilibench:base", "chaos", "none:x"]
-)
+@pytest.mark.parametrize("spec", ["tiny:p=2", "tiny:nope=1", "tiny:p", "chaos", "none:x"])
 def test_bad_specs_raise_a_clear_error(spec):
     with pytest.raises(FaultSpecError, match="fault spec"):
-        parse_fault_spec(spec, get_suite("resilibench").spec_scope)
+        parse_fault_spec(spec, TINY.spec_scope)
 
 
 def test_fault_file_toml_and_json_load(tmp_path):
     toml = tmp_path / "f.toml"
     toml.write_text(
-        'kind = "rules"\n[[rules]]\ntool = "network_*"\ncalls = [1]\n'
+        'kind = "rules"\n[[rules]]\ntool = "l*"\ncalls = [1]\n'
         'fault = { type = "error", code = "TIMEOUT", transient = true }\n'
     )
     plan = parse_fault_spec(str(toml))
     assert isinstance(plan, RuleFaults) and plan.rules[0].fault.code == "TIMEOUT"
     js = tmp_path / "f.json"
-    js.write_text(json.dumps({"kind": "resilibench", "base_success": 0.5}))
-    assert parse_fault_spec(str(js)) == ResiliBenchFaults(base_success=0.5)
+    # A suite's own plan kind, known once its package is imported (resolving the suite does that).
+    js.write_text(json.dumps({"kind": "tiny", "failure": 0.5}))
+    assert parse_fault_spec(str(js)) == TinyFaults(failure=0.5)
 
 
 @pytest.mark.parametrize(
@@ -84,46 +85,14 @@ def test_malformed_fault_files_name_the_file(tmp_path, text):
         parse_fault_spec(str(path))
 
 
-def test_resilibench_probability_matches_the_written_rule():
-    lib = resilibench_library()
-    poster = lib.spec("network_poster")  # depends on transformer and authenticator
-    plan = ResiliBenchFaults()
-    history = [
-        CallOutcome("utility_logger", False),  # outside the 3-call window
-        CallOutcome("data_processing_transformer", True),
-        CallOutcome("data_processing_transformer", False),  # latest run failed → ×0.7
-        CallOutcome("network_fetcher", False),
-        CallOutcome("network_fetcher", True),
-    ]
-    # authenticator never ran → ×0.5; last 3 calls hold 2 failures → ×0.9²
-    expected = 0.8 * 0.5 * 0.7 * 0.9**2
-    assert plan.success_probability(poster, history) == pytest.approx(expected)
-    whole = ResiliBenchFaults(history_window=None, min_success=0, max_success=1)
-    assert whole.success_probability(poster, history) == pytest.approx(0.8 * 0.5 * 0.7 * 0.9**3)
-    assert plan.success_probability(lib.spec("file_operations_reader"), []) == pytest.approx(0.8)
-    floor = [CallOutcome("x", False)] * 3
-    assert ResiliBenchFaults(base_success=0.1).success_probability(poster, floor) == 0.1
-
-
-def test_resilibench_failure_rate_matches_probability_over_many_draws():
-    lib = resilibench_library()
-    reader = lib.spec("file_operations_reader")
-    injector = FaultInjector(ResiliBenchFaults(), seed=11)
-    decisions = [injector.decide(CallContext(f"ep{i}", reader, 0, ())) for i in range(4000)]
-    rate = sum(d.fired for d in decisions) / len(decisions)
-    assert abs(rate - 0.2) < 0.03
-    codes = {d.fault.code for d in decisions if d.fault is not None}
-    assert codes == set(reader.error_codes)
-
-
 def test_rule_faults_fire_on_the_scheduled_calls_only():
-    lib = resilibench_library()
-    plan = RuleFaults(rules=({"tool": "network_*", "calls": (2,), "fault": ErrorFault(code="TIMEOUT")},))
+    lib = library()
+    plan = RuleFaults(rules=({"tool": "l*", "calls": (2,), "fault": ErrorFault(code="TIMEOUT")},))
     injector = FaultInjector(plan, seed=0)
-    fetch = lib.spec("network_fetcher")
-    fired = [injector.decide(CallContext("ep", fetch, n, ())).fired for n in range(4)]
-    assert fired == [False, True, False, False]
-    assert not injector.decide(CallContext("ep", lib.spec("file_operations_reader"), 1, ())).fired
+    for name in ("lookup", "list_records"):  # both match the glob
+        fired = [injector.decide(CallContext("ep", lib.spec(name), n, ())).fired for n in range(4)]
+        assert fired == [False, True, False, False]
+    assert not injector.decide(CallContext("ep", lib.spec("echo"), 1, ())).fired
 
 
 def test_response_side_faults_let_the_tool_run():

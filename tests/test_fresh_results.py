@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from tiny_suite import library as tiny_library
 
 from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import NoFaults
@@ -24,7 +25,6 @@ from mcp_resili.server import backend
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.backend import NotFreshError, SimulatedBackend
 from mcp_resili.server.pipeline import result_text
-from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.tools import ToolLibrary, ToolSpec
 from mcp_resili.trace import ToolCallEvent
 
@@ -125,23 +125,23 @@ async def test_a_broken_promise_fails_the_call_loudly_and_is_never_recorded_as_a
     assert [event.tool for event in server.take_events("e")] == ["fresh"]
 
 
-@pytest.mark.parametrize(
-    ("tool", "arguments"),
-    [
-        ("network_router", {"destination": "api/out", "data": {"records": [{"id": 1, "tags": ["x"]}]}}),
-        ("network_validator", {"data": {"records": [{"id": 1, "nested": {"k": [1]}}]}}),
-        (
-            "data_processing_transformer",
-            {"data": {"records": [{"id": 1, "name": "a", "category": "c", "value": 2, "extra": [1]}]}},
-        ),
-        ("integration_mapper", {"data": {"records": [{"id": 1, "name": "a", "meta": {"k": 1}}]}}),
-    ],
-)
-def test_resilibench_tools_that_pass_data_through_return_copies(tool: str, arguments: dict[str, Any]) -> None:
-    lib = resilibench_library()
+def test_a_suites_tools_that_hand_back_state_return_copies() -> None:
+    """The tiny suite promises fresh results: ``list_records`` hands back copies of the records
+    ``record`` filed, and ``echo`` a string (which nothing can change)."""
+    lib = tiny_library()
     assert lib.fresh_results
-    outcome = simulate(lib, tool, arguments, {})  # the check runs: a shared container raises
-    assert outcome.error_code is None, outcome.message
+    state: dict[str, Any] = {"records": []}
+    for label, value in (("a", 1), ("b", 2)):
+        assert simulate(lib, "record", {"label": label, "value": value}, state).error_code is None
+    listed = simulate(lib, "list_records", {}, state)  # the check runs: a shared container raises
+    assert listed.error_code is None, listed.message
+    assert listed.structured == {
+        "records": [{"label": "a", "value": 1}, {"label": "b", "value": 2}],
+        "count": 2,
+    }
+    listed.structured["records"][0]["value"] = 99
+    assert state["records"][0] == {"label": "a", "value": 1}  # the episode's own records are untouched
+    assert simulate(lib, "echo", {"text": "hi"}, state).structured == {"text": "hi"}
 
 
 def test_a_fresh_result_that_utf8_cannot_carry_is_a_tool_crash_as_with_a_copy() -> None:

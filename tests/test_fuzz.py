@@ -31,8 +31,9 @@ from mcp_resili.server.episodes import EpisodeRequest
 
 pytestmark = pytest.mark.anyio
 
-#: Each suite with faults that reshape or replace results: chaos (schema drift, stale data) for the
-#: stateful suites, ToolMaze's implicit corruption for ToolMaze.
+#: Each benchmark with faults that reshape or replace results: chaos (schema drift, stale data) for the
+#: stateful suites, ToolMaze's implicit corruption for ToolMaze. What is fuzzed is each benchmark's own
+#: tool schemas through the framework's server, so these stay on the benchmarks.
 SUITES = {"resilibench": "lambda=0.3", "reliabilitybench": "lambda=0.2", "toolmaze": "toolmaze:P4"}
 EXAMPLES = 40
 FUZZ = settings(

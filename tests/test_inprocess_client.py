@@ -15,6 +15,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel
+from tiny_suite import suite as tiny_suite
 
 import mcp_resili.client.session as runner_session
 from mcp_resili.client.inprocess import InProcessClient, InProcessDispatcher
@@ -22,7 +23,6 @@ from mcp_resili.client.plan import RunConfig
 from mcp_resili.client.runner import execute
 from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
 
 pytestmark = pytest.mark.anyio
@@ -157,18 +157,16 @@ async def test_progress_and_notifications_a_handler_sends_reach_the_clients_call
 
 
 async def test_the_runners_server_answers_a_faulted_episode_the_same_over_both_clients() -> None:
-    """ResiliServer under the ResiliBench failure model: same results, errors and recorded events."""
-    suite = get_suite("resilibench")
-    task = suite.default_tasks[0]
+    """ResiliServer under the tiny suite's own failure model: same results, errors and recorded events."""
+    suite = tiny_suite()
+    task = suite.task("tiny-4")
     seen: dict[type[Client], list[Any]] = {}
     for kind in CLIENTS:
-        server = ResiliServer(
-            suite, parse_fault_spec("resilibench", get_suite("resilibench").spec_scope), seed=7
-        )
+        server = ResiliServer(suite, parse_fault_spec("tiny", suite.spec_scope), seed=7)
         meta = {META_EPISODE: {"id": "ep-1", "task": task.id, "seed": 7}}
-        fetch = ("network_fetcher", {"source": task.inputs["url"]})
-        scan = ("file_operations_scanner", {"source": task.inputs["directory"]})
-        calls = [fetch, scan] * 6 + [("network_fetcher", {}), ("no_such_tool", {})]
+        look = ("lookup", {"key": task.inputs["key"]})
+        say = ("echo", {"text": task.inputs["label"]})
+        calls = [look, say] * 6 + [("lookup", {}), ("no_such_tool", {})]
         async with kind(server.mcp) as client:
             answers = [await client.call_tool(name, arguments, meta=meta) for name, arguments in calls]
             bad = await outcome(client, "finish")  # the finish tool without its arguments
@@ -224,6 +222,9 @@ def stored(result: Any) -> list[tuple[str, ...]]:
 @pytest.mark.parametrize(
     ("suite", "faults"),
     [
+        ("tiny", "protocol:heavy+tiny"),
+        # Each benchmark too: their own fault machinery (ResiliBench's failure model and discovery,
+        # ToolMaze's deterministic faults, ReliabilityBench's chaos) crosses the hop differently.
         ("resilibench", "protocol:heavy+resilibench"),
         ("toolmaze", "toolmaze:P3"),
         ("reliabilitybench", "lambda=0.3"),

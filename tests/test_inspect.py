@@ -5,10 +5,15 @@ ResiliBench task over per-sample stdio servers, one over a shared HTTP server, a
 ``-T max_turns``, 2 tasks x 2 epochs each, compared call for call with ``mcp-resili run``. The time
 limit is checked with inspect's own OpenAI provider against a loopback fake model API. Everything else
 is a unit test.
+
+On ResiliBench rather than the tiny suite: inspect starts each sample's stdio server with the MCP SDK's
+default environment (no PYTHONPATH), where only an installed package's suite is found, and the naive
+agent's calls that inspect refuses itself (schema-invalid arguments) come from ResiliBench's tasks.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import socket
@@ -247,18 +252,21 @@ print(json.dumps({
 }))
 """
     # Run where inspect users do: outside the checkout (whose mcp_resili.egg-info, first on the path
-    # from its root, hides the editable install's metadata, and with it the mcp_resili/ prefix).
+    # from its root, hides the editable install's metadata, and with it the mcp_resili/ prefix), with
+    # the tiny suite installed as in this process (its dist-info's directory on the path): a third
+    # party's suite is registered too.
+    tiny_site = Path(str(importlib.metadata.distribution("tiny-suite").locate_file("")))
     proc = subprocess.run(
         [sys.executable, "-c", probe, *suite_names()],
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path)},
+        env={"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path), "PYTHONPATH": str(tiny_site)},
         timeout=120,
         check=True,
     )
     found = json.loads(proc.stdout)
-    assert found["tasks"] == suite_names()
+    assert found["tasks"] == suite_names() and "tiny" in found["tasks"]
     face = ("mcp_resili", "mcp_resili.constants")  # the public face loads its names on first use
     assert all(m in face or m.startswith("mcp_resili.integrations") for m in found["modules"])
     assert SUITE_ENTRY_POINTS == ENTRY_POINT_GROUP

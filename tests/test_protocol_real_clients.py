@@ -4,6 +4,7 @@ the tests check that each met every fault type (the server's ledger says so) and
 
 One HTTP server serves the whole module; fault ``i`` fires on the first call of the session whose fault
 key is ``untasked/i`` (each client names its sessions' trials), so every client meets every type once.
+The server plays the tiny suite (tests/tiny_suite); its ``lookup`` is the tool every client calls.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from mcp_resili.constants import EPISODE_HEADER
 from mcp_resili.faults import PROTOCOL_TYPES
 from mcp_resili.trace import ToolCallEvent, Trace
 
-READER = "file_operations_reader"
-ARGS = {"source": "data/a.csv"}
+READER = "lookup"
+ARGS = {"key": "apple"}
 #: Seconds an Inspector run may take; one that hangs past it (it keeps waiting for a reset response) is
 #: recorded as hanging. Its normal runs take about two seconds.
 HANG_SECONDS = 10.0
@@ -50,6 +51,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     work = tmp_path_factory.mktemp("protocol-clients")
     traces = work / "traces"
     args = (
+        "--suite",
+        "tiny",
         "--faults",
         str(fault_file(work / "faults.json")),
         "--time-scale",
@@ -150,7 +153,7 @@ def test_the_inspector_cli_meets_every_protocol_fault_type(
             "--tool-name",
             READER,
             "--tool-arg",
-            f"source={ARGS['source']}",
+            f"key={ARGS['key']}",
             "--header",
             f"{EPISODE_HEADER}: {json.dumps(episode('inspector', i))}",
             "--transport",

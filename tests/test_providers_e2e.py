@@ -1,4 +1,8 @@
-"""The real anthropic and openai SDK clients against a loopback fake model API, through our MCP server."""
+"""The real anthropic and openai SDK clients against a loopback fake model API, through our MCP server.
+
+Every run plays the tiny suite (tests/tiny_suite), found by name through its entry point; the fake API's
+oracle recognises its tasks by their prompts.
+"""
 
 import contextlib
 import json
@@ -8,6 +12,7 @@ from dataclasses import replace
 import anyio
 import pytest
 from fakes.model_server import Failure, FakeModelServer, Reply, oracle_policy, serve
+from servers import with_test_path
 
 from mcp_resili.agents.model import ModelRequest, ToolDefinition, UserMessage
 from mcp_resili.client.providers import RetryPolicy, create_model
@@ -56,14 +61,14 @@ def outcomes(rows):
 
 async def run_hosted(tmp_path, model, url, sleeper=None, **config):
     """One trial per task of ``model`` at ``url``; retries wait on ``sleeper`` (a recorder), not the clock."""
-    run = RunConfig(db=tmp_path / "r.db", models=(model,), trials=1, base_url=url, **config)
+    run = RunConfig(suite="tiny", db=tmp_path / "r.db", models=(model,), trials=1, base_url=url, **config)
     return await execute(run, model_options={"sleeper": sleeper or Sleeps()})
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_tool_calls_round_trip_through_the_real_sdk_and_our_mcp_server(tmp_path, provider):
     fake = FakeModelServer(oracle_policy())
-    config = RunConfig(db=tmp_path / "r.db", trials=2, limit=3, seed=4, concurrency=4)
+    config = RunConfig(suite="tiny", db=tmp_path / "r.db", trials=2, limit=3, seed=4, concurrency=4)
     async with serve(fake.app) as url:
         hosted = await execute(
             replace(config, models=(f"{provider}:fake-1",), base_url=base_url(provider, url)),
@@ -100,6 +105,7 @@ async def test_429_and_500_answers_are_retried(tmp_path, provider, status, heade
     async with serve(fake.app) as url:
         result = await execute(
             RunConfig(
+                suite="tiny",
                 db=tmp_path / "r.db",
                 models=(f"{provider}:fake",),
                 trials=1,
@@ -124,6 +130,7 @@ async def test_a_provider_that_keeps_failing_yields_infrastructure_errors_not_ag
     async with serve(fake.app) as url:
         result = await execute(
             RunConfig(
+                suite="tiny",
                 db=tmp_path / "r.db",
                 models=(f"{provider}:fake",),
                 trials=1,
@@ -160,10 +167,11 @@ async def test_context_overflow_ends_the_episode_as_context_exceeded_and_is_scor
     async with serve(fake.app) as url:
         result = await execute(
             RunConfig(
+                suite="tiny",
                 db=tmp_path / "r.db",
                 models=(f"{provider}:fake",),
                 trials=1,
-                tasks=("task_3810a39f",),
+                tasks=("tiny-3",),
                 faults=("none",),
                 base_url=base_url(provider, url),
             ),
@@ -205,6 +213,7 @@ async def test_max_cost_stops_cleanly_and_a_resume_with_more_budget_completes_th
     fake = FakeModelServer(oracle_policy())
     async with serve(fake.app) as url:
         config = RunConfig(
+            suite="tiny",
             db=tmp_path / "r.db",
             models=("openai:fake",),
             trials=1,
@@ -231,7 +240,11 @@ async def test_max_cost_refuses_models_without_a_price(tmp_path):
     with pytest.raises(RunConfigError, match="openai:mystery"):
         await execute(
             RunConfig(
-                db=tmp_path / "r.db", models=("openai:mystery",), base_url="http://127.0.0.1:9/v1", max_cost=5
+                suite="tiny",
+                db=tmp_path / "r.db",
+                models=("openai:mystery",),
+                base_url="http://127.0.0.1:9/v1",
+                max_cost=5,
             )
         )
     assert not (tmp_path / "r.db").exists()
@@ -242,10 +255,11 @@ async def test_max_tokens_ends_the_episode_after_the_turn_that_crosses_it(tmp_pa
     async with serve(fake.app) as url:
         result = await execute(
             RunConfig(
+                suite="tiny",
                 db=tmp_path / "r.db",
                 models=("openai:fake",),
                 trials=1,
-                tasks=("task_3810a39f",),
+                tasks=("tiny-3",),
                 faults=("none",),
                 base_url=f"{url}/v1",
                 max_tokens=200,  # the fake spends 120 tokens on turn 1 and 130 on turn 2
@@ -263,17 +277,19 @@ async def test_a_hosted_model_runs_against_another_mcp_server_over_stdio(tmp_pat
     async with serve(fake.app) as url:
         result = await execute(
             RunConfig(
+                suite="tiny",
                 db=tmp_path / "r.db",
                 models=("openai:fake",),
                 trials=1,
                 limit=2,
-                server=f"{sys.executable} -m mcp_resili serve --faults none",
+                server=with_test_path(f"{sys.executable} -m mcp_resili serve --suite tiny --faults none"),
                 base_url=f"{url}/v1",
             )
         )
     assert {r.label for r in result.rows} == {"full"} and {r.faults for r in result.rows} == {"server"}
-    trace = Trace.from_lines(result.rows[0].trace.splitlines())
-    assert trace.header.fault_plan["kind"] == "external" and len(trace.tool_calls) >= 2
+    traces = {r.task_id: Trace.from_lines(r.trace.splitlines()) for r in result.rows}
+    assert {t.header.fault_plan["kind"] for t in traces.values()} == {"external"}
+    assert [c.tool for c in traces["tiny-2"].tool_calls] == ["lookup", "scale"]
 
 
 _NOT_AN_ANSWER = {
@@ -379,7 +395,9 @@ async def test_broken_http_is_retried_then_an_infrastructure_error_naming_its_ca
     async with listener, anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, handle)
         result = await execute(
-            RunConfig(db=tmp_path / "r.db", models=(f"{provider}:x",), trials=1, limit=1, base_url=url),
+            RunConfig(
+                suite="tiny", db=tmp_path / "r.db", models=(f"{provider}:x",), trials=1, limit=1, base_url=url
+            ),
             model_options={"sleeper": Sleeps(), "retry": RetryPolicy(max_attempts=2), "timeout": 0.2},
         )
         tg.cancel_scope.cancel()
@@ -400,6 +418,7 @@ async def test_a_group_of_infrastructure_errors_only_reports_no_rates_not_zero(t
     async with serve(fake.app) as url:
         result = await execute(
             RunConfig(
+                suite="tiny",
                 db=tmp_path / "r.db",
                 models=("openai:down", "scripted:oracle"),
                 trials=1,
@@ -444,22 +463,26 @@ async def test_a_resume_plays_infrastructure_errors_again_and_equals_a_run_witho
         common = dict(
             models=("openai:fake",), trials=1, limit=6, concurrency=1, base_url=base_url("openai", url)
         )
-        clean = await execute(RunConfig(db=tmp_path / "clean.db", **common), model_options=options)
+        clean = await execute(
+            RunConfig(suite="tiny", db=tmp_path / "clean.db", **common), model_options=options
+        )
 
         def outage_after_two(row):
             state["answered"] += 1
             state["down"] = state["answered"] >= 2
 
         first = await execute(
-            RunConfig(db=tmp_path / "r.db", **common), model_options=options, on_episode=outage_after_two
+            RunConfig(suite="tiny", db=tmp_path / "r.db", **common),
+            model_options=options,
+            on_episode=outage_after_two,
         )
         assert [r.termination for r in first.rows].count("infrastructure_error") == 4
         state["down"] = False
         run_id = first.run_id
-        estimate = await estimate_run(RunConfig(db=tmp_path / "r.db", **common), resume=run_id)
+        estimate = await estimate_run(RunConfig(suite="tiny", db=tmp_path / "r.db", **common), resume=run_id)
         assert estimate.episodes == 4
         resumed = await execute(
-            RunConfig(db=tmp_path / "r.db", **common), resume=run_id, model_options=options
+            RunConfig(suite="tiny", db=tmp_path / "r.db", **common), resume=run_id, model_options=options
         )
     assert (resumed.resumed, resumed.replayed_infrastructure_errors) == (2, 4)
 

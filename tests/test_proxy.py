@@ -1,4 +1,8 @@
+"""The fault-injecting proxy in front of any MCP server. Its upstream is our own server playing the
+tiny suite (tests/tiny_suite) where a test needs real tools, or a hand-made server."""
+
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -9,19 +13,21 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
-from servers import child_env, cli_command
+from servers import child_env, cli_command, with_test_path
+from tiny_suite import suite as tiny_suite
 
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.constants import META_EVENT
 from mcp_resili.faults import ErrorFault, NoFaults, RuleFaults
 from mcp_resili.proxy import ClientRelay, ProxyServer, UpstreamError, connect_upstream, run_proxy
-from mcp_resili.registry.loader import get_suite
 from mcp_resili.report import summarize
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.trace import Trace
 from mcp_resili.trace.codes import UPSTREAM_CLOSED
 
 pytestmark = pytest.mark.anyio
+
+TINY = tiny_suite()
 
 
 def first_call_times_out(tool_glob, side="request"):
@@ -31,7 +37,7 @@ def first_call_times_out(tool_glob, side="request"):
 
 
 async def test_proxy_exposes_the_upstream_surface_unchanged():
-    upstream = ResiliServer(get_suite("resilibench"), NoFaults())
+    upstream = ResiliServer(TINY, NoFaults())
     async with Client(upstream.mcp) as direct:
         proxy = await ProxyServer.create(direct, NoFaults(), upstream="in-memory")
         async with Client(proxy.mcp) as client:
@@ -43,28 +49,27 @@ async def test_proxy_exposes_the_upstream_surface_unchanged():
             assert [p.name for p in prompts.prompts] == [
                 p.name for p in (await direct.list_prompts()).prompts
             ]
-            args = {"source": "data/a.csv"}
-            proxied = await client.call_tool(
-                "file_operations_reader", args, meta={"mcp-resili/episode": "p1"}
-            )
-            plain = await direct.call_tool("file_operations_reader", args, meta={"mcp-resili/episode": "d1"})
+            args = {"key": "fig"}
+            proxied = await client.call_tool("lookup", args, meta={"mcp-resili/episode": "p1"})
+            plain = await direct.call_tool("lookup", args, meta={"mcp-resili/episode": "d1"})
     assert proxied.content == plain.content and proxied.structured_content == plain.structured_content
+    assert proxied.structured_content == {"key": "fig", "value": 11}
 
 
 async def test_request_side_fault_never_reaches_the_upstream(tmp_path):
-    upstream = ResiliServer(get_suite("resilibench"), NoFaults(), trace_dir=tmp_path / "upstream")
+    upstream = ResiliServer(TINY, NoFaults(), trace_dir=tmp_path / "upstream")
     async with Client(upstream.mcp) as direct:
         proxy = await ProxyServer.create(
             direct,
-            first_call_times_out("file_*"),
+            first_call_times_out("l*"),
             upstream="in-memory",
             trace_dir=tmp_path / "proxy",
             expose_faults=True,
         )
         async with Client(proxy.mcp) as client:
             meta = {"mcp-resili/episode": "e"}
-            first = await client.call_tool("file_operations_reader", {"source": "a.csv"}, meta=meta)
-            second = await client.call_tool("file_operations_reader", {"source": "a.csv"}, meta=meta)
+            first = await client.call_tool("lookup", {"key": "apple"}, meta=meta)
+            second = await client.call_tool("lookup", {"key": "apple"}, meta=meta)
     assert first.is_error and first.content[0].text.startswith("Error TIMEOUT")
     assert first.meta[META_EVENT]["fault"]["code"] == "TIMEOUT"
     assert not second.is_error
@@ -76,19 +81,18 @@ async def test_request_side_fault_never_reaches_the_upstream(tmp_path):
 
 
 async def test_response_side_fault_lets_the_upstream_write_happen(tmp_path):
-    upstream = ResiliServer(get_suite("resilibench"), NoFaults(), trace_dir=tmp_path)
+    upstream = ResiliServer(TINY, NoFaults(), trace_dir=tmp_path)
     async with Client(upstream.mcp) as direct:
-        proxy = await ProxyServer.create(
-            direct, first_call_times_out("utility_*", "response"), upstream="mem"
-        )
+        proxy = await ProxyServer.create(direct, first_call_times_out("record", "response"), upstream="mem")
         async with Client(proxy.mcp) as client:
-            result = await client.call_tool(
-                "utility_logger", {"data": {"m": 1}}, meta={"mcp-resili/episode": "e"}
-            )
-    assert result.is_error
+            meta = {"mcp-resili/episode": "e"}
+            looked = await client.call_tool("lookup", {"key": "apple"}, meta=meta)  # the write's dependency
+            result = await client.call_tool("record", {"label": "a", "value": 3}, meta=meta)
+    assert not looked.is_error and result.is_error and result.content[0].text.startswith("Error TIMEOUT")
     (trace_file,) = tmp_path.iterdir()
-    (call,) = Trace.read(trace_file).tool_calls
-    assert call.tool == "utility_logger" and not call.is_error
+    calls = Trace.read(trace_file).tool_calls
+    assert [(c.tool, c.is_error) for c in calls] == [("lookup", False), ("record", False)]
+    assert calls[1].result == {"record_id": "R-0001", "count": 1}  # the upstream wrote it
 
 
 @pytest.mark.parametrize("side", ["request", "response"])
@@ -102,7 +106,7 @@ async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_pat
                 "kind": "rules",
                 "rules": [
                     {
-                        "tool": "data_processing_parser",
+                        "tool": "scale",
                         "calls": [1],
                         "fault": {"type": "error", "code": "TIMEOUT", "side": side},
                     }
@@ -110,20 +114,26 @@ async def test_runner_through_the_proxy_over_stdio_sees_the_proxy_faults(tmp_pat
             }
         )
     )
-    inner = f"{sys.executable} -m mcp_resili serve --faults none"
-    server = f"{sys.executable} -m mcp_resili proxy --upstream '{inner}' --faults {faults} --expose-faults"
-    result = await execute(RunConfig(server=server, trials=1, limit=3, db=tmp_path / "r.db"))
+    inner = f"{sys.executable} -m mcp_resili serve --suite tiny --faults none"
+    proxy = f"{sys.executable} -m mcp_resili proxy --upstream {shlex.quote(inner)} --faults {faults}"
+    proxy += " --expose-faults"
+    config = RunConfig(
+        suite="tiny",
+        server=with_test_path(proxy),
+        tasks=("tiny-2", "tiny-3", "tiny-5"),
+        trials=1,
+        db=tmp_path / "r.db",
+    )
+    result = await execute(config, suite=TINY)
     by_model = {s.model: s for s in summarize(result.rows)}
     assert by_model["scripted:oracle"].levels["full"].value == 1.0
-    assert (
-        by_model["scripted:naive"].levels["full"].value == 0.0
-    )  # the parser's first call fails, and it never retries
-    first_parser_calls = [
-        next(c for c in calls if c.tool == "data_processing_parser")
-        for calls in (Trace.from_lines(row.trace.splitlines()).tool_calls for row in result.rows)
-        if any(c.tool == "data_processing_parser" for c in calls)
+    # Every task scales; the first scale call fails, and the naive agent never retries.
+    assert by_model["scripted:naive"].levels["full"].value == 0.0
+    first_scale_calls = [
+        next(c for c in Trace.from_lines(row.trace.splitlines()).tool_calls if c.tool == "scale")
+        for row in result.rows
     ]
-    assert first_parser_calls and all(c.fault is not None and c.is_error for c in first_parser_calls)
+    assert len(first_scale_calls) == 6 and all(c.fault is not None and c.is_error for c in first_scale_calls)
 
 
 def marker_upstream() -> Server:
@@ -320,16 +330,16 @@ async def test_an_http_upstream_killed_mid_session_fails_the_call_instead_of_han
 
     answers = []
     meta = {"mcp-resili/episode": "e"}
-    args = {"source": "data/a.csv"}
+    args = {"key": "apple"}
 
-    async with running_http_server("--faults", "none", workdir=tmp_path) as upstream:
+    async with running_http_server("--suite", "tiny", "--faults", "none", workdir=tmp_path) as upstream:
 
         async def serve(proxy):
             async with Client(proxy.mcp, mode="legacy") as client:
-                answers.append(await client.call_tool("file_operations_reader", args, meta=meta))
+                answers.append(await client.call_tool("lookup", args, meta=meta))
                 upstream.process.kill()
                 upstream.process.wait()
-                answers.append(await client.call_tool("file_operations_reader", args, meta=meta))
+                answers.append(await client.call_tool("lookup", args, meta=meta))
 
         with anyio.fail_after(30):  # a guard only: the answer comes at once
             await run_proxy(upstream.url, NoFaults(), serve, trace_dir=tmp_path / "traces")
@@ -343,15 +353,15 @@ async def test_an_http_upstream_killed_mid_session_fails_the_call_instead_of_han
 async def test_episodes_naming_different_tasks_meet_their_own_draws_through_the_proxy(tmp_path):
     """The proxy has no tasks: it keyed every episode 'untasked/TRIAL', so trial 0 of every task met
     the same fault draws. The task the episode names keys them now, as on our own server."""
-    upstream = ResiliServer(get_suite("resilibench"), NoFaults())
+    upstream = ResiliServer(TINY, NoFaults())
     coin = RuleFaults(rules=({"tool": "*", "probability": 0.5, "fault": ErrorFault(code="TIMEOUT")},))
     async with Client(upstream.mcp) as direct:
         proxy = await ProxyServer.create(direct, coin, upstream="mem", trace_dir=tmp_path)
         async with Client(proxy.mcp) as client:
-            tasks = [t.id for t in get_suite("resilibench").default_tasks[:2]]
+            tasks = [t.id for t in TINY.tasks[:2]]
             for task in tasks:
                 meta = {"mcp-resili/episode": {"id": task, "task": task, "trial": 0}}
                 for _ in range(3):
-                    await client.call_tool("utility_logger", {"data": {"m": 1}}, meta=meta)
+                    await client.call_tool("echo", {"text": "m"}, meta=meta)
     keys = {Trace.read(path).header.fault_key for path in tmp_path.iterdir()}
     assert keys == {f"{task}/0" for task in tasks}

@@ -1,7 +1,9 @@
 """The Ray executor on a real local Ray instance (worker processes, not local mode), started once here.
 
 Ray comes with the [test] extra, so these tests always run. The instance binds loopback only, reports
-no usage statistics and writes nothing under ~/.ray (a token of this process only).
+no usage statistics and writes nothing under ~/.ray (a token of this process only). Runs play the tiny
+suite (tests/tiny_suite): Ray's worker processes inherit this process's PYTHONPATH, where it is installed,
+and each worker resolves it by name, as it would an installed package's suite.
 """
 
 import json
@@ -84,7 +86,7 @@ def comparable(result):
     return sorted(out)
 
 
-CONFIG = {"trials": 1, "limit": 4, "stratified": True, "seed": 3, "time_scale": 0.0}
+CONFIG = {"suite": "tiny", "trials": 1, "limit": 4, "stratified": True, "seed": 3, "time_scale": 0.0}
 
 
 @pytest.fixture(scope="module")
@@ -117,12 +119,14 @@ async def test_two_workers_one_killed_mid_run_store_exactly_the_local_rows_each_
 ):
     killed = []
 
-    def kill_worker_zero_on_its_first_batch(index, pid, episodes):
-        if index == 0 and not killed:
+    def kill_the_first_worker_handed_a_batch(index, pid, episodes):
+        # Whichever worker is handed work first (on a loaded machine one may start long before the
+        # other and could play the whole run alone).
+        if not killed:
             os.kill(pid, signal.SIGKILL)  # before the batch can come back: it is in flight
             killed.append(episodes)
 
-    executor = RayExecutor(workers=2, on_dispatch=kill_worker_zero_on_its_first_batch)
+    executor = RayExecutor(workers=2, on_dispatch=kill_the_first_worker_handed_a_batch)
     result = await execute(RunConfig(db=tmp_path / "r.db", **CONFIG), executor=executor)
     assert killed and executor.replaced >= 1
     assert 1 <= executor.replayed <= 4  # what was in flight on the dead worker, nothing else
@@ -136,6 +140,7 @@ async def test_reflexion_chains_stay_whole_on_two_workers_so_later_trials_start_
 ):
     # The first call of every tool meets a connection reset: the learner's first trial fails, and
     # only a trial that starts with that trial's reflection (played after it, same memory) passes.
+    # On ReliabilityBench: its learner is the agent whose later trials depend on the reflection.
     faults = tmp_path / "first-calls.json"
     faults.write_text(
         '{"kind": "rules", "rules": [{"tool": "*", "calls": [1], "fault": {"type": "connection_reset"}}]}'
@@ -169,11 +174,12 @@ async def test_the_cost_cap_holds_for_the_whole_run_across_ray_workers_even_with
     fake = FakeModelServer(oracle_policy())
     async with serve(fake.app) as url:  # the workers call it over loopback HTTP
         config = RunConfig(
+            suite="tiny",
             db=tmp_path / "r.db",
             models=("openai:fake",),
             faults=("none",),
-            trials=1,
-            limit=12,
+            trials=2,
+            limit=6,
             concurrency=4,
             base_url=f"{url}/v1",
             prices=prices,
@@ -200,7 +206,7 @@ async def test_sigterm_stops_a_ray_run_in_one_line_and_gives_the_cluster_its_cpu
         run_args = [
             *("--executor", "ray", "--ray-address", ray_cluster.address_info["gcs_address"]),
             *("--ray-workers", "2", "--model", "openai:fake", "--base-url", f"{url}/v1"),
-            *("--limit", "4", "--trials", "2", "--concurrency", "4"),
+            *("--suite", "tiny", "--limit", "4", "--trials", "2", "--concurrency", "4"),
         ]
         returncode, stderr = await signal_mid_run(run_args, tmp_path / "r.db", signal.SIGTERM)
         fake.release.set()
@@ -249,7 +255,8 @@ def test_an_unreachable_ray_address_is_one_line_before_anything_is_stored(tmp_pa
                 record.unlink()
                 monkeypatch.setenv("RAY_ADDRESS", address)
             db = tmp_path / "r.db"
-            assert main(["run", "--executor", "ray", *flags, "--limit", "1", "--db", str(db)]) == 2
+            argv = ["run", "--suite", "tiny", "--executor", "ray", *flags, "--limit", "1", "--db", str(db)]
+            assert main(argv) == 2
             err = capsys.readouterr().err
             assert err == f"mcp-resili: error: cannot reach Ray at {named}: Connection refused ({why})\n"
             assert not db.exists()
@@ -276,7 +283,21 @@ def test_an_unreachable_ray_address_is_one_line_before_anything_is_stored(tmp_pa
         for flag, message in refusals:
             db = tmp_path / "r.db"
             assert (
-                main(["run", "--executor", "ray", "--ray-address", flag, "--limit", "1", "--db", str(db)])
+                main(
+                    [
+                        "run",
+                        "--suite",
+                        "tiny",
+                        "--executor",
+                        "ray",
+                        "--ray-address",
+                        flag,
+                        "--limit",
+                        "1",
+                        "--db",
+                        str(db),
+                    ]
+                )
                 == 2
             )
             err = capsys.readouterr().err
@@ -300,7 +321,19 @@ async def test_a_token_protected_instance_is_joined_by_default_and_by_address_wi
     env.update(HOME=str(home), RAY_TMPDIR=str(ray_tmp))
 
     async def run(*flags, **extra_env):
-        argv = ["run", "--executor", "ray", *flags, "--limit", "2", "--trials", "1", "--json"]
+        argv = [
+            "run",
+            "--suite",
+            "tiny",
+            "--executor",
+            "ray",
+            *flags,
+            "--limit",
+            "2",
+            "--trials",
+            "1",
+            "--json",
+        ]
         argv += ["--db", str(tmp_path / f"{len(flags)}-{len(extra_env)}.db")]
         with anyio.fail_after(120):
             return await anyio.run_process(
@@ -369,7 +402,7 @@ async def test_a_budget_actor_that_dies_stops_the_run_in_one_line_and_resume_fin
     prices.write_text('[prices."openai:fake"]\ninput = 1.0\noutput = 1.0\n')
     fake = FakeModelServer(oracle_policy())
     async with serve(fake.app) as url:
-        options = {"models": ("openai:fake",), "faults": ("none",), "trials": 1, "limit": 6}
+        options = {"suite": "tiny", "models": ("openai:fake",), "faults": ("none",), "trials": 1, "limit": 6}
         options.update(concurrency=4, base_url=f"{url}/v1", prices=prices, max_cost=100.0)
         local = await execute(RunConfig(db=tmp_path / "l.db", **options))
         config = RunConfig(db=tmp_path / "r.db", **options)
@@ -460,7 +493,12 @@ def test_the_ray_executor_without_ray_installed_is_one_line_naming_the_extra(mon
         monkeypatch.setenv(key, value)
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets without the extra
     db = tmp_path / "r.db"
-    assert main(["run", "--executor", "ray", "--limit", "1", "--trials", "1", "--db", str(db)]) == 2
+    assert (
+        main(
+            ["run", "--suite", "tiny", "--executor", "ray", "--limit", "1", "--trials", "1", "--db", str(db)]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install 'mcp-resili[ray]'" in err
     assert not db.exists()

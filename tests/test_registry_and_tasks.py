@@ -1,38 +1,20 @@
-import importlib.util
-import itertools
+"""The suite contract and the data it is made of: tool specs, tasks and their DAGs, unknown names,
+prompts, and suites whose fields or tasks are wrong. On the tiny suite (tests/tiny_suite)."""
+
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-import jsonschema
 import pytest
 from pydantic import ValidationError
+from tiny_suite import suite as tiny_suite
+from tiny_suite import tasks as tiny_tasks
 
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.registry.suites import SuiteLoadError, UnknownSuiteError, UnknownTaskError
-from mcp_resili.suites.resilibench.library import resilibench_library
-from mcp_resili.suites.resilibench.tasks import default_tasks
-from mcp_resili.tasks import Task, resolve_arguments
-from mcp_resili.tools import ToolFailure, ToolSpec
+from mcp_resili.tasks import Task
+from mcp_resili.tools import ToolSpec
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_library_has_six_categories_of_five_operations():
-    lib = resilibench_library()
-    assert len(lib) == 30
-    by_category = {c: [s for s in lib if s.category == c] for c in {s.category for s in lib}}
-    assert len(by_category) == 6 and all(len(v) == 5 for v in by_category.values())
-    assert all(s.name == f"{s.category}_{s.operation}" for s in lib)
-
-
-def test_declared_errors_and_dependencies_follow_the_reference_registry():
-    lib = resilibench_library()
-    assert set(lib.spec("file_operations_reader").error_codes) >= {"FILE_NOT_FOUND", "PERMISSION_DENIED"}
-    assert set(lib.spec("network_fetcher").error_codes) >= {"NETWORK_ERROR", "INVALID_RESPONSE"}
-    assert set(lib.spec("computation_analyzer").error_codes) >= {"CALCULATION_ERROR", "OVERFLOW"}
-    assert lib.spec("utility_notifier").dependencies == ("computation_analyzer", "network_monitor")
-    assert sum(1 for s in lib if s.dependencies) == 9
+TINY = tiny_suite()
 
 
 def test_tool_spec_rejects_non_object_schema_and_bad_names():
@@ -42,66 +24,8 @@ def test_tool_spec_rejects_non_object_schema_and_bad_names():
         ToolSpec(name="has space", description="", input_schema={"type": "object"})
 
 
-def test_every_gold_workflow_runs_cleanly_and_outputs_validate():
-    lib = resilibench_library()
-    for task in default_tasks():
-        state: dict = {}
-        results: dict = {}
-        for step in task.workflow.steps:
-            arguments = resolve_arguments(step, task.inputs, results)
-            jsonschema.validate(arguments, lib.spec(step.tool).input_schema)
-            results[step.id] = lib.simulate(step.tool, arguments, state)  # validates output schema too
-        assert results, task.id
-
-
-def test_data_flows_between_tools():
-    lib = resilibench_library()
-    state: dict = {}
-    read = lib.simulate("file_operations_reader", {"source": "data/a.csv"}, state)
-    parsed = lib.simulate("data_processing_parser", {"data": read["data"]}, state)
-    total = lib.simulate(
-        "computation_calculator", {"data": parsed["data"], "options": {"operation": "sum"}}, state
-    )
-    assert total["data"]["result"] == pytest.approx(
-        sum(r["value"] for r in parsed["data"]["records"]), abs=0.01
-    )
-    lib.simulate("file_operations_writer", {"data": parsed["data"], "destination": "out/b.json"}, state)
-    again = lib.simulate("file_operations_reader", {"source": "out/b.json"}, state)
-    assert lib.simulate("data_processing_parser", {"data": again["data"]}, state)["data"] == parsed["data"]
-
-
-def test_tools_report_their_own_declared_failures():
-    with pytest.raises(ToolFailure) as failure:
-        resilibench_library().simulate("file_operations_reader", {"source": "data/missing.csv"}, {})
-    assert failure.value.code == "FILE_NOT_FOUND"
-
-
-def test_default_tasks_cover_every_task_type_with_consistent_ground_truth():
-    tasks = default_tasks()
-    assert {t.task_type for t in tasks} == {
-        "basic_file_processing",
-        "simple_data_transformation",
-        "complex_validation_pipeline",
-        "complex_network_integration",
-        "advanced_computation_pipeline",
-    }
-    assert len({t.id for t in tasks}) == len(tasks)
-    for task in tasks:
-        assert task.workflow.tool_order_is_consistent(list(task.required_tools))
-        deps = {d for tool in task.required_tools for d in resilibench_library().spec(tool).dependencies}
-        assert deps <= set(task.required_tools), task.id
-
-
-def test_default_task_file_is_exactly_what_the_generator_makes():
-    spec = importlib.util.spec_from_file_location("regen", ROOT / "scripts" / "regenerate_default_tasks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    stored = (ROOT / "mcp_resili" / "suites" / "resilibench" / "default.json").read_text(encoding="utf-8")
-    assert module.render() == stored
-
-
 def test_task_rejects_required_tools_that_contradict_the_dag():
-    task = default_tasks()[-1]
+    task = TINY.task("tiny-3")  # lookup → scale → record
     data = task.model_dump(mode="json", exclude={"instance_id"})
     data["required_tools"] = list(reversed(data["required_tools"]))
     with pytest.raises(ValidationError, match="contradicts"):
@@ -109,7 +33,7 @@ def test_task_rejects_required_tools_that_contradict_the_dag():
 
 
 def test_task_rejects_a_cyclic_workflow():
-    task = default_tasks()[0]
+    task = TINY.task("tiny-2")  # lookup → scale
     data = task.model_dump(mode="json", exclude={"instance_id"})
     a, b = data["workflow"]["edges"][0]
     data["workflow"]["edges"].append([b, a])
@@ -118,22 +42,25 @@ def test_task_rejects_a_cyclic_workflow():
 
 
 def test_unknown_suite_and_task_errors_suggest_alternatives():
-    with pytest.raises(UnknownSuiteError, match="resilibench"):
+    with pytest.raises(UnknownSuiteError, match=r"available: .*\btiny\b"):
         get_suite("nope")
-    suite = get_suite("resilibench")
-    known = suite.tasks[0].id
-    with pytest.raises(UnknownTaskError, match=known):
-        suite.task(known[:-1] + "x")
+    with pytest.raises(UnknownTaskError) as unknown:
+        TINY.task("tiny-12")
+    message, _, suggested = str(unknown.value).partition("; did you mean ")
+    assert message == "unknown task 'tiny-12' in suite 'tiny'"
+    assert "tiny-1" in suggested.rstrip("?").split(", ")
+    with pytest.raises(UnknownTaskError, match="see `mcp-resili tasks list --suite tiny`"):
+        TINY.task("zzzzzz")
 
 
 def test_prompts_carry_the_task_and_inputs():
-    suite = get_suite("resilibench")
-    for task in itertools.islice(suite.tasks, 5):
-        text = suite.prompt(task)
+    for task in TINY.tasks:
+        text = TINY.prompt(task)
         assert task.description in text and "finish" in text
         assert all(str(v) in text for v in task.inputs.values())
+        assert TINY.prompt(task, "terse") == task.description  # the suite's own variant
     with pytest.raises(ValueError, match="variant"):
-        suite.prompt(suite.tasks[0], "nope")
+        TINY.prompt(TINY.tasks[0], "nope")
 
 
 @pytest.mark.parametrize(
@@ -144,7 +71,7 @@ def test_a_suite_with_a_field_of_the_wrong_type_is_refused_when_built(field, val
     # A third party's ``Suite(agents=None)`` fails in its factory (one line from `get_suite`), not
     # later in whichever command reads the field.
     with pytest.raises(TypeError, match=f"Suite {field} must be"):
-        replace(get_suite("reliabilitybench"), **{field: value})
+        replace(TINY, **{field: value})
 
 
 def _exit() -> list[Task]:
@@ -158,15 +85,15 @@ def _missing_key() -> list[Task]:
 @pytest.mark.parametrize(
     ("load_tasks", "expected"),
     [
-        (lambda: [task.model_dump(mode="json") for task in default_tasks()], "must be Task objects"),
-        (lambda: [*default_tasks(), "x"], f"item {len(default_tasks())} is a str"),
+        (lambda: [task.model_dump(mode="json") for task in tiny_tasks()], "must be Task objects"),
+        (lambda: [*tiny_tasks(), "x"], "item 6 is a str"),
         (lambda: None, "not a sequence of Task"),
         (_missing_key, "KeyError"),
         (_exit, "SystemExit: tasks called sys.exit"),
     ],
 )
 def test_a_suite_whose_tasks_are_not_task_objects_or_do_not_load_is_one_line(load_tasks, expected):
-    suite = replace(get_suite("reliabilitybench"), load_tasks=load_tasks)
+    suite = replace(TINY, load_tasks=load_tasks)
     with pytest.raises(SuiteLoadError, match=expected) as error:
         _ = suite.tasks
     assert "\n" not in str(error.value)

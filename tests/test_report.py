@@ -1,12 +1,18 @@
+"""Reports: statistics, the generic sections with a suite's own, HTML (in headless chromium too), SVG
+figures and run comparisons. Runs and synthetic runs of the tiny suite (tests/tiny_suite); its report
+section is one table. Each benchmark's own section is tested in tests/suites/<name>/."""
+
 import json
 import re
 import struct
-import subprocess
 import zlib
 from html import unescape as html_unescape
 from urllib.parse import quote
 
 import pytest
+from browser import headless
+from tiny_suite import suite as tiny_suite
+from tiny_suite.synthetic import write_synthetic_run
 
 from mcp_resili.cli import main
 from mcp_resili.client.runner import RunConfig, execute
@@ -18,34 +24,15 @@ from mcp_resili.report.html import render_html
 from mcp_resili.report.section import ChartBlock
 from mcp_resili.report.stats import mcnemar_exact, mean_interval
 from mcp_resili.store import Store
-from mcp_resili.suites.resilibench.synthetic import write_synthetic_run
 
 
 @pytest.fixture(scope="module")
-def resili_db(tmp_path_factory):
+def tiny_db(tmp_path_factory):
+    """The oracle and the naive agent, 2 trials of the tiny suite's 6 tasks under its faults: 24 episodes."""
     import anyio
 
     db = tmp_path_factory.mktemp("report") / "r.db"
-    anyio.run(lambda: execute(RunConfig(db=db, trials=2, limit=6, seed=3)))
-    return db
-
-
-@pytest.fixture(scope="module")
-def reliability_db(tmp_path_factory):
-    import anyio
-
-    db = tmp_path_factory.mktemp("rel") / "r.db"
-    config = RunConfig(
-        suite="reliabilitybench",
-        db=db,
-        trials=2,
-        limit=4,
-        faults=("lambda=0.0", "lambda=0.2"),
-        perturb=("eps=0", "eps=0.2"),
-        time_scale=0,
-        models=("scripted:oracle",),
-    )
-    anyio.run(lambda: execute(config))
+    anyio.run(lambda: execute(RunConfig(suite="tiny", db=db, trials=2, seed=3), suite=tiny_suite()))
     return db
 
 
@@ -73,24 +60,24 @@ def test_mean_interval_is_wilsons_on_the_rescaled_mean_and_never_collapses_to_a_
     assert mean_interval([]) is None
 
 
-def test_resilibench_report_has_levels_workflow_metrics_pairs_and_cost(resili_db):
-    report = load_report(resili_db, find_suite=find_suite)
+def test_a_suites_report_has_levels_its_own_section_workflow_metrics_pairs_and_cost(tiny_db):
+    report = load_report(tiny_db, find_suite=find_suite)
     data = report.to_dict()["sections"]
-    assert list(data) == ["outcomes", "resilibench", "workflow", "paired", "cost"]
+    assert list(data) == ["outcomes", "tiny", "workflow", "paired", "cost"]  # the suite's own second
     groups = {g["model"]: g for g in data["outcomes"]["groups"]}
     assert groups["scripted:oracle"]["levels"]["full"]["n"] == 12
     low, high = groups["scripted:naive"]["levels"]["full"]["ci95"]
     assert 0 <= low <= groups["scripted:naive"]["levels"]["full"]["rate"] <= high <= 1
-    assert data["resilibench"]["by_task_type"]
+    assert data["tiny"]["steps_done"]["scripted:oracle"] == 1.0 > data["tiny"]["steps_done"]["scripted:naive"]
     assert len(data["workflow"]["episodes"]) == 24  # every scored episode has workflow metrics
-    oracle_wf = data["workflow"]["cells"]["scripted:oracle · resilibench · baseline"]
+    oracle_wf = data["workflow"]["cells"]["scripted:oracle · tiny · baseline"]
     assert oracle_wf["chain_f1"]["mean"] == 1.0
-    naive_wf = data["workflow"]["cells"]["scripted:naive · resilibench · baseline"]
+    naive_wf = data["workflow"]["cells"]["scripted:naive · tiny · baseline"]
     assert naive_wf["chain_f1"]["mean"] < 1.0
     (pair,) = data["paired"]["pairs"]
     assert pair["pairs"] == 12
     # Counts agree with the stored labels cell by cell.
-    store = Store(resili_db)
+    store = Store(tiny_db)
     rows = store.episodes(report.run.id)
     store.close()
     full = {(r.model, r.task_id, r.trial): r.label == "full" for r in rows}
@@ -103,27 +90,17 @@ def test_resilibench_report_has_levels_workflow_metrics_pairs_and_cost(resili_db
     assert data["cost"]["scripted:oracle"]["infrastructure_errors"]["count"] == 0
 
 
-def test_report_cli_json_and_errors(resili_db, tmp_path, capsys):
-    assert main(["report", "--db", str(resili_db), "--json"]) == 0
+def test_report_cli_json_and_errors(tiny_db, tmp_path, capsys):
+    assert main(["report", "--db", str(tiny_db), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert payload["suite"] == "resilibench" and payload["episodes"] == 24
-    assert main(["report", "nope", "--db", str(resili_db)]) == 2
+    assert payload["suite"] == "tiny" and payload["episodes"] == 24
+    assert main(["report", "nope", "--db", str(tiny_db)]) == 2
     assert payload["run_id"] in capsys.readouterr().err  # recent runs are listed
     missing = tmp_path / "none.db"
     assert main(["report", "--db", str(missing)]) == 2
     assert not missing.exists()
-    assert main(["report", "--db", str(resili_db)]) == 0
+    assert main(["report", "--db", str(tiny_db)]) == 0
     assert "Paired comparison" in capsys.readouterr().out
-
-
-def test_reliabilitybench_report_has_heatmap_and_passk_curves(reliability_db):
-    report = load_report(reliability_db, find_suite=find_suite)
-    section = next(s for s in report.sections if s.id == "reliabilitybench")
-    kinds = [re.search(r'data-chart="(\w+)"', b.svg).group(1) for b in section.blocks if hasattr(b, "svg")]
-    assert kinds == ["lines", "heatmap"]
-    heat = next(b.svg for b in section.blocks if hasattr(b, "svg") and "heatmap" in b.svg)
-    assert heat.count('class="mark"') == 4  # 2 λ × 2 ε cells
-    assert next(s for s in section.data["surfaces"] if s["model"] == "scripted:oracle")["points"]
 
 
 def inline_episodes(html):
@@ -134,8 +111,8 @@ def inline_episodes(html):
     return index, details
 
 
-def test_html_is_self_contained_and_embeds_every_episode_once(resili_db):
-    html = render_html(load_report(resili_db, find_suite=find_suite))
+def test_html_is_self_contained_and_embeds_every_episode_once(tiny_db):
+    html = render_html(load_report(tiny_db, find_suite=find_suite))
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
     assert "<script src" not in html
     index, details = inline_episodes(html)
@@ -183,31 +160,11 @@ def decode_png(data):
     return width, height, rows
 
 
-def headless(chromium, tmp_path, *args):
-    profile = tmp_path / "profile"
-    command = [
-        str(chromium),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        *args,
-    ]
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=120, check=True, stdin=subprocess.DEVNULL
-    )
-
-
 def test_html_report_renders_in_headless_chromium_with_charts_drawn_and_an_episode_open(
-    resili_db, tmp_path, chromium
+    tiny_db, tmp_path, chromium
 ):
     page = tmp_path / "report.html"
-    assert main(["report", "--db", str(resili_db), "--html", str(page)]) == 0
+    assert main(["report", "--db", str(tiny_db), "--html", str(page)]) == 0
     _, details = inline_episodes(page.read_text())
     faulted = next(
         e for e in details if any(ev.get("event") == "tool_call" and ev.get("fault") for ev in e["events"])
@@ -215,9 +172,10 @@ def test_html_report_renders_in_headless_chromium_with_charts_drawn_and_an_episo
     url = f"{page.as_uri()}#episode={quote(faulted['id'], safe='')}"
     dom = headless(chromium, tmp_path, "--virtual-time-budget=5000", "--dump-dom", url).stdout
     charts = page.read_text().count('<svg class="chart"')
-    assert charts >= 6 and dom.count('<svg class="chart"') == charts
+    # The generic sections' charts: outcome bars and stacked levels, workflow metrics, cost.
+    assert charts == 4 and dom.count('<svg class="chart"') == charts
     marks = page.read_text().count('class="mark"')
-    assert marks >= 12 and dom.count('class="mark"') == marks
+    assert marks >= 8 and dom.count('class="mark"') == marks
     opened = re.search(
         r'<div id="episode" data-episode="([^"]+)">(.*?)</div>\s*<div class="pager">', dom, re.S
     )
@@ -306,40 +264,6 @@ def test_hostile_episode_text_is_shown_not_run_in_chromium(tmp_path, chromium):
     assert "&lt;/script&gt;&lt;script&gt;document.title" in view
 
 
-def test_reliabilitybench_page_draws_the_surface_heatmap_in_chromium(reliability_db, tmp_path, chromium):
-    page = tmp_path / "rel.html"
-    assert main(["report", "--db", str(reliability_db), "--html", str(page)]) == 0
-    dom = headless(chromium, tmp_path, "--virtual-time-budget=3000", "--dump-dom", page.as_uri()).stdout
-    heat = dom.split('data-chart="heatmap"', 1)[1].split("</svg>", 1)[0]
-    assert heat.count('class="mark"') == 4
-    curves = dom.split('data-chart="lines"', 1)[1].split("</svg>", 1)[0]
-    assert "<path" in curves
-
-
-def test_toolmaze_section_agrees_with_the_suite_metrics_and_draws_tsr_charts(tmp_path):
-    import anyio
-
-    from mcp_resili.suites.toolmaze.report import toolmaze_metrics
-
-    db = tmp_path / "tm.db"
-    config = RunConfig(suite="toolmaze", db=db, trials=1, limit=4, faults=("none", "toolmaze:P1"))
-    result = anyio.run(lambda: execute(config))
-    report = load_report(db, find_suite=find_suite)
-    section = next(s for s in report.sections if s.id == "toolmaze")
-    ours = {(g["model"], g["mode"], g["level"]): g for g in section.data["groups"]}
-    theirs = toolmaze_metrics(result.rows)
-    assert len(ours) == len(theirs)
-    for m in theirs:
-        g = ours[(m["model"], m["mode"], m["level"])]
-        assert g["tsr"]["rate"] == pytest.approx(m["tsr"], abs=1e-4)
-        assert g["rc"]["mean"] == pytest.approx(m["rc"], abs=1e-4)
-        assert (g["prr"] is None) == (m["prr"] is None)
-        low, high = g["tsr"]["ci95"]
-        assert low <= g["tsr"]["rate"] <= high
-    kinds = [re.search(r'data-chart="(\w+)"', b.svg).group(1) for b in section.blocks if hasattr(b, "svg")]
-    assert kinds == ["bars", "heatmap", "heatmap"]  # TSR by mode, then one heatmap per model
-
-
 LONG_MODEL = "anthropic:claude-sonnet-4-5-20250929-served-through-a-very-long-named-gateway-deployment"
 
 
@@ -347,19 +271,20 @@ LONG_MODEL = "anthropic:claude-sonnet-4-5-20250929-served-through-a-very-long-na
 def two_runs_db(tmp_path_factory):
     """Two synthetic runs of the same matrix (two models, one with a very long name), other seeds."""
     db = tmp_path_factory.mktemp("compare") / "c.db"
-    matrix = {"models": (LONG_MODEL, "scripted:naive"), "faults": ("resilibench",), "variants": ("baseline",)}
+    matrix = {"models": (LONG_MODEL, "scripted:naive"), "faults": ("tiny",), "variants": ("baseline",)}
+    # 2 models x 6 tasks = 12 cells: 20 trials of each, then 12.
     write_synthetic_run(db, 240, run_id="run-a", seed=1, **matrix)
-    write_synthetic_run(db, 160, run_id="run-b", seed=2, **matrix)
+    write_synthetic_run(db, 144, run_id="run-b", seed=2, **matrix)
     return db
 
 
 def test_two_runs_are_compared_side_by_side_and_paired_where_tasks_match(two_runs_db, capsys):
     assert main(["report", "run-a", "run-b", "--db", str(two_runs_db), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [r["run_id"] for r in data["runs"]] == ["run-a", "run-b"] and data["episodes"] == 400
+    assert [r["run_id"] for r in data["runs"]] == ["run-a", "run-b"] and data["episodes"] == 384
     assert list(data["sections"]) == ["runs", "side-by-side", "paired-runs", "cost"]
-    cell = data["sections"]["side-by-side"]["cells"][f"{LONG_MODEL} · resilibench · baseline"]
-    assert cell["run-a"]["episodes"] == 120 and cell["run-b"]["episodes"] == 80
+    cell = data["sections"]["side-by-side"]["cells"][f"{LONG_MODEL} · tiny · baseline"]
+    assert cell["run-a"]["episodes"] == 120 and cell["run-b"]["episodes"] == 72
     store = Store(two_runs_db)
     rows = {run: store.episodes(run) for run in ("run-a", "run-b")}
     store.close()
@@ -375,7 +300,7 @@ def test_two_runs_are_compared_side_by_side_and_paired_where_tasks_match(two_run
 
         a, b = full("run-a"), full("run-b")
         shared = set(a) & set(b)
-        assert pair["pairs"] == len(shared) > 0  # run-b's two trials per task are run-a's first two
+        assert pair["pairs"] == len(shared) > 0  # run-b's 12 trials per task are run-a's first 12
         assert pair["only_a"] == sum(1 for c in shared if a[c] and not b[c])
         assert pair["only_b"] == sum(1 for c in shared if b[c] and not a[c])
         assert 0 <= pair["p_value"] <= 1
@@ -392,7 +317,7 @@ def test_the_report_folder_page_does_not_grow_with_the_number_of_episodes(tmp_pa
 
     matrix = {"models": ("scripted:oracle", "scripted:naive"), "faults": ("none",), "variants": ("baseline",)}
     sizes = {}
-    for episodes in (80, 480):  # 1 and 6 trials of the same 80 cells
+    for episodes in (72, 432):  # 6 and 36 trials of the same 12 cells (2 models x 6 tasks)
         db = tmp_path / f"{episodes}.db"
         write_synthetic_run(db, episodes, **matrix)
         folder = tmp_path / f"report-{episodes}"
@@ -402,33 +327,33 @@ def test_the_report_folder_page_does_not_grow_with_the_number_of_episodes(tmp_pa
         chunks = sorted(generation.glob("chunk-*.js"))
         assert len(chunks) == -(-episodes // CHUNK_SIZE)  # every episode's detail is in a chunk
         sizes[episodes] = (page.stat().st_size, (generation / "index.js").stat().st_size)
-    (small_page, small_index), (big_page, big_index) = sizes[80], sizes[480]
+    (small_page, small_index), (big_page, big_index) = sizes[72], sizes[432]
     assert abs(big_page - small_page) < 0.02 * small_page  # only the numbers in the tables change
-    assert (big_index - small_index) / 400 < 150  # the index costs ~100 bytes per episode
+    assert (big_index - small_index) / 360 < 150  # the index costs ~100 bytes per episode
 
 
 def test_a_one_file_page_past_the_size_limit_is_refused_and_the_folder_works(
-    resili_db, tmp_path, capsys, monkeypatch
+    tiny_db, tmp_path, capsys, monkeypatch
 ):
     import mcp_resili.report.html as html_module
 
-    monkeypatch.setattr(html_module, "PAGE_LIMIT", 100_000)  # the 24 episodes need ~300 kB
+    monkeypatch.setattr(html_module, "PAGE_LIMIT", 80_000)  # the 24 episodes need ~110 kB
     page = tmp_path / "report.html"
-    assert main(["report", "--db", str(resili_db), "--html", str(page)]) == 2
+    assert main(["report", "--db", str(tiny_db), "--html", str(page)]) == 2
     assert "--html DIR" in capsys.readouterr().err and not page.exists()
-    assert main(["report", "--db", str(resili_db), "--html", str(tmp_path / "folder")]) == 0
-    assert (tmp_path / "folder" / "index.html").stat().st_size < 100_000
+    assert main(["report", "--db", str(tiny_db), "--html", str(tmp_path / "folder")]) == 0
+    assert (tmp_path / "folder" / "index.html").stat().st_size < 80_000
 
 
-def test_svg_figures_are_standalone_documents_with_axis_titles_and_legends(resili_db, tmp_path):
+def test_svg_figures_are_standalone_documents_with_axis_titles_and_legends(tiny_db, tmp_path):
     from xml.etree import ElementTree
 
     figures = tmp_path / "figures"
-    assert main(["report", "--db", str(resili_db), "--svg", str(figures)]) == 0
-    report = load_report(resili_db, find_suite=find_suite)
+    assert main(["report", "--db", str(tiny_db), "--svg", str(figures)]) == 0
+    report = load_report(tiny_db, find_suite=find_suite)
     charts = [b for s in report.sections for b in s.blocks if isinstance(b, ChartBlock)]
     files = sorted(figures.glob("*.svg"))
-    assert len(files) == len(charts) >= 6
+    assert len(files) == len(charts) == 4
     svg = "{http://www.w3.org/2000/svg}"
     for path in files:
         root = ElementTree.parse(path).getroot()
@@ -441,10 +366,10 @@ def test_svg_figures_are_standalone_documents_with_axis_titles_and_legends(resil
             assert {"full", "partial", "failure"} <= set(texts)
 
 
-def test_no_heading_repeats_its_section_in_the_terminal_or_the_page(resili_db, capsys):
-    assert main(["report", "--db", str(resili_db)]) == 0
+def test_no_heading_repeats_its_section_in_the_terminal_or_the_page(tiny_db, capsys):
+    assert main(["report", "--db", str(tiny_db)]) == 0
     out = capsys.readouterr().out
-    report = load_report(resili_db, find_suite=find_suite)
+    report = load_report(tiny_db, find_suite=find_suite)
     for section in report.sections:
         assert f"{section.title}: {section.title}" not in out
     html = render_html(report)
@@ -558,15 +483,15 @@ def test_a_compared_report_folder_loads_episodes_on_demand_and_its_browser_sorts
 
     assert_nothing_clipped(seen)
     assert seen["episode"]["title"] == f"Episode {target.episode_id}" and seen["episode"]["calls"] == calls
-    assert seen["first"] == {"rows": 50, "info": "episodes 1–50 of 400 · page 1 of 8"}
+    assert seen["first"] == {"rows": 50, "info": "episodes 1–50 of 384 · page 1 of 8"}
     assert seen["facets"] == ["run", "model", "faults", "variant", "label"]
     up = [float(v) for v in seen["up"] if v != "–"]
     down = [float(v) for v in seen["down"] if v != "–"]
     assert up == sorted(up) and down == sorted(down, reverse=True) and up[0] < down[0]
     assert seen["sorted"] == "descending"
     assert len(seen["facet"]["models"]) == 1 and seen["facet"]["models"][0] == seen["facet"]["value"]
-    assert seen["facet"]["info"] == "episodes 1–50 of 200 (filtered from 400) · page 1 of 4"
-    assert seen["next"] == {"info": "episodes 51–100 of 200 (filtered from 400) · page 2 of 4", "rows": 50}
+    assert seen["facet"]["info"] == "episodes 1–50 of 192 (filtered from 384) · page 1 of 4"
+    assert seen["next"] == {"info": "episodes 51–100 of 192 (filtered from 384) · page 2 of 4", "rows": 50}
 
 
 def test_long_labels_zero_cells_and_heatmap_titles_are_drawn_whole_in_chromium(
@@ -599,13 +524,13 @@ def test_long_labels_zero_cells_and_heatmap_titles_are_drawn_whole_in_chromium(
     assert seen["first"]["info"] == "episodes 1–50 of 240 · page 1 of 5"
 
 
-def test_svg_figures_of_an_earlier_report_are_replaced_not_mixed_in_and_other_files_stay(resili_db, tmp_path):
+def test_svg_figures_of_an_earlier_report_are_replaced_not_mixed_in_and_other_files_stay(tiny_db, tmp_path):
     from mcp_resili.report.html import write_figures
 
     figures = tmp_path / "figures"
     figures.mkdir()
     (figures / "01-my-own-figure.svg").write_text("<svg/>")  # the user's, not ours: never touched
-    report = load_report(resili_db, find_suite=find_suite)
+    report = load_report(tiny_db, find_suite=find_suite)
     first = write_figures(report, figures)
     stale = figures / "99-an-older-report-chart.svg"
     (figures / ".mcp-resili-figures").write_text("\n".join([*(p.name for p in first), stale.name]))

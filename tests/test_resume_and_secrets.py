@@ -1,4 +1,6 @@
-"""Runs as a user starts them (``python -m mcp_resili run`` subprocesses) against a loopback fake model."""
+"""Runs as a user starts them (``python -m mcp_resili run`` subprocesses) against a loopback fake model:
+killed, stopped and resumed, with no API key written anywhere. They play the tiny suite (tests/tiny_suite),
+found by name through the entry point the conftest installed."""
 
 import json
 import os
@@ -50,7 +52,8 @@ async def test_a_run_killed_with_sigkill_and_resumed_equals_an_uninterrupted_run
     fake = FakeModelServer(oracle_policy(), hold_after_finishes=3)
     db = tmp_path / "killed.db"
     async with serve(fake.app) as url:
-        matrix = ["--model", "openai:fake", "--base-url", f"{url}/v1", "--limit", "4", "--trials", "2"]
+        matrix = ["--suite", "tiny", "--model", "openai:fake", "--base-url", f"{url}/v1", "--limit", "4"]
+        matrix += ["--trials", "2"]
         run_args = [*matrix, "--seed", "7", "--concurrency", "3", "--json"]
         returncode, _ = await signal_mid_run(run_args, db, signal.SIGKILL)
         assert returncode == -signal.SIGKILL
@@ -69,6 +72,7 @@ async def test_a_run_killed_with_sigkill_and_resumed_equals_an_uninterrupted_run
 
         clean = await execute(
             RunConfig(
+                suite="tiny",
                 db=tmp_path / "clean.db",
                 models=("openai:fake",),
                 base_url=f"{url}/v1",
@@ -98,7 +102,8 @@ async def test_a_run_stopped_by_a_signal_says_so_in_one_line_with_the_command_th
     fake = FakeModelServer(oracle_policy(), hold_after_finishes=3)
     db = tmp_path / "stopped.db"
     async with serve(fake.app) as url:
-        matrix = ["--model", "openai:fake", "--base-url", f"{url}/v1", "--limit", "4", "--trials", "2"]
+        matrix = ["--suite", "tiny", "--model", "openai:fake", "--base-url", f"{url}/v1", "--limit", "4"]
+        matrix += ["--trials", "2"]
         returncode, stderr = await signal_mid_run([*matrix, "--concurrency", "3"], db, signum)
         assert returncode == status
         store = Store(db)
@@ -129,7 +134,7 @@ def test_resume_refuses_matrix_options_and_unknown_runs(tmp_path, capsys):
 
 async def _resume_refusals(tmp_path, capsys):
     db = tmp_path / "r.db"
-    await execute(RunConfig(db=db, trials=1, limit=1, models=("scripted:oracle",)))
+    await execute(RunConfig(suite="tiny", db=db, trials=1, limit=1, models=("scripted:oracle",)))
     store = Store(db)
     (run_id,) = store.run_ids()
     store.close()
@@ -141,8 +146,12 @@ async def _resume_refusals(tmp_path, capsys):
     assert main(["run", "--resume", "nope", "--db", str(db)]) == 2
     assert run_id in capsys.readouterr().err
     with pytest.raises(RunConfigError, match="trials"):
-        await execute(RunConfig(db=db, trials=2, limit=1, models=("scripted:oracle",)), resume=run_id)
-    again = await execute(RunConfig(db=db, trials=1, limit=1, models=("scripted:oracle",)), resume=run_id)
+        await execute(
+            RunConfig(suite="tiny", db=db, trials=2, limit=1, models=("scripted:oracle",)), resume=run_id
+        )
+    again = await execute(
+        RunConfig(suite="tiny", db=db, trials=1, limit=1, models=("scripted:oracle",)), resume=run_id
+    )
     assert again.resumed == 1 and len(again.rows) == 1
     assert stored_episodes(db) == 1
 
@@ -171,7 +180,8 @@ async def test_no_api_key_reaches_the_database_traces_logs_or_reports(tmp_path):
             "ANTHROPIC_BASE_URL": url,
             "OPENAI_BASE_URL": f"{url}/v1",
         }
-        common = ["--model", "anthropic:fake", "--model", "openai:fake", "--limit", "2", "--trials", "1"]
+        common = ["--suite", "tiny", "--model", "anthropic:fake", "--model", "openai:fake", "--limit", "2"]
+        common += ["--trials", "1"]
         runs = [
             await cli("run", *common, "--db", str(work / "r.db"), env=env),
         ]
@@ -204,7 +214,20 @@ def test_a_resume_plays_the_fault_plan_the_run_started_with_not_the_file_as_it_i
     (start / "faults.json").write_text(json.dumps(rules))
     db = tmp_path / "r.db"
     monkeypatch.chdir(start)  # the spec is a relative path, as users type it
-    argv = ["run", "--db", str(db), "--faults", "faults.json", "--limit", "4", "--trials", "2", "--json"]
+    argv = [
+        "run",
+        "--suite",
+        "tiny",
+        "--db",
+        str(db),
+        "--faults",
+        "faults.json",
+        "--limit",
+        "4",
+        "--trials",
+        "2",
+    ]
+    argv.append("--json")
     assert main(argv) == 0
     run_id = json.loads(capsys.readouterr().out)["run_id"]
     whole = stored_comparable(db, run_id)
@@ -234,7 +257,20 @@ def test_a_run_stored_before_runs_kept_their_plans_resumes_with_the_plan_its_tra
     rules = {"kind": "rules", "rules": [{"tool": "*", "calls": [1], "fault": {"type": "connection_reset"}}]}
     (tmp_path / "faults.json").write_text(json.dumps(rules))
     db = tmp_path / "r.db"
-    argv = ["run", "--db", str(db), "--faults", "faults.json", "--limit", "3", "--trials", "2", "--json"]
+    argv = [
+        "run",
+        "--suite",
+        "tiny",
+        "--db",
+        str(db),
+        "--faults",
+        "faults.json",
+        "--limit",
+        "3",
+        "--trials",
+        "2",
+    ]
+    argv.append("--json")
     assert main(argv) == 0
     run_id = json.loads(capsys.readouterr().out)["run_id"]
     whole = stored_comparable(db, run_id)

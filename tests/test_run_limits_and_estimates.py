@@ -1,8 +1,12 @@
+"""A run's limits (time, turns, tokens, cost, rates), estimates, --limit samples and progress. Runs play
+the tiny suite (tests/tiny_suite); samples draw from its tasks repeated seven times over."""
+
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 import pytest
+from tiny_suite import suite as tiny_suite
 
 from mcp_resili.agents.model import HARNESS_WAIT, ModelRequest, ModelResponse, ToolCall, harness_waiting
 from mcp_resili.cli import main
@@ -43,7 +47,14 @@ class AnswersJustAfterTheLimit:
 def run_with(model, monkeypatch, tmp_path, time_limit):
     monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec, **_: model)
     return execute(
-        RunConfig(db=tmp_path / "r.db", models=("scripted:oracle",), trials=1, limit=2, time_limit=time_limit)
+        RunConfig(
+            suite="tiny",
+            db=tmp_path / "r.db",
+            models=("scripted:oracle",),
+            trials=1,
+            limit=2,
+            time_limit=time_limit,
+        )
     )
 
 
@@ -73,6 +84,7 @@ async def test_a_model_that_never_answers_is_an_infrastructure_error_after_the_g
 async def test_max_turns_overrides_the_tasks_limit(tmp_path):
     result = await execute(
         RunConfig(
+            suite="tiny",
             db=tmp_path / "r.db",
             models=("scripted:oracle",),
             trials=1,
@@ -102,14 +114,26 @@ async def test_max_turns_overrides_the_tasks_limit(tmp_path):
 )
 async def test_bad_limits_fail_before_anything_runs(tmp_path, field, value, flag):
     with pytest.raises(RunConfigError, match=flag):
-        await execute(RunConfig(db=tmp_path / "r.db", **{field: value}))
+        await execute(RunConfig(suite="tiny", db=tmp_path / "r.db", **{field: value}))
     assert not (tmp_path / "r.db").exists()
 
 
 def test_estimate_prices_a_hosted_run_without_running_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     db = tmp_path / "r.db"
-    argv = ["run", "--estimate", "--json", "--limit", "5", "--trials", "2", "--db", str(db)]
+    argv = [
+        "run",
+        "--suite",
+        "tiny",
+        "--estimate",
+        "--json",
+        "--limit",
+        "5",
+        "--trials",
+        "2",
+        "--db",
+        str(db),
+    ]
     assert main([*argv, "--model", "anthropic:claude-sonnet-4-5"]) == 0
     priced = json.loads(capsys.readouterr().out)
     assert priced["episodes"] == 10 and priced["input_tokens"] > 10 * 1000 and priced["cost_usd"] > 0
@@ -122,7 +146,7 @@ def test_estimate_prices_a_hosted_run_without_running_it(tmp_path, monkeypatch, 
 
 def test_a_missing_key_is_a_clear_error_naming_the_variable(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert main(["run", "--model", "openai:gpt-4o", "--db", str(tmp_path / "r.db")]) == 2
+    assert main(["run", "--suite", "tiny", "--model", "openai:gpt-4o", "--db", str(tmp_path / "r.db")]) == 2
     assert "OPENAI_API_KEY" in capsys.readouterr().err
     assert not (tmp_path / "r.db").exists()
 
@@ -175,11 +199,12 @@ async def test_past_the_cost_cap_no_model_call_starts_so_the_spend_overshoots_by
     async with serve(fake.app) as url:
         result = await execute(
             RunConfig(
+                suite="tiny",
                 db=tmp_path / "r.db",
                 models=("openai:fake",),
                 faults=("none",),
-                trials=1,
-                limit=12,
+                trials=2,
+                limit=6,
                 concurrency=4,
                 base_url=f"{url}/v1",
                 prices=prices,
@@ -198,49 +223,62 @@ async def test_past_the_cost_cap_no_model_call_starts_so_the_spend_overshoots_by
 # --- --limit: a stratified sample ----------------------------------------------------------------------
 
 
-def test_a_limit_sample_covers_every_level_in_proportion_and_depends_only_on_the_seed():
+#: The tiny suite's six tasks, each seven times in a row under new ids (``tiny-3-2``: task tiny-3's third
+#: copy): 42 tasks in five strata (task type, complexity): lookup/easy 7, compute/easy 7, store/medium
+#: 14, store/hard 7, compute/hard 7. The list's first 12 are two strata only (tiny-1 x 7, tiny-2 x 5).
+MANY = tuple(
+    task.model_copy(update={"id": f"{task.id}-{copy}"}) for task in tiny_suite().tasks for copy in range(7)
+)
+
+
+def test_a_limit_sample_covers_every_stratum_in_proportion_and_depends_only_on_the_seed():
     from collections import Counter
 
     from mcp_resili.client.plan import select_tasks, stratum
-    from mcp_resili.registry.loader import get_suite
 
-    tasks = get_suite("toolmaze").tasks  # 4 levels of 100; the list's first 8 are all level C1
-    sample = select_tasks(tasks, 8, seed=1)
-    assert Counter(t.task_type for t in sample) == {
-        "toolmaze_C1": 2,
-        "toolmaze_C2": 2,
-        "toolmaze_C3": 2,
-        "toolmaze_C4": 2,
+    sample = select_tasks(MANY, 12, seed=1)
+    # By hand: one task per stratum (5), then the other 7 in proportion to the strata's remaining
+    # sizes 6, 6, 13, 6, 6 of 37: 7·6/37 = 1.14 (x4) and 7·13/37 = 2.46, so 1, 1, 2, 1, 1 and the one
+    # left to the largest remainder (store/medium's .46): 2, 2, 4, 2, 2.
+    assert Counter(stratum(t) for t in sample) == {
+        ("lookup", "easy"): 2,
+        ("compute", "easy"): 2,
+        ("store", "medium"): 4,
+        ("store", "hard"): 2,
+        ("compute", "hard"): 2,
     }
-    assert [t.id for t in select_tasks(tasks, 8, seed=1)] == [t.id for t in sample]
-    assert [t.id for t in select_tasks(tasks, 8, seed=2)] != [t.id for t in sample]
-    order = {t.id: n for n, t in enumerate(tasks)}
+    assert [t.id for t in select_tasks(MANY, 12, seed=1)] == [t.id for t in sample]
+    assert [t.id for t in select_tasks(MANY, 12, seed=2)] != [t.id for t in sample]
+    order = {t.id: n for n, t in enumerate(MANY)}
     assert [order[t.id] for t in sample] == sorted(order[t.id] for t in sample)  # kept in list order
     # Fewer tasks than strata: one from each of the first strata; more than the list: all of it.
-    assert len({stratum(t) for t in select_tasks(tasks, 3, seed=1)}) == 3
-    assert len(select_tasks(tasks, 10_000, seed=1)) == len(tasks)
+    assert {stratum(t) for t in select_tasks(MANY, 3, seed=1)} == {
+        ("lookup", "easy"),
+        ("compute", "easy"),
+        ("store", "medium"),
+    }
+    assert len(select_tasks(MANY, 10_000, seed=1)) == len(MANY)
 
 
-def test_the_cli_limit_samples_first_takes_the_first_n_and_the_default_run_is_unchanged(
-    tmp_path, monkeypatch
-):
+def test_the_cli_limit_samples_first_takes_the_first_n_and_the_default_run_is_unchanged(tmp_path):
     from mcp_resili.cli import build_parser
     from mcp_resili.cli.run import run_config
-    from mcp_resili.client.plan import run_tasks
-    from mcp_resili.registry.loader import get_suite
+    from mcp_resili.client.plan import run_tasks, stratum
 
-    suite = get_suite("toolmaze")
+    suite = replace(tiny_suite(), load_tasks=lambda: MANY)  # handed down, as the top hands a suite
 
     def tasks(*argv):
-        args = build_parser().parse_args(
-            ["run", "--suite", "toolmaze", "--db", str(tmp_path / "r.db"), *argv]
-        )
+        args = build_parser().parse_args(["run", "--suite", "tiny", "--db", str(tmp_path / "r.db"), *argv])
         return [t.id for t in run_tasks(run_config(args), suite)]
 
     sampled = tasks("--limit", "8")
-    assert len({suite.task(t).task_type for t in sampled}) == 4
+    assert len({stratum(suite.task(t)) for t in sampled}) == 5
     assert tasks("--limit", "8", "--first") == [t.id for t in suite.tasks[:8]]
-    assert tasks() == [t.id for t in suite.default_tasks]
+    assert {stratum(suite.task(t)) for t in tasks("--limit", "8", "--first")} == {
+        ("lookup", "easy"),
+        ("compute", "easy"),
+    }
+    assert tasks() == [t.id for t in suite.default_tasks] and len(tasks()) == 42
     assert tasks("--limit", "8", "--seed", "5") != sampled
 
 
@@ -292,6 +330,8 @@ def test_a_run_whose_every_episode_is_an_infrastructure_error_exits_2_naming_the
     monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec, **_: Unauthorised())
     argv = [
         "run",
+        "--suite",
+        "tiny",
         "--model",
         "scripted:oracle",
         "--limit",
@@ -316,7 +356,7 @@ class FinishesThenCalls:
             text="",
             tool_calls=(
                 ToolCall("1", "finish", {"status": "completed", "summary": "done"}),
-                ToolCall("2", "file_operations_reader", {"source": "data/sales_1.csv"}),
+                ToolCall("2", "lookup", {"key": "apple"}),
             ),
         )
 
@@ -324,8 +364,15 @@ class FinishesThenCalls:
 async def test_calls_after_finish_in_the_same_turn_are_not_made(tmp_path, monkeypatch):
     monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec, **_: FinishesThenCalls())
     result = await execute(
-        RunConfig(db=tmp_path / "r.db", models=("scripted:oracle",), trials=1, limit=1, faults=("none",))
+        RunConfig(
+            suite="tiny",
+            db=tmp_path / "r.db",
+            models=("scripted:oracle",),
+            trials=1,
+            limit=1,
+            faults=("none",),
+        )
     )
     (row,) = result.rows
     trace = Trace.from_lines(trace_lines(row.trace))
-    assert row.termination == "completed" and trace.tool_calls == []  # the reader was never called
+    assert row.termination == "completed" and trace.tool_calls == []  # the lookup was never called

@@ -1,8 +1,12 @@
+"""The runner (`execute`): scripted agents under faults, seeds and concurrency, the store, bad
+configurations, dead servers and providers. Played on the tiny suite, handed down to `execute`."""
+
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from servers import start_http_server
+from tiny_suite import suite as tiny_suite
 
 from mcp_resili.agents.model import InfrastructureError, ModelRequest, ModelResponse
 from mcp_resili.client.runner import RunConfig, RunConfigError, execute
@@ -11,6 +15,13 @@ from mcp_resili.store import Store
 from mcp_resili.trace import Trace
 
 pytestmark = pytest.mark.anyio
+
+TINY = tiny_suite()
+
+
+def tiny(**fields):
+    """A run of the tiny suite (its six tasks unless ``fields`` say otherwise)."""
+    return RunConfig(suite="tiny", **fields)
 
 
 def ledger(rows):
@@ -24,8 +35,9 @@ def ledger(rows):
     return sorted(out)
 
 
-async def test_oracle_beats_naive_under_resilibench_faults(tmp_path):
-    result = await execute(RunConfig(db=tmp_path / "r.db", trials=2, limit=20))
+async def test_oracle_beats_naive_under_the_suites_own_faults(tmp_path):
+    result = await execute(tiny(db=tmp_path / "r.db", trials=2), suite=TINY)  # faults: its default, tiny
+    assert {r.faults for r in result.rows} == {"tiny"} and len(result.rows) == 24
     by_model = {s.model: s for s in summarize(result.rows)}
     oracle, naive = by_model["scripted:oracle"], by_model["scripted:naive"]
     assert oracle.levels["full"].value > naive.levels["full"].value + 0.3
@@ -33,26 +45,24 @@ async def test_oracle_beats_naive_under_resilibench_faults(tmp_path):
 
 
 async def test_without_faults_both_scripted_agents_fully_succeed(tmp_path):
-    result = await execute(RunConfig(db=tmp_path / "r.db", trials=1, faults=("none",)))
-    assert {r.label for r in result.rows} == {"full"}
+    result = await execute(tiny(db=tmp_path / "r.db", trials=1, faults=("none",)), suite=TINY)
+    assert len(result.rows) == 12 and {r.label for r in result.rows} == {"full"}
 
 
 async def test_same_seed_gives_identical_ledger_and_scores_at_concurrency_1_and_32(tmp_path):
-    base = dict(trials=2, limit=15, seed=5)
-    one = await execute(RunConfig(db=tmp_path / "a.db", concurrency=1, **base))
-    many = await execute(RunConfig(db=tmp_path / "b.db", concurrency=32, **base))
+    base = dict(trials=2, seed=5)
+    one = await execute(tiny(db=tmp_path / "a.db", concurrency=1, **base), suite=TINY)
+    many = await execute(tiny(db=tmp_path / "b.db", concurrency=32, **base), suite=TINY)
     assert ledger(one.rows) == ledger(many.rows)
     assert any(fault != "null" for *_, fault in ledger(one.rows))
     scores = lambda rows: sorted((r.model, r.task_id, r.trial, r.label, json.dumps(r.score)) for r in rows)  # noqa: E731
     assert scores(one.rows) == scores(many.rows)
-    other = await execute(RunConfig(db=tmp_path / "c.db", concurrency=8, trials=2, limit=15, seed=6))
+    other = await execute(tiny(db=tmp_path / "c.db", concurrency=8, trials=2, seed=6), suite=TINY)
     assert ledger(other.rows) != ledger(one.rows)
 
 
 async def test_every_model_sees_the_same_fault_draws_for_a_task(tmp_path):
-    result = await execute(
-        RunConfig(db=tmp_path / "r.db", trials=1, limit=10, faults=("resilibench:base=0.6",))
-    )
+    result = await execute(tiny(db=tmp_path / "r.db", trials=1, faults=("tiny:p=0.4",)), suite=TINY)
     rolls: dict = {}
     for row in result.rows:
         for call in Trace.from_lines(row.trace.splitlines()).tool_calls:
@@ -73,7 +83,9 @@ class BrokenProvider:
 
 async def test_provider_failure_is_an_infrastructure_error_not_an_agent_failure(tmp_path, monkeypatch):
     monkeypatch.setattr("mcp_resili.client.runner.create_model", lambda spec, **_: BrokenProvider())
-    result = await execute(RunConfig(db=tmp_path / "r.db", trials=1, limit=3, models=("scripted:oracle",)))
+    result = await execute(
+        tiny(db=tmp_path / "r.db", trials=1, limit=3, models=("scripted:oracle",)), suite=TINY
+    )
     assert {r.termination for r in result.rows} == {"infrastructure_error"}
     assert all(r.label is None and r.score is None for r in result.rows)
     (summary,) = summarize(result.rows)
@@ -83,7 +95,7 @@ async def test_provider_failure_is_an_infrastructure_error_not_an_agent_failure(
 
 async def test_runs_are_stored_and_readable(tmp_path):
     db = tmp_path / "r.db"
-    result = await execute(RunConfig(db=db, trials=1, limit=2))
+    result = await execute(tiny(db=db, trials=1, limit=2), suite=TINY)
     store = Store(db)
     try:
         assert store.latest_run() == result.run_id
@@ -93,24 +105,26 @@ async def test_runs_are_stored_and_readable(tmp_path):
     assert len(rows) == 4
     trace = Trace.from_lines(rows[0].trace.splitlines())
     assert trace.header.seed == 0 and trace.header.model == rows[0].model and trace.end is not None
+    assert trace.header.suite == "tiny" and {r.task_id for r in rows} == {"tiny-1", "tiny-2"}
 
 
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        (RunConfig(trials=0), "trials"),
-        (RunConfig(models=("gpt:nope",)), "unknown model"),
-        (RunConfig(faults=("chaos",)), "fault spec"),
-        (RunConfig(tasks=("nope",)), "unknown task"),
-        (RunConfig(server="mcp-resili serve", faults=("none",)), "--server"),
-        (RunConfig(variant="nope"), "variant"),
+        (tiny(trials=0), "trials"),
+        (tiny(models=("gpt:nope",)), "unknown model"),
+        (tiny(faults=("chaos",)), "fault spec"),
+        (tiny(faults=("resilibench:base=2",)), "base_success"),  # another suite's SPEC, checked too
+        (tiny(faults=("toolmaze:P1",)), "toolmaze"),  # a plan bound to another suite's tasks
+        (tiny(tasks=("nope",)), "unknown task"),
+        (tiny(server="mcp-resili serve", faults=("none",)), "--server"),
+        (tiny(variant="nope"), "variant"),
         # Review finding: a suite's own agent on another suite crashed mid-run, after storing a part.
-        (RunConfig(models=("scripted:oracle", "scripted:retry")), "agent of the toolmaze suite"),
+        (tiny(models=("scripted:oracle", "scripted:retry")), "agent of the toolmaze suite"),
     ],
 )
 async def test_bad_run_configs_fail_before_anything_runs(tmp_path, config, message):
-    from dataclasses import replace
-
+    # No suite handed down: `execute` finds "tiny" by name, through its entry point.
     db = tmp_path / "r.db"
     with pytest.raises((RunConfigError, ValueError, KeyError), match=message):
         await execute(replace(config, db=db))
@@ -127,7 +141,7 @@ async def test_an_http_server_killed_mid_run_gives_infrastructure_errors_and_sto
     from mcp_resili.client.executor import LocalExecutor
     from mcp_resili.client.providers import create_model
 
-    server = await start_http_server("--faults", "none", workdir=tmp_path)
+    server = await start_http_server("--suite", "tiny", "--faults", "none", workdir=tmp_path)
 
     class KillsTheServer:
         def __init__(self, inner):
@@ -145,9 +159,8 @@ async def test_an_http_server_killed_mid_run_gives_infrastructure_errors_and_sto
 
     try:
         result = await execute(
-            RunConfig(
-                db=tmp_path / "r.db", server=server.url, models=("scripted:oracle",), trials=2, limit=2
-            ),
+            tiny(db=tmp_path / "r.db", server=server.url, models=("scripted:oracle",), trials=2, limit=2),
+            suite=TINY,
             executor=LocalExecutor(
                 model_factory=lambda spec, **options: KillsTheServer(create_model(spec, **options))
             ),
@@ -177,7 +190,7 @@ async def test_a_server_that_dies_mid_run_gives_infrastructure_errors_not_agent_
     if through_proxy:
         dying = f"{sys.executable} -m mcp_resili proxy --upstream {shlex.quote(dying)}"
     result = await execute(
-        RunConfig(db=tmp_path / "r.db", server=dying, models=("scripted:naive",), trials=2, limit=2)
+        tiny(db=tmp_path / "r.db", server=dying, models=("scripted:naive",), trials=2, limit=2), suite=TINY
     )
     assert len(result.rows) == 4
     assert {(r.termination, r.label, r.score) for r in result.rows} == {("infrastructure_error", None, None)}

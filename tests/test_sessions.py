@@ -2,7 +2,9 @@
 
 The HTTP tests run a real ``mcp-resili serve --transport http`` subprocess on 127.0.0.1 and connect with the
 standard `mcp.Client`: in the handshake era (``mode="legacy"``) each Streamable HTTP session is an episode;
-in the stateless modern era a request must name its episode. The rest runs in memory.
+in the stateless modern era a request must name its episode. The rest runs in memory. The server plays
+the tiny suite (tests/tiny_suite) under the generic chaos profile: ``record`` writes to the episode's
+state (after ``lookup``, its dependency), ``list_records`` reads it back.
 """
 
 from __future__ import annotations
@@ -25,20 +27,20 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
 from servers import running_http_server
+from tiny_suite import suite as tiny_suite
 
 from mcp_resili.client.recorded import fetch_episode_trace
 from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.constants import EPISODE_HEADER, META_EPISODE, META_EVENT, TRACE_METHOD
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import EpisodeTraceResult, ResiliServer
 from mcp_resili.server.episodes import EpisodeRequest, EpisodeTable, fault_key_of
 from mcp_resili.trace import Trace
 
 pytestmark = pytest.mark.anyio
 
-SUITE = get_suite("reliabilitybench")
-TASK = "rb_support_l1_00"
+SUITE = tiny_suite()
+TASK = "tiny-5"
 FAULTS = "lambda=0.3"
 SEED = 7
 SESSIONS = 200
@@ -57,21 +59,18 @@ class HttpTarget:
 
 @pytest.fixture(scope="module")
 async def http(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpTarget]:
-    """A reliabilitybench server with chaos faults, bound to a support task, exposing each call's event."""
+    """A tiny-suite server with chaos faults, bound to one task, exposing each call's event."""
     workdir = tmp_path_factory.mktemp("sessions")
-    args = ("--suite", "reliabilitybench", "--faults", FAULTS, "--seed", str(SEED), "--task", TASK)
+    args = ("--suite", "tiny", "--faults", FAULTS, "--seed", str(SEED), "--task", TASK)
     args += ("--time-scale", "0", "--expose-faults", "--trace-dir", str(workdir / "traces"))
     async with running_http_server(*args, workdir=workdir) as server:
         yield HttpTarget(server.url, workdir / "traces")
 
 
-def ticket(i: int) -> dict[str, Any]:
-    return {"customer_id": f"C-S{i}", "subject": f"session {i}", "description": "x", "priority": "low"}
-
-
-#: Each session's calls: a write, then a read of the state every session would share if they leaked.
+#: Each session's calls: the write's dependency, a write, then a read of the state every session would
+#: share if they leaked.
 def session_calls(i: int) -> list[tuple[str, dict[str, Any]]]:
-    return [("create_ticket", ticket(i)), ("list_open_tickets", {})]
+    return [("lookup", {"key": "apple"}), ("record", {"label": f"s{i}", "value": i}), ("list_records", {})]
 
 
 #: One TLS context for every client (plain HTTP needs none, but each new httpx2 client would otherwise
@@ -105,24 +104,24 @@ async def test_200_concurrent_http_sessions_are_200_episodes_with_no_shared_stat
             for i in range(SESSIONS):
                 tg.start_soon(one, i)
 
-    initial_customers = {t["customer_id"] for t in SUITE.initial_state(SUITE.task(TASK))["tickets"].values()}
     episodes = set()
     for i, played in sessions.items():
         events = [event for _, event in played]
         (episode,) = {event["episode"] for event in events}
         episodes.add(episode)
-        # Ordinals and sequence numbers are the session's own.
-        assert [e["seq"] for e in events] == [1, 2]
-        assert [e["decision"]["ordinal"] for e in events] == [0, 0]
-        # State is the session's own: its ticket ids start afresh, it lists no other session's tickets.
-        for result, _ in played:
-            if result.is_error:
-                continue
-            content = result.structured_content or {}
-            if "ticket_id" in content:
-                assert content["ticket_id"] == "T-1001"
-            for listed in content.get("tickets", []):
-                assert listed["customer_id"] in initial_customers | {f"C-S{i}"}
+        # Ordinals and sequence numbers are the session's own; a write whose dependency failed in this
+        # session is refused before any draw.
+        assert [e["seq"] for e in events] == [1, 2, 3]
+        looked, recorded, listed = played
+        refused = looked[0].is_error
+        assert (recorded[1]["error_code"] == "DEPENDENCY_NOT_MET") is refused
+        assert [e["decision"] and e["decision"]["ordinal"] for e in events] == [0, None if refused else 0, 0]
+        # State is the session's own: its record ids start afresh, it lists no other session's records.
+        if not recorded[0].is_error:
+            assert recorded[0].structured_content == {"record_id": "R-0001", "count": 1}
+        if not listed[0].is_error:  # a response-side fault may hide a write that happened, or drop it
+            own = [] if refused else [{"label": f"s{i}", "value": i}]
+            assert listed[0].structured_content["records"] in ([], own)
     assert len(episodes) == SESSIONS
 
     # Draws: each session is trial k of the task, recorded in its trace header, and replays exactly
@@ -152,13 +151,13 @@ async def test_200_concurrent_http_sessions_are_200_episodes_with_no_shared_stat
 async def test_a_stateless_request_naming_no_episode_is_told_how_to_start_one(http: HttpTarget) -> None:
     """Issue 33: no longer a JSON-RPC error but an error result a model can act on (handle mode)."""
     async with Client(http.url, read_timeout_seconds=30) as client:  # modern era: no session id
-        refused = await client.call_tool("list_open_tickets", {})
+        refused = await client.call_tool("list_records", {})
         assert refused.is_error is True
         text = refused.content[0].text
         assert text.startswith("Error NO_EPISODE: ") and "start_episode" in text
         # The same client naming its episode in _meta is served.
         named = {META_EPISODE: {"id": f"named-{uuid.uuid4().hex[:8]}", "task": TASK, "trial": 3}}
-        result = await client.call_tool("list_open_tickets", {}, meta=named)
+        result = await client.call_tool("list_records", {}, meta=named)
     assert result.is_error is False or result.meta[META_EVENT]["fault"] is not None
 
 
@@ -166,14 +165,14 @@ async def test_the_episode_header_names_episode_task_and_trial_for_clients_that_
     http: HttpTarget,
 ) -> None:
     episode = f"header-{uuid.uuid4().hex[:8]}"
-    other_task = "rb_support_l1_01"
+    other_task = "tiny-2"
     header = json.dumps({"id": episode, "task": other_task, "trial": 5, "seed": 11})
     transport = streamable_http_client(
         http.url, http_client=httpx2.AsyncClient(headers={EPISODE_HEADER: header}, timeout=30)
     )
     async with Client(transport) as client:
-        first = await client.call_tool("list_open_tickets", {})
-        second = await client.call_tool("list_open_tickets", {})
+        first = await client.call_tool("list_records", {})
+        second = await client.call_tool("list_records", {})
     events = [first.meta[META_EVENT], second.meta[META_EVENT]]
     assert {e["episode"] for e in events} == {episode}
     assert [e["seq"] for e in events] == [1, 2]
@@ -196,11 +195,11 @@ async def test_connections_to_one_task_play_successive_trials_and_a_pinned_trial
     for _ in range(3):
         async with Client(server.mcp) as client:  # one connection = one episode
             for _ in range(4):
-                await client.call_tool("list_open_tickets", {})
+                await client.call_tool("list_records", {})
     pinned = make_server(task=TASK, trial=1, trace_dir=tmp_path / "pinned")
     async with Client(pinned.mcp) as client:
         for _ in range(4):
-            await client.call_tool("list_open_tickets", {})
+            await client.call_tool("list_records", {})
 
     traces = sorted(
         (Trace.read(path) for path in tmp_path.glob("*.jsonl")), key=lambda t: t.header.trial or 0
@@ -221,7 +220,7 @@ async def test_episodes_without_a_task_never_share_a_fault_key() -> None:
 
 async def test_an_external_trial_meets_the_same_fault_draws_as_the_runners_trial(tmp_path: Path) -> None:
     config = RunConfig(
-        suite="reliabilitybench",
+        suite="tiny",
         models=("scripted:naive",),
         faults=(FAULTS,),
         tasks=(TASK,),
@@ -249,13 +248,13 @@ async def test_the_trace_method_closes_the_episode_so_a_harness_cannot_peek_and_
     server = make_server()
     meta = {META_EPISODE: {"id": "peek", "task": TASK}}
     async with Client(server.mcp) as client:
-        await client.call_tool("list_open_tickets", {}, meta=meta)
-        result = await client.call_tool("list_open_tickets", {}, meta=meta)
+        await client.call_tool("list_records", {}, meta=meta)
+        result = await client.call_tool("list_records", {}, meta=meta)
         assert META_EVENT not in (result.meta or {})  # nothing on the wire ...
         events = await fetch_episode_trace(client, "peek")  # ... the runner asks once the episode is over
         assert events is not None and [e.seq for e in events] == [1, 2]
         with pytest.raises(MCPError) as refused:
-            await client.call_tool("list_open_tickets", {}, meta=meta)
+            await client.call_tool("list_records", {}, meta=meta)
         assert refused.value.code == types.INVALID_PARAMS and "closed" in refused.value.error.message
         assert await fetch_episode_trace(client, "peek") == []  # already handed over
         # Without an episode named, the method closes the connection's own (here: never started).

@@ -1,4 +1,7 @@
-"""The run's slots open over a ramp, not all at once; which episodes play and their results do not change."""
+"""The run's slots open over a ramp, not all at once; which episodes play and their results do not change.
+
+Runs play the tiny suite (tests/tiny_suite), found by name through its entry point.
+"""
 
 from __future__ import annotations
 
@@ -86,7 +89,7 @@ def _played(rows) -> list[tuple[str, str, int, str, str, str]]:
 @pytest.mark.anyio
 async def test_a_run_finishes_on_its_open_slot_when_the_rest_would_open_an_hour_later(tmp_path, monkeypatch):
     episodes = InFlight.counting(executor, monkeypatch)
-    base = dict(trials=2, limit=4, seed=3, concurrency=4)
+    base = dict(suite="tiny", trials=2, limit=4, seed=3, concurrency=4)
     # Slot 1 would open after 900 s: the run ends when its work is done, on slot 0 alone.
     slow = await execute(RunConfig(db=tmp_path / "slow.db", ramp_up=3600, **base))
     assert episodes.peak == 1 and len(slow.rows) == 16
@@ -98,7 +101,8 @@ async def test_a_run_finishes_on_its_open_slot_when_the_rest_would_open_an_hour_
 
 def test_resume_may_change_the_ramp(tmp_path, capsys) -> None:
     db = tmp_path / "r.db"
-    assert main(["run", "--limit", "2", "--trials", "1", "--db", str(db), "--ramp-up", "0", "--json"]) == 0
+    argv = ["run", "--suite", "tiny", "--limit", "2", "--trials", "1", "--db", str(db), "--ramp-up", "0"]
+    assert main([*argv, "--json"]) == 0
     run_id = json.loads(capsys.readouterr().out)["run_id"]
     assert main(["run", "--resume", run_id, "--db", str(db), "--ramp-up", "0.5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["resumed"] == 4  # 2 tasks × the 2 default models
@@ -113,7 +117,7 @@ async def test_a_ray_worker_opens_its_share_of_the_slots_over_the_ramp_too(monke
     from mcp_resili.registry.loader import get_suite
 
     episodes = InFlight.counting(ray_worker, monkeypatch)
-    config = RunConfig(trials=1, limit=3, models=("scripted:oracle",), ramp_up=3600)
+    config = RunConfig(suite="tiny", trials=1, limit=3, models=("scripted:oracle",), ramp_up=3600)
     plan = RunPlan.resolve(config, get_suite(config.suite))
     items = [WorkItem((p,)) for p in plan.episodes()]
     # No Ray here: the actor class is plain Python, and Ray only calls its methods.

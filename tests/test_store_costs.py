@@ -33,7 +33,7 @@ def write_schema_1_database(path):
     with db:
         db.executescript(_MIGRATIONS[0])
         db.execute("PRAGMA user_version = 1")
-        db.execute("INSERT INTO runs VALUES ('r1', '2026-01-01', 'resilibench', 0, '{}')")
+        db.execute("INSERT INTO runs VALUES ('r1', '2026-01-01', 'tiny', 0, '{}')")
         db.execute(
             "INSERT INTO episodes VALUES ('r1', 'old', 'openai:x', 'none', 'baseline', 't', 0, 'completed',"
             " 'full', 1.0, NULL, '{}', 5, 1)"

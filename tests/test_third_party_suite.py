@@ -1,8 +1,10 @@
-"""A third-party suite, installed as its own distribution, runs end to end with no change to mcp_resili;
-broken third-party suites are reported in one line and break nothing else."""
+"""A third-party suite, installed as its own distribution, runs end to end with no change to mcp_resili,
+importing from the public face alone and inheriting no stop rules; broken third-party suites (fakes
+built on the tiny suite, tests/tiny_suite) are reported in one line and break nothing else."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -16,6 +18,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 from servers import REPO_ROOT, child_env, run_cli, stdio_parameters
+
+import mcp_resili
 
 EXAMPLE = REPO_ROOT / "examples" / "third_party_suite"
 pytestmark = pytest.mark.anyio
@@ -98,6 +102,47 @@ async def test_a_third_party_suite_is_served_to_a_real_mcp_client_and_its_trace_
     assert json.loads(scored.stdout)["label"] == "full"
 
 
+def test_the_example_imports_from_the_public_face_alone():
+    package = EXAMPLE / "resili_invoices"
+    files = sorted(package.glob("*.py"))
+    assert files
+    from_face: set[str] = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert alias.name.split(".")[0] in sys.stdlib_module_names, (path.name, alias.name)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module is not None
+                if node.module.split(".")[0] == "mcp_resili":
+                    assert node.module == "mcp_resili", (path.name, node.module)  # no internal path
+                    from_face |= {alias.name for alias in node.names}
+                else:
+                    assert node.module.split(".")[0] in sys.stdlib_module_names, (path.name, node.module)
+    assert from_face and from_face <= set(mcp_resili.__all__)
+
+
+def test_the_example_names_no_stop_rules_and_its_episodes_end_under_none(invoices_installed, tmp_path):
+    # Every lookup fails: the oracle retries it, failed call after failed call, until the budget is spent.
+    faults = tmp_path / "lookups-fail.json"
+    rule = {"tool": "lookup_order", "fault": {"type": "error", "code": "TIMEOUT"}}
+    faults.write_text(json.dumps({"kind": "rules", "rules": [rule]}), encoding="utf-8")
+    db = tmp_path / "r.db"
+    argv = ["run", "--suite", "invoices", "--faults", str(faults), "--model", "scripted:oracle"]
+    proc = run_cli(*argv, "--trials", "1", "--json", "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT termination, stop_rule, trace FROM episodes").fetchall()
+    assert len(rows) == 5
+    for termination, stop_rule, trace in rows:
+        events = [json.loads(line) for line in trace.splitlines()]
+        calls = [e for e in events if e["event"] == "tool_call"]
+        (end,) = [e for e in events if e["event"] == "episode_end"]
+        assert len(calls) >= 5 and all(c["tool"] == "lookup_order" and c["is_error"] for c in calls)
+        assert (end["stop_rules"], end["stop_rule"], stop_rule) == ("none", None, None)
+        assert termination == "max_turns"
+
+
 def _fake_distribution(root: Path, name: str, entry: str, module: str, source: str) -> None:
     """A dist-info with one ``mcp_resili.suites`` entry point, and the module it names, under ``root``."""
     dist = root / f"{name.replace('-', '_')}-1.0.dist-info"
@@ -122,12 +167,11 @@ def test_broken_third_party_suites_get_one_line_each_and_break_nothing_else(tmp_
         "badtasks = bad_tasks:suite",
         "bad_tasks",
         """
-        from mcp_resili.registry.suites import Suite
-        from mcp_resili.registry.loader import get_suite
-        from mcp_resili.tasks.model import TaskSet
+        from mcp_resili import Suite, TaskSet
+        from tiny_suite import suite as tiny_suite
 
         def suite():
-            base = get_suite("reliabilitybench")
+            base = tiny_suite()
             return Suite(
                 name="badtasks", description="tasks that do not validate", library=base.library,
                 load_tasks=lambda: TaskSet.model_validate({"suite": "bad", "tasks": [{"id": "x"}]}).tasks,
@@ -146,7 +190,7 @@ def test_broken_third_party_suites_get_one_line_each_and_break_nothing_else(tmp_
     rows = {row["name"]: row for row in json.loads(listing.stdout)}
     assert rows["brokenimport"]["status"] == "broken"
     assert "no_such_module_anywhere" in rows["brokenimport"]["error"]
-    assert rows["resilibench"]["status"] == "ok" and rows["toolmaze"]["status"] == "ok"
+    assert rows["resilibench"]["status"] == "ok" and rows["tiny"]["status"] == "ok"
     assert rows["badtasks"]["status"] == "broken" and "invalid" in rows["badtasks"]["error"]
     for name, expected in (("brokenimport", "ModuleNotFoundError"), ("badtasks", "invalid tasks")):
         proc = cli("run", "--suite", name)
@@ -155,7 +199,7 @@ def test_broken_third_party_suites_get_one_line_each_and_break_nothing_else(tmp_
     ok = cli(
         "run",
         "--suite",
-        "reliabilitybench",
+        "tiny",
         "--limit",
         "1",
         "--trials",
@@ -169,10 +213,10 @@ def test_broken_third_party_suites_get_one_line_each_and_break_nothing_else(tmp_
 
 _BASE = """
 from dataclasses import replace
-from mcp_resili.registry.loader import get_suite
+from tiny_suite import suite as tiny_suite
 
 def base(name, **fields):
-    return replace(get_suite("reliabilitybench"), name=name, **fields)
+    return replace(tiny_suite(), name=name, **fields)
 """
 
 
@@ -188,7 +232,7 @@ def misbehaving_suites(tmp_path_factory):
         "noagents": _BASE + "\ndef suite():\n    return base('noagents', agents=None, fault_specs=None)\n",
         "dicttasks": _BASE
         + "\ndef suite():\n"
-        + "    tasks = [t.model_dump(mode='json') for t in get_suite('reliabilitybench').tasks]\n"
+        + "    tasks = [t.model_dump(mode='json') for t in tiny_suite().tasks]\n"
         + "    return base('dicttasks', load_tasks=lambda: tasks)\n",
         "invalidtasks": _BASE
         + "from mcp_resili.tasks.model import TaskSet\n\ndef suite():\n"
@@ -285,10 +329,10 @@ def test_a_scorer_that_fails_mid_run_stops_it_in_one_line_and_resume_finishes_it
         "flaky_scorer",
         """
         import os
-        from mcp_resili.registry.suites import Suite
-        from mcp_resili.registry.loader import get_suite
+        from mcp_resili import Suite
+        from tiny_suite import suite as tiny_suite
 
-        base = get_suite("reliabilitybench")
+        base = tiny_suite()
         scored = []
 
         def score(task, trace):
@@ -355,10 +399,10 @@ def test_a_suite_whose_prompt_fails_for_one_task_is_one_line_naming_it_and_store
         "badprompt = bad_prompt:suite",
         "bad_prompt",
         """
-        from mcp_resili.registry.suites import Suite
-        from mcp_resili.registry.loader import get_suite
+        from mcp_resili import Suite
+        from tiny_suite import suite as tiny_suite
 
-        base = get_suite("reliabilitybench")
+        base = tiny_suite()
         broken = base.tasks[1].id
 
         def render(task, variant):
@@ -376,14 +420,7 @@ def test_a_suite_whose_prompt_fails_for_one_task_is_one_line_naming_it_and_store
     env = child_env(PYTHONPATH=os.pathsep.join([str(plugins), child_env()["PYTHONPATH"]]))
     db = tmp_path / "r.db"
     command = [sys.executable, "-m", "mcp_resili", "run", "--suite", "badprompt", "--trials", "1"]
-    tasks = [
-        "--task",
-        "rb_scheduling_l1_00",
-        "--task",
-        "rb_scheduling_l1_01",
-        "--task",
-        "rb_scheduling_l1_02",
-    ]
+    tasks = ["--task", "tiny-1", "--task", "tiny-2", "--task", "tiny-3"]
     proc = subprocess.run(
         [*command, *tasks, "--db", str(db)],
         capture_output=True,
@@ -394,10 +431,10 @@ def test_a_suite_whose_prompt_fails_for_one_task_is_one_line_naming_it_and_store
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "suite 'badprompt' failed to write the prompt of task 'rb_scheduling_l1_01'" in proc.stderr
+    assert "suite 'badprompt' failed to write the prompt of task 'tiny-2'" in proc.stderr
     assert "(KeyError: 'no template for this task'); the suite is at fault" in proc.stderr
     # The run started: what it stored before the bug was met (how much depends on scheduling) is
     # complete episodes of the other tasks, each scored.
     with sqlite3.connect(db) as connection:
         labels = connection.execute("SELECT task_id, label FROM episodes").fetchall()
-    assert all(task != "rb_scheduling_l1_01" and label is not None for task, label in labels)
+    assert all(task != "tiny-2" and label is not None for task, label in labels)

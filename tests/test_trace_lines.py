@@ -34,7 +34,14 @@ def with_breaks(trace: Trace) -> Trace:
 def played() -> Trace:
     async def one() -> str:
         result = await execute(
-            RunConfig(db=Path(":memory:"), models=("scripted:oracle",), trials=1, limit=1, faults=("none",))
+            RunConfig(
+                suite="tiny",
+                db=Path(":memory:"),
+                models=("scripted:oracle",),
+                trials=1,
+                limit=1,
+                faults=("none",),
+            )
         )
         return result.rows[0].trace
 

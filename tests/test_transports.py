@@ -2,7 +2,8 @@
 
 There is one server subprocess per configuration and transport for the module (the trace test has its own):
 over stdio the tests share its one connection, over HTTP each test opens its own client. Tests keep apart by
-naming their own episodes in the request ``_meta``.
+naming their own episodes in the request ``_meta``. The servers play the tiny suite (tests/tiny_suite),
+found by name through the entry point the conftest installed.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from servers import (
     serve_command,
     stdio_parameters,
 )
+from tiny_suite import suite as tiny_suite
 
 from mcp_resili.check.contract import sample_arguments
 from mcp_resili.cli import main
 from mcp_resili.constants import AUTH_TOKEN_ENV
 from mcp_resili.faults import parse_fault_spec
-from mcp_resili.registry.loader import get_suite
+from mcp_resili.registry.loader import get_suite  # ToolMaze's implicit corruption, at the end
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.transports import (
     MAX_LINE_BYTES,
@@ -53,16 +55,15 @@ from mcp_resili.trace import Trace
 pytestmark = pytest.mark.anyio
 
 # --expose-faults: these tests read each call's recorded event from its result.
-PLAIN = ("--faults", "none", "--expose-faults")
-SEEDED = ("--faults", "resilibench", "--seed", "3", "--expose-faults")
-READER_ARGS = {"source": "data/sales.csv"}
-RECORDS = {"records": [{"id": 1, "name": "ada", "category": "alpha", "value": 1.5}]}
+PLAIN = ("--suite", "tiny", "--faults", "none", "--expose-faults")
+SEEDED = ("--suite", "tiny", "--faults", "tiny", "--seed", "3", "--expose-faults")
+READER_ARGS = {"key": "apple"}
 #: A fixed call sequence of tools without dependencies, long enough for the fault plan to fire a few times.
 LEDGER_CALLS: list[tuple[str, dict[str, Any]]] = [
-    ("file_operations_reader", READER_ARGS),
-    ("network_fetcher", {"source": "https://api.example.com/sales/7"}),
-    ("file_operations_scanner", {"source": "data"}),
-    ("integration_authenticator", {"source": "crm"}),
+    ("lookup", READER_ARGS),
+    ("scale", {"value": 6, "factor": 7}),
+    ("echo", {"text": "hello"}),
+    ("list_records", {}),
 ] * 3
 
 
@@ -122,7 +123,7 @@ def plain(transport: str, request: pytest.FixtureRequest) -> Connect:
 
 @pytest.fixture
 def seeded(transport: str, request: pytest.FixtureRequest) -> Connect:
-    """Connects to a ``--faults resilibench --seed 3`` server over ``transport``."""
+    """Connects to a ``--faults tiny --seed 3`` server over ``transport``."""
     return connector(transport, request, "seeded")
 
 
@@ -130,7 +131,7 @@ def seeded(transport: str, request: pytest.FixtureRequest) -> Connect:
 async def traced(transport: str, tmp_path: Path) -> AsyncIterator[tuple[Target, Path]]:
     """A ``--faults none --seed 11 --trace-dir DIR`` server of its own over ``transport``, and DIR."""
     trace_dir = tmp_path / "traces"
-    args = ("--faults", "none", "--seed", "11", "--trace-dir", str(trace_dir))
+    args = ("--suite", "tiny", "--faults", "none", "--seed", "11", "--trace-dir", str(trace_dir))
     if transport == "stdio":
         yield Target("stdio", args), trace_dir
         return
@@ -146,7 +147,7 @@ def text_of(result: types.CallToolResult) -> str:
 
 
 async def assert_still_serving(client: Client) -> None:
-    result = await client.call_tool("file_operations_reader", READER_ARGS, meta=new_episode("after"))
+    result = await client.call_tool("lookup", READER_ARGS, meta=new_episode("after"))
     assert result.is_error is False
     assert event_of(result)["error_code"] is None
 
@@ -164,14 +165,11 @@ async def test_invalid_arguments_give_an_invalid_input_result_naming_the_field_a
     plain: Connect,
 ) -> None:
     async with plain() as client:
-        result = await client.call_tool("file_operations_reader", {"source": 5}, meta=new_episode("invalid"))
+        result = await client.call_tool("lookup", {"key": 5}, meta=new_episode("invalid"))
 
         assert result.is_error is True
         assert event_of(result)["error_code"] == "INVALID_INPUT"
-        assert text_of(result).startswith(
-            "Error INVALID_INPUT: invalid arguments for file_operations_reader: "
-        )
-        assert "source" in text_of(result)
+        assert text_of(result).startswith("Error INVALID_INPUT: invalid arguments for lookup: key: ")
         await assert_still_serving(client)
 
 
@@ -190,9 +188,7 @@ async def test_unknown_task_in_the_episode_meta_is_an_invalid_params_error_and_t
 ) -> None:
     async with plain() as client:
         with pytest.raises(MCPError) as raised:
-            await client.call_tool(
-                "file_operations_reader", READER_ARGS, meta=new_episode("bad-task", task="nope")
-            )
+            await client.call_tool("lookup", READER_ARGS, meta=new_episode("bad-task", task="nope"))
 
         assert raised.value.code == types.INVALID_PARAMS
         await assert_still_serving(client)
@@ -201,21 +197,18 @@ async def test_unknown_task_in_the_episode_meta_is_an_invalid_params_error_and_t
 async def test_a_tool_called_before_its_dependency_succeeded_gives_dependency_not_met(plain: Connect) -> None:
     meta = new_episode("dependency")
     async with plain() as client:
-        early = await client.call_tool("data_processing_transformer", {"data": RECORDS}, meta=meta)
+        early = await client.call_tool("record", {"label": "a", "value": 1}, meta=meta)
 
         assert early.is_error is True
         assert event_of(early)["error_code"] == "DEPENDENCY_NOT_MET"
-        assert event_of(early)["unmet_dependencies"] == ["data_processing_parser"]
+        assert event_of(early)["unmet_dependencies"] == ["lookup"]
 
-        read = await client.call_tool("file_operations_reader", READER_ARGS, meta=meta)
-        parsed = await client.call_tool(
-            "data_processing_parser", {"data": read.structured_content["data"]}, meta=meta
-        )
-        assert parsed.is_error is False
+        read = await client.call_tool("lookup", READER_ARGS, meta=meta)
+        assert read.is_error is False
         late = await client.call_tool(
-            "data_processing_transformer", {"data": parsed.structured_content["data"]}, meta=meta
+            "record", {"label": "apples", "value": read.structured_content["value"]}, meta=meta
         )
-        assert late.is_error is False
+        assert late.is_error is False and late.structured_content == {"record_id": "R-0001", "count": 1}
 
 
 async def test_same_seed_and_fault_key_replay_the_same_fault_ledger_in_fresh_episodes(
@@ -247,11 +240,11 @@ async def test_trace_dir_gets_one_jsonl_per_episode_that_scores_from_the_command
     traced: tuple[Target, Path],
 ) -> None:
     target, trace_dir = traced
-    task = get_suite("resilibench").tasks[0]
+    task = tiny_suite().task("tiny-1")  # one step: lookup(apple)
     first, second = new_episode("trace-a"), new_episode("trace-b")
     async with target.client() as client:
         for meta in (first, second):
-            result = await client.call_tool("file_operations_reader", READER_ARGS, meta=meta)
+            result = await client.call_tool("lookup", READER_ARGS, meta=meta)
             assert result.is_error is False
         await client.call_tool("finish", {"status": "completed", "summary": "read it"}, meta=first)
 
@@ -269,9 +262,8 @@ async def test_trace_dir_gets_one_jsonl_per_episode_that_scores_from_the_command
 
     assert proc.returncode == 0, proc.stderr
     score = json.loads(proc.stdout)
-    assert score["task"] == task.id
-    assert isinstance(score["label"], str)
-    assert score["label"]
+    assert score["task"] == task.id and score["suite"] == "tiny"
+    assert score["label"] == "full"  # the task's one step, then finish
 
 
 @pytest.mark.parametrize(
@@ -288,7 +280,7 @@ def test_serve_with_a_malformed_fault_file_exits_2_with_an_error_on_stderr_only(
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
 
-    proc = run_cli("serve", "--faults", str(path))
+    proc = run_cli("serve", "--suite", "tiny", "--faults", str(path))
 
     assert proc.returncode == 2
     assert proc.stderr.startswith("mcp-resili: error:")
@@ -296,7 +288,7 @@ def test_serve_with_a_malformed_fault_file_exits_2_with_an_error_on_stderr_only(
 
 
 def test_serve_with_an_unknown_task_exits_2_with_an_error_on_stderr_only() -> None:
-    proc = run_cli("serve", "--faults", "none", "--task", "nope")
+    proc = run_cli("serve", "--suite", "tiny", "--faults", "none", "--task", "nope")
 
     assert proc.returncode == 2
     assert proc.stderr.startswith("mcp-resili: error:")
@@ -307,11 +299,13 @@ async def test_a_plain_stdio_session_replays_the_same_faults_for_the_same_seed()
     """A person's session (no episode _meta) gets draws from the seed, not from a random connection id."""
 
     async def ledger():
-        params = stdio_parameters("--faults", "resilibench:base=0.5", "--seed", "3", "--expose-faults")
+        params = stdio_parameters(
+            "--suite", "tiny", "--faults", "tiny:p=0.5", "--seed", "3", "--expose-faults"
+        )
         async with Client(params) as client:
             faults = []
             for i in range(12):
-                result = await client.call_tool("file_operations_reader", {"source": f"data/{i % 2}.csv"})
+                result = await client.call_tool("lookup", {"key": ("apple", "pear")[i % 2]})
                 faults.append(event_of(result)["fault"])
             return faults
 
@@ -362,7 +356,7 @@ def test_malformed_stdio_lines_get_json_rpc_error_replies_and_the_server_keeps_s
         b'{"jsonrpc": "2.0", "id": 6, "method": "ping"}',
     ]
     proc = subprocess.run(
-        serve_command("--faults", "none"),
+        serve_command("--suite", "tiny", "--faults", "none"),
         input=b"\n".join(lines) + b"\n",
         capture_output=True,
         env=child_env(),
@@ -400,13 +394,13 @@ def test_a_malformed_tools_call_is_invalid_params_naming_the_field_and_nothing_i
     lines = [
         INITIALIZE,
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {**call, "id": 1, "params": {"name": "file_operations_reader", "arguments": [1]}},
+        {**call, "id": 1, "params": {"name": "lookup", "arguments": [1]}},
         {**call, "id": 2, "params": {"name": 5, "arguments": {}}},
         {**call, "id": 3, "params": {"arguments": {}}},
         {"jsonrpc": "2.0", "id": 4, "method": "ping"},
     ]
     proc = subprocess.run(
-        serve_command("--faults", "none", "--trace-dir", str(tmp_path)),
+        serve_command("--suite", "tiny", "--faults", "none", "--trace-dir", str(tmp_path)),
         input="\n".join(json.dumps(line) for line in lines).encode() + b"\n",
         capture_output=True,
         env=child_env(),
@@ -434,12 +428,10 @@ async def test_an_oversized_stdio_request_fails_at_once_under_its_own_id_naming_
 
     Its caller gets an error now, not its own read timeout (here far longer than the guard).
     """
-    huge = {"source": "x" * (5 * 2**20)}
+    huge = {"text": "x" * (5 * 2**20)}
     with anyio.fail_after(30):
         with pytest.raises(MCPError) as raised:
-            await stdio_plain.call_tool(
-                "file_operations_reader", huge, read_timeout_seconds=3600, meta=new_episode("huge")
-            )
+            await stdio_plain.call_tool("echo", huge, read_timeout_seconds=3600, meta=new_episode("huge"))
         assert raised.value.code == types.INVALID_REQUEST
         assert "message too large" in raised.value.message
         assert f"limit of {MAX_LINE_BYTES} bytes" in raised.value.message
@@ -472,7 +464,8 @@ JSON_HEADERS = {"content-type": "application/json", "accept": "application/json,
 async def test_with_an_auth_token_every_request_needs_it_and_a_foreign_host_is_refused(
     tmp_path: Path,
 ) -> None:
-    async with running_http_server("--faults", "none", "--auth-token", TOKEN, workdir=tmp_path) as server:
+    serve = ("--suite", "tiny", "--faults", "none", "--auth-token", TOKEN)
+    async with running_http_server(*serve, workdir=tmp_path) as server:
         async with httpx2.AsyncClient(timeout=30) as http:
             body = json.dumps(INITIALIZE)
             missing = await http.post(server.url, content=body, headers=JSON_HEADERS)
@@ -483,7 +476,7 @@ async def test_with_an_auth_token_every_request_needs_it_and_a_foreign_host_is_r
             foreign = await http.post(server.url, content=body, headers={**bearer, "host": "evil.example"})
         authed = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"}, timeout=30)
         async with Client(streamable_http_client(server.url, http_client=authed)) as client:
-            result = await client.call_tool("file_operations_reader", READER_ARGS, meta=new_episode("authed"))
+            result = await client.call_tool("lookup", READER_ARGS, meta=new_episode("authed"))
         await authed.aclose()
 
     assert missing.status_code == wrong.status_code == 401
@@ -500,11 +493,13 @@ async def test_the_runner_reaches_a_server_behind_a_token_with_the_token_from_th
 
     monkeypatch.setenv(AUTH_TOKEN_ENV, TOKEN)
     db = tmp_path / "r.db"
-    async with running_http_server("--faults", "none", "--auth-token", TOKEN, workdir=tmp_path) as server:
-        result = await execute(
-            RunConfig(db=db, models=("scripted:oracle",), trials=1, limit=2, server=server.url)
+    serve = ("--suite", "tiny", "--faults", "none", "--auth-token", TOKEN)
+    async with running_http_server(*serve, workdir=tmp_path) as server:
+        config = RunConfig(
+            suite="tiny", db=db, models=("scripted:oracle",), trials=1, limit=2, server=server.url
         )
-    assert [r.termination for r in result.rows] == ["completed", "completed"]
+        result = await execute(config, suite=tiny_suite())
+    assert [(r.termination, r.label) for r in result.rows] == [("completed", "full")] * 2
     assert TOKEN.encode() not in db.read_bytes()
 
 
@@ -519,14 +514,14 @@ def test_a_server_url_with_a_credential_is_refused_before_anything_is_stored(
     tmp_path: Path, url: str, secret: str
 ) -> None:
     """The URL is stored with the run and in every trace header (review finding: it was, password and all)."""
-    proc = run_cli("run", "--server", url, "--limit", "1", "--db", str(tmp_path / "r.db"))
+    proc = run_cli("run", "--suite", "tiny", "--server", url, "--limit", "1", "--db", str(tmp_path / "r.db"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and AUTH_TOKEN_ENV in proc.stderr
     assert secret not in proc.stderr and not (tmp_path / "r.db").exists()
 
 
 async def test_a_wildcard_bind_accepts_its_own_names_and_the_allowed_hosts_only() -> None:
     """Checked on the ASGI app itself: no test binds anything but loopback."""
-    server = ResiliServer(get_suite("resilibench"), parse_fault_spec("none"))
+    server = ResiliServer(tiny_suite(), parse_fault_spec("none"))
     access = HttpAccess.from_options(None, insecure=True, allowed_hosts=["mcp.example"], env={})
     assert check_exposure("0.0.0.0", access) is not None  # the insecure warning
     app = http_app(server, "0.0.0.0", access)
@@ -579,6 +574,7 @@ def shape(value: Any) -> Any:
 
 
 async def test_an_implicit_corruption_comes_back_in_the_same_shape_as_a_clean_result(tmp_path: Path) -> None:
+    # On ToolMaze: its P4 corruption, bound to its tasks, is the implicit fault a result must not give away.
     suite = get_suite("toolmaze")
     task = next(t for t in suite.tasks if t.perturbations.p4 != "logic_violation")
     victim = task.perturbations.slots[0].tools[0]

@@ -66,6 +66,19 @@ def test_the_compiled_validator_gives_jsonschemas_verdict_and_errors_on_every_su
         ], instance
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known discrepancy (found by the tiny suite's first list_records schema): the compiled fast "
+    "path accepts a Python tuple for a bare {'type': 'array'}, which jsonschema refuses; no JSON value "
+    "is a tuple, so nothing on the wire meets it. Strict: this fails once the validator agrees.",
+)
+def test_a_tuple_is_no_array_for_the_compiled_validator_either():
+    schema = {"type": "object", "properties": {"records": {"type": "array"}}}
+    compiled_schema, reference = CompiledSchema(schema), jsonschema.Draft202012Validator(schema)
+    assert not reference.is_valid({"records": (1, 2)})
+    assert compiled_schema.is_valid({"records": (1, 2)}) == reference.is_valid({"records": (1, 2)})
+
+
 def test_an_invalid_instance_raises_jsonschemas_best_error():
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}
     with pytest.raises(jsonschema.ValidationError, match="0 is less than the minimum of 1"):

@@ -90,8 +90,9 @@ def one_tool_then_finish(tool: str, arguments: dict[str, Any]) -> Policy:
     return policy
 
 
-def oracle_policy() -> Policy:
-    """The scripted oracle behind an API: it recognises the task from the prompt, then reads results.
+def oracle_policy(suite_name: str = "tiny") -> Policy:
+    """The scripted oracle behind an API: it recognises the task of suite ``suite_name`` from the
+    prompt, then reads results.
 
     It reuses ``scripted:oracle``'s decisions, rebuilt from the wire conversation only (function names,
     argument JSON, result text), so everything the real SDKs and our mappings carry is exercised.
@@ -107,7 +108,7 @@ def oracle_policy() -> Policy:
     from mcp_resili.agents.scripted import OracleAgent
     from mcp_resili.registry.loader import get_suite
 
-    suite = get_suite("resilibench")
+    suite = get_suite(suite_name)
     by_prompt = {suite.prompt(t): t for t in suite.tasks}
     agent = OracleAgent()
 

@@ -43,7 +43,7 @@ call, a success on other data: each leaves the agent no better off, and being be
 every later move), and the server's success probability of a call is never above the search's (the
 dependency factors are at most 1). Calls of a step that is not ready are refused before any draw
 (`gate`), so no move spends a draw of a step before it is ready. Hence "impossible" is a proof;
-`tests/test_resilibench_bound_proof.py` checks it against a clairvoyant adversary that searches the
+`tests/suites/resilibench/test_bound_proof.py` checks it against a clairvoyant adversary that searches the
 server's real moves and replays what it finds through the real server (docs/resilibench.md).
 """
 

@@ -1,7 +1,7 @@
 """Bounds (ii) and (iii) hold against every move the real server admits, checked through the real server.
 
-Bound (ii): a clairvoyant adversary (`resilibench_adversary`) searches the server's real moves for a
-full episode where bound (ii) says impossible, and replays what it finds through a real `ResiliServer`
+Bound (ii): a clairvoyant adversary (`adversary.py` beside this file) searches the server's real moves for
+a full episode where bound (ii) says impossible, and replays what it finds through a real `ResiliServer`
 over an MCP client, scored by the suite. Bound (iii): policies of its MDP that use every kind of move
 (refused, filler, failing, early finish) never beat the DP, and played through the real server they
 reach the full rate the MDP predicts. bench/resilibench_clairvoyant.py runs the same at scale.
@@ -13,7 +13,6 @@ import random
 
 import pytest
 from mcp import Client
-from resilibench_adversary import Adversary, Recipes, play_policy, replay
 
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
@@ -28,6 +27,7 @@ from mcp_resili.suites.resilibench.optimal import (
 from mcp_resili.suites.resilibench.tasks import full_tasks
 from mcp_resili.tasks.model import resolve_arguments
 from mcp_resili.trace.codes import DEPENDENCY_NOT_MET
+from suites.resilibench.adversary import Adversary, Recipes, play_policy, replay
 
 SUITE = get_suite("resilibench")
 UNGATED = dataclasses.replace(SUITE, dependency_gate=None)  # the server before the DAG gate

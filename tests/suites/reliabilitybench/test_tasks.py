@@ -31,7 +31,7 @@ from mcp_resili.suites.reliabilitybench.perturb import (
 )
 from mcp_resili.suites.reliabilitybench.scoring import check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SUITE = get_suite("reliabilitybench")
 TASKS = SUITE.tasks
 

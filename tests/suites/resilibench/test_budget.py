@@ -5,7 +5,6 @@ import math
 
 import pytest
 from mcp import Client
-from resilibench_gold import gold_run
 
 from mcp_resili.agents.scripted import OracleAgent
 from mcp_resili.cli import main
@@ -24,6 +23,7 @@ from mcp_resili.suites.resilibench.optimal import clairvoyant_full_success, epis
 from mcp_resili.suites.resilibench.tasks import default_tasks
 from mcp_resili.tasks import Workflow, WorkflowStep
 from mcp_resili.trace import ModelTurnEvent, Trace
+from suites.resilibench.gold import gold_run
 
 SUITE = get_suite("resilibench")
 HARSH = "resilibench:base=0.5"

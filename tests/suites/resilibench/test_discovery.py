@@ -2,7 +2,6 @@
 
 import pytest
 from mcp import Client
-from resilibench_gold import gold_run
 
 from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import NoFaults, parse_fault_spec
@@ -13,6 +12,7 @@ from mcp_resili.suites.resilibench.scoring import score
 from mcp_resili.suites.resilibench.tasks import default_tasks
 from mcp_resili.tools.search import ToolIndex
 from mcp_resili.trace import FinishEvent, ToolCallEvent, Trace, TraceHeader
+from suites.resilibench.gold import gold_run
 
 pytestmark = pytest.mark.anyio
 

@@ -1,7 +1,10 @@
-"""Review finding fixed: ``inspect eval mcp_resili/SUITE -T trace_dir=DIR`` broke on a comma in DIR.
+"""``inspect eval mcp_resili/SUITE -T trace_dir=DIR``: a DIR with commas, or one YAML reads as no path.
 
 inspect reads each ``-T`` value as YAML and splits a plain string at every comma, so the task got a
-list. The arguments here go through the function ``inspect eval`` itself parses ``-T`` with.
+list (a review finding: a comma in DIR broke the eval). The arguments here go through the function
+``inspect eval`` itself parses ``-T`` with. The tasks are built for the tiny suite (its entry point is
+installed in this process); the one eval plays ResiliBench, since inspect starts each sample's stdio
+server with the MCP SDK's default environment, where only an installed package's suite is found.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from mcp_resili.integrations.inspect.tasks import SUITE_TASKS
 pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
 
 #: A ResiliBench task the naive scripted agent makes calls in (so the episode writes a trace).
-TASK = "task_3cea3129"
+RESILIBENCH_TASK = "task_3cea3129"
 
 
 def cli_arguments(*assignments: str) -> dict[str, object]:
@@ -34,7 +37,7 @@ def test_inspect_splits_a_comma_path_and_the_task_joins_it_back(tmp_path: Path) 
     where = tmp_path / "traces,run 1, v2"
     arguments = cli_arguments(f"trace_dir={where}", "time_scale=0")
     assert arguments["trace_dir"] == [str(tmp_path / "traces"), "run 1", " v2"]  # what inspect does
-    SUITE_TASKS["resilibench"](**arguments)
+    SUITE_TASKS["tiny"](**arguments)
     assert where.is_dir() and not (tmp_path / "traces").exists()
     assert list(where.iterdir()) == []  # the write probe left nothing
 
@@ -45,7 +48,7 @@ def test_an_eval_writes_its_traces_into_a_directory_with_a_comma(tmp_path: Path)
     (log,) = inspect_eval(
         task,
         model="mcp_resili/naive",
-        sample_id=TASK,
+        sample_id=RESILIBENCH_TASK,
         epochs=1,
         log_dir=str(tmp_path / "logs"),
         display="none",
@@ -66,8 +69,8 @@ def test_a_trace_dir_yaml_reads_as_no_path_is_refused_in_one_line_and_quoting_wo
     monkeypatch.chdir(tmp_path)
     for value in ("010", "2024-01-01", "true"):  # YAML: 8, a date, a boolean: the text is gone
         with pytest.raises(ArgumentError) as err:
-            SUITE_TASKS["resilibench"](**cli_arguments(f"trace_dir={value}"))
+            SUITE_TASKS["tiny"](**cli_arguments(f"trace_dir={value}"))
         message = str(err.value)
         assert "-T trace_dir must be a directory path" in message and "\n" not in message
-    SUITE_TASKS["resilibench"](**cli_arguments('trace_dir="010"'))
+    SUITE_TASKS["tiny"](**cli_arguments('trace_dir="010"'))
     assert (tmp_path / "010").is_dir() and not (tmp_path / "8").exists()

@@ -1,7 +1,6 @@
 """The plan-follower does what its prompt's plan says, arguments included; every flaw type costs it."""
 
 import pytest
-from resilibench_gold import gold_run
 
 from mcp_resili.agents.model import (
     AssistantMessage,
@@ -18,6 +17,7 @@ from mcp_resili.suites.resilibench.library import resilibench_library
 from mcp_resili.suites.resilibench.prompts import flawed_plan
 from mcp_resili.suites.resilibench.tasks import default_tasks
 from mcp_resili.trace import Trace
+from suites.resilibench.gold import gold_run
 
 SUITE = get_suite("resilibench")
 

@@ -2,7 +2,6 @@ import networkx as nx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from resilibench_gold import call_event, finish, gold_run, trace_from, turn
 
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.scoring.termination import within_budget
@@ -11,6 +10,7 @@ from mcp_resili.suites.resilibench.scoring import score
 from mcp_resili.suites.resilibench.stop_rules import termination_index
 from mcp_resili.tasks import StepBinding
 from mcp_resili.trace import ModelTurnEvent, ToolCallEvent
+from suites.resilibench.gold import call_event, finish, gold_run, trace_from, turn
 
 SUITE = get_suite("resilibench")
 

@@ -28,7 +28,7 @@ from mcp_resili.suites.toolmaze.tasks import toolmaze_tasks
 from mcp_resili.tasks.stats import level_statistics, workflow_width
 from mcp_resili.tools.library import ToolFailure
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def regen_module():

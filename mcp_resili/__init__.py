@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from mcp_resili.report.build import Report, load_report
     from mcp_resili.report.html import write_html
     from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock
-    from mcp_resili.report.summary import ComponentColumn, GroupSummary, Rate, rate, summarize
+    from mcp_resili.report.summary import ComponentColumn, GroupSummary, Rate, rate, rate_by_task, summarize
     from mcp_resili.report.svg import Bar, bar_chart, grouped_bar_chart, heatmap, line_chart, stacked_levels
     from mcp_resili.scoring.coping import score_episode
     from mcp_resili.scoring.model import Score
@@ -141,6 +141,7 @@ _HOMES = {
     "NoteBlock": "mcp_resili.report.section",
     "ComponentColumn": "mcp_resili.report.summary",
     "rate": "mcp_resili.report.summary",
+    "rate_by_task": "mcp_resili.report.summary",
     "Bar": "mcp_resili.report.svg",
     "bar_chart": "mcp_resili.report.svg",
     "grouped_bar_chart": "mcp_resili.report.svg",
@@ -296,6 +297,7 @@ __all__ = [
     "load_specs",
     "parse_overrides",
     "rate",
+    "rate_by_task",
     "require_task",
     "resolve_arguments",
     "resolve_binding",

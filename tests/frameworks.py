@@ -52,7 +52,7 @@ def stdio_argv(episode: Episode, trace_dir: Path) -> list[str]:
 
 
 def require(module: str, extra: str = "frameworks") -> None:
-    """Skip, saying so, when a framework is not installed (``pip install -e '.[test,frameworks]'``)."""
+    """Skip, saying so, when a framework is not installed (``pip install -e '.[test]'``)."""
     try:
         __import__(module)
     except ImportError as exc:

@@ -97,7 +97,7 @@ def test_csv_and_parquet_exports_carry_the_same_typed_rows(run_db, tmp_path, cap
     assert types["tool_calls"] == "int64" and types["value"] == "double"
     assert types["infrastructure_error"] == "bool" and types["score_order_ok"] == "bool"
     assert types["score_steps_done"] == "int64"
-    assert table.schema.metadata[b"mcp_resili.export_version"] == b"2"
+    assert table.schema.metadata[b"mcp_resili.export_version"] == b"3"
     columns = table.to_pydict()
     for i, record in enumerate(records):
         for name in ("episode_id", "label", "injected_total", "score_steps_done", "cost_usd"):

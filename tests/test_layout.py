@@ -41,6 +41,7 @@ FLOORS = {
     "client": 9,
     "integrations": 10,
     "modelserver": 10,
+    "harness": 10,
     "cli": 11,
     "__main__": 11,
     "__init__": 12,

@@ -521,3 +521,28 @@ def test_the_cluster_examples_parse_and_pin_the_ray_version_the_extra_installs()
     assert any("mcp-resili[ray]" in command for command in launcher["setup_commands"])
     head = kuberay["spec"]["headGroupSpec"]["rayStartParams"]
     assert head["num-cpus"] == "0"  # the driver's node plans and stores; workers play
+
+
+async def test_an_agent_program_on_a_ray_worker_stores_what_it_stores_locally(ray_cluster, tmp_path):
+    from harness_support import first_tasks, stdlib_agent
+
+    from mcp_resili.client.runner import local_executor
+    from mcp_resili.harness import session_factory
+
+    config = RunConfig(
+        agent_cmd=stdlib_agent("--retries", "2"),
+        models=("scripted:oracle",),
+        faults=("resilibench",),
+        llm_faults="llm:heavy",
+        tasks=first_tasks(2),
+        trials=1,
+        seed=5,
+        time_scale=0.0,
+    )
+    local = await execute(
+        replace(config, db=tmp_path / "l.db"), executor=local_executor(session_factory=session_factory)
+    )
+    executor = RayExecutor(workers=1)
+    remote = await execute(replace(config, db=tmp_path / "r.db"), executor=executor)
+    assert remote.executor == "ray" and os.getpid() not in executor.pids
+    assert len(remote.rows) == 2 and comparable(remote) == comparable(local)

@@ -138,6 +138,41 @@ def _call(seq: int, tool: str, arguments: dict, error: bool = False) -> ToolCall
     return ToolCallEvent(episode="e", seq=seq, tool=tool, arguments=arguments, is_error=error, result={})
 
 
+def test_a_prepare_command_runs_before_the_server_starts_and_a_failing_one_is_one_line(tmp_path):
+    from mcp_resili.taskfiles.install import InstallError, server_argv
+    from mcp_resili.taskfiles.model import ServerDef
+
+    marker = tmp_path / "prepared"
+    writes = f"import sys; open({str(marker)!r}, 'w').write(sys.executable); print('npm noise')"
+    server = ServerDef(command="my-server", args=("--x",), prepare=("{python}", "-c", writes))
+    assert server_argv("mine", server) == ["my-server", "--x"]
+    assert marker.read_text() == sys.executable  # `{python}` is the server's Python: ours here
+    failing = ServerDef(command="my-server", prepare=("{python}", "-c", "raise SystemExit('ERROR no node')"))
+    with pytest.raises(InstallError) as refused:
+        server_argv("mine", failing)
+    assert "\n" not in str(refused.value) and "server 'mine'" in str(refused.value), refused.value
+    assert "ERROR no node" in str(refused.value)
+    with pytest.raises(ValueError, match="takes no prepare"):
+        ServerDef(url="http://127.0.0.1:1/mcp", prepare=("true",))
+
+
+def test_a_servers_error_names_the_agents_relative_paths_whichever_slot_the_episode_ran_in(tmp_path):
+    from mcp_resili.taskfiles.environment import Slot, _relative_to_slot
+
+    said = []
+    for index in (3, 7):
+        slot = Slot(index, tmp_path / f"run{index}" / f"slot{index}", site=None)  # type: ignore[arg-type]
+        message = (
+            f"ENOENT: no such file or directory, open '{slot.workspace}/exports/wonka.csv'; "
+            f"allowed: {slot.workspace}; memory at {slot.state}/graph.json"
+        )
+        said.append(_relative_to_slot(message, slot))
+    expected = (
+        "ENOENT: no such file or directory, open 'exports/wonka.csv'; allowed: .; memory at state/graph.json"
+    )
+    assert said == [expected, expected]
+
+
 def test_verdicts_are_pure_and_need_an_observed_end_state_and_the_reads():
     task = next(t for t in load_directory(EXAMPLES).tasks if t.id == "summary_keep_archive")
     archive = next(f.content for f in task.fixture.files if f.path == "notes/2025.txt")

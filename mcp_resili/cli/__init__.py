@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from mcp_resili.cli import check, config, export, modelapi, report, run, serve, tasks, workflow
+from mcp_resili.cli import check, config, export, modelapi, plan, report, run, serve, tasks, workflow
 from mcp_resili.cli.common import one_line, user_error_in
 from mcp_resili.constants import VERSION
 
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in (serve, run, tasks, report, export, workflow, check, config, modelapi):
+    for module in (serve, run, tasks, report, plan, export, workflow, check, config, modelapi):
         module.register(commands)
     return parser
 

@@ -42,6 +42,11 @@ def register(commands: Commands) -> None:
         "(index.html plus episodes loaded on demand; any size)",
     )
     report.add_argument("--svg", type=Path, metavar="DIR", help="write every chart as its own SVG file here")
+    report.add_argument(
+        "--baseline",
+        metavar="SPEC",
+        help="the fault spec degradation is measured from (default: none, else the mildest spec)",
+    )
     report.set_defaults(handler=report_command)
 
 
@@ -52,7 +57,7 @@ def report_command(args: argparse.Namespace) -> int:
     from mcp_resili.report.build import ReportError, load_report
     from mcp_resili.report.compare import load_comparison
     from mcp_resili.report.html import write_figures, write_html
-    from mcp_resili.report.terminal import section_tables
+    from mcp_resili.report.terminal import section_summaries, section_tables
 
     refuse_database_as_output(args.html, args.db, "--html")
     runs = [*args.runs, *([args.run_option] if args.run_option else [])]
@@ -61,9 +66,11 @@ def report_command(args: argparse.Namespace) -> int:
     if len(runs) > 1 and args.by:
         raise ReportError("--by breaks down one run's outcome table; drop it to compare runs")
     report = (
-        load_comparison(args.db, runs, find_suite)
+        load_comparison(args.db, runs, find_suite, args.baseline)
         if len(runs) > 1
-        else load_report(args.db, runs[0] if runs else None, by=args.by, find_suite=find_suite)
+        else load_report(
+            args.db, runs[0] if runs else None, by=args.by, find_suite=find_suite, baseline=args.baseline
+        )
     )
     if args.html is not None:
         print(f"wrote {write_html(report, args.html)}", file=sys.stderr)
@@ -80,4 +87,6 @@ def report_command(args: argparse.Namespace) -> int:
             out.print(f"run {report.run.id} · suite {report.run.suite} · {report.episodes} episodes")
         for table in section_tables(report.sections):
             out.print(table)
+        for line in section_summaries(report.sections):
+            out.print(line, highlight=False, soft_wrap=True)
     return 0

@@ -10,7 +10,7 @@ import signal
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,8 @@ EXIT_NOTHING_SCORED = 2
 #: Exit status of a run stopped by Ctrl-C or SIGTERM (128 + the signal, what a shell reports).
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
+#: The model an agent program asks for when ``--model`` is not given (offline: the model server's).
+AGENT_CMD_MODELS = ("scripted:oracle",)
 #: Options that may change on ``--resume`` (how episodes play, not which).
 RESUMABLE = (
     "concurrency",
@@ -56,6 +58,7 @@ def register(commands: Commands) -> None:
     )
     # Options that define the run matrix default to None so that `--resume` can refuse them.
     _add_matrix_options(run)
+    _add_program_options(run)
     _add_selection_options(run)
     _add_execution_options(run)
     _add_limit_options(run)
@@ -66,6 +69,7 @@ def register(commands: Commands) -> None:
 def _add_matrix_options(run: argparse.ArgumentParser) -> None:
     """What plays: suite, models, fault specs, prompt variants, architecture."""
     from mcp_resili.agents.model import ARCHITECTURES
+    from mcp_resili.report.ladder import LADDERS
 
     run.add_argument("--suite", help=f"the benchmark suite to play (default: {DEFAULT_SUITE})")
     run.add_argument(
@@ -78,6 +82,14 @@ def _add_matrix_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--faults", action="append", metavar="SPEC", help="repeatable fault spec; default: the suite's own"
+    )
+    run.add_argument(
+        "--ladder",
+        action="append",
+        choices=sorted(LADDERS),
+        metavar="FAMILY",
+        help="repeatable: play a fault family's standard ladder, from none to harsh, and draw each model's "
+        f"robustness curve ({', '.join(sorted(LADDERS))}); instead of --faults",
     )
     run.add_argument(
         "--variant",
@@ -102,6 +114,23 @@ def _add_matrix_options(run: argparse.ArgumentParser) -> None:
         "--stop-rules",
         metavar="NAME",
         help="rules that end an episode early: resilibench, none (default: the suite's own)",
+    )
+
+
+def _add_program_options(run: argparse.ArgumentParser) -> None:
+    """Agent programs instead of the built-in loop, and faults at the model API."""
+    run.add_argument(
+        "--agent-cmd",
+        metavar="CMD",
+        help="benchmark an agent program: started per episode with the prompt on stdin and the MCP and "
+        "model endpoints in its environment (docs/harnesses.md); --model names the model it asks for "
+        "(default: scripted:oracle, offline)",
+    )
+    run.add_argument(
+        "--llm-faults",
+        metavar="SPEC",
+        help="model-API faults on every model call, through a gateway: none | llm:light | llm:medium | "
+        "llm:heavy | PATH.toml|.json (docs/llm.md)",
     )
 
 
@@ -205,6 +234,12 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
         help="repeatable: also break the summary down by this key",
     )
     run.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
+    run.add_argument(
+        "--baseline",
+        metavar="SPEC",
+        help="with two fault specs or more: the one degradation is measured from (default: none, else "
+        "the mildest spec)",
+    )
 
 
 def suite_argument(name: str) -> str:
@@ -223,6 +258,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
             f"--{name.replace('_', '-')}" for name in MATRIX_FIELDS if getattr(args, name, None) is not None
         ]
         given += ["--first"] if args.first else []
+        given += ["--ladder"] if args.ladder else []
         if given:
             raise RunConfigError(
                 f"--resume replays the stored configuration of {args.resume}; drop {', '.join(given)}"
@@ -237,12 +273,17 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
     from mcp_resili.client.providers import DEFAULT_MODELS
     from mcp_resili.client.runner import RunConfig, RunConfigError
 
+    if args.ladder and args.faults:
+        raise RunConfigError(
+            "--ladder plays a family's standard fault specs; drop --faults (or name every spec with --faults)"
+        )
     if args.first and args.limit is None:
         raise RunConfigError("--first goes with --limit N (take the first N tasks instead of a sample)")
+    default_models = AGENT_CMD_MODELS if args.agent_cmd is not None else DEFAULT_MODELS
     return RunConfig(
         suite=suite_argument(args.suite or DEFAULT_SUITE),
-        models=tuple(args.models or DEFAULT_MODELS),
-        faults=tuple(args.faults or ()),
+        models=tuple(args.models or default_models),
+        faults=tuple(args.faults or ()) or ladder_specs(args.ladder or ()),
         variants=tuple(args.variants or ()),
         perturb=tuple(args.perturb or ()),
         architecture=args.architecture or "react",
@@ -267,7 +308,19 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         max_tokens=args.max_tokens,
         time_limit=args.time_limit,
         prices=args.prices,
+        agent_cmd=args.agent_cmd,
+        llm_faults=args.llm_faults,
     )
+
+
+def ladder_specs(families: Sequence[str]) -> tuple[str, ...]:
+    """The fault specs of the families' standard ladders, in order, each once (``none`` is shared)."""
+    from mcp_resili.report.ladder import LADDERS
+
+    specs: list[str] = []
+    for family in families:
+        specs.extend(spec for spec in LADDERS[family].specs if spec not in specs)
+    return tuple(specs)
 
 
 def make_executor(args: argparse.Namespace) -> Executor:
@@ -277,7 +330,9 @@ def make_executor(args: argparse.Namespace) -> Executor:
     if args.executor == "local":
         if args.ray_address is not None or args.ray_workers is not None:
             raise RunConfigError("--ray-address and --ray-workers go with --executor ray")
-        return local_executor()
+        from mcp_resili.harness import session_factory
+
+        return local_executor(session_factory=session_factory)
     from mcp_resili.integrations.ray import RayExecutor, import_ray
     from mcp_resili.integrations.ray.executor import check_reachable, prepare_local_env
 
@@ -298,9 +353,17 @@ def run_command(args: argparse.Namespace) -> int:
 
     config = run_config(args)
     suite = get_suite(config.suite)  # the top: the suite is resolved once, here, and handed down
+    check_baseline(args.baseline, config.faults or (suite.default_faults,))
     if args.estimate:
+        from mcp_resili.cli.estimate import describe_extras, estimate_extras
+        from mcp_resili.client.runner import resolve_run
+
         estimate = anyio.run(estimate_run, config, args.resume, suite)
-        print(json.dumps(asdict(estimate), indent=2) if args.json else estimate.describe())
+        extras = estimate_extras(resolve_run(config, suite, args.resume))
+        if args.json:
+            print(json.dumps({**asdict(estimate), **extras}, indent=2))
+        else:
+            print("\n".join([estimate.describe(), *describe_extras(extras)]))
         return 0
     executor = make_executor(args)
     err = Console(stderr=True, markup=False)  # specs and paths are text, never markup
@@ -332,6 +395,16 @@ def run_command(args: argparse.Namespace) -> int:
             ) from None
     _print_summary(config, suite, result, args, err)
     return _exit_status(result, err)
+
+
+def check_baseline(baseline: str | None, faults: tuple[str, ...]) -> None:
+    """Refuse, before anything runs, a ``--baseline`` that is not one of the run's fault specs."""
+    from mcp_resili.client.runner import RunConfigError
+
+    if baseline is not None and baseline not in faults:
+        raise RunConfigError(
+            f"--baseline {baseline!r} is not one of the run's fault specs: {', '.join(faults)}"
+        )
 
 
 def _stored_episodes(db: Path, run_id: str) -> int:
@@ -436,6 +509,25 @@ def _exit_status(result: RunResult, err: Console) -> int:
     return EXIT_NOTHING_SCORED
 
 
+def _harness_hint(result: RunResult, err: Console) -> None:
+    """When every agent program crashed the same way, say how (a missing package, a bad path...)."""
+    from mcp_resili.trace import Trace, trace_lines
+
+    crashed = [r for r in result.rows if r.termination == "harness_failure"]
+    if not crashed or len(crashed) != len(result.rows):
+        return
+    details = []
+    for row in crashed:
+        end = Trace.from_lines(trace_lines(row.trace), origin=row.episode_id).end
+        details.append(end.detail if end is not None else "")
+    if len(set(details)) == 1 and details[0]:
+        err.print(
+            f"every episode's agent program failed the same way: {details[0]}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def _spend_line(config: RunConfig, result: RunResult) -> str | None:
     spent = result.spent_usd if result.spent_usd is not None else result.cost_usd
     if config.max_cost is None and not spent:
@@ -472,7 +564,10 @@ def _print_summary(
     from mcp_resili.report import summarize, summary_table
     from mcp_resili.report.build import damaged_scores
     from mcp_resili.report.coping import coping_section
-    from mcp_resili.report.terminal import section_tables
+    from mcp_resili.report.degradation import degradation, degradation_section
+    from mcp_resili.report.model_coping import model_coping_section
+    from mcp_resili.report.robustness import robustness, robustness_section
+    from mcp_resili.report.terminal import section_summaries, section_tables
 
     summaries = summarize(result.rows, args.by, suite.task_info if args.by else None, suite.summary_columns)
     try:
@@ -480,22 +575,46 @@ def _print_summary(
     except Exception as exc:  # a suite's hook (possibly a third party's) met scores it cannot read
         raise damaged_scores(suite.name, exc) from None
     coping = coping_section(result.rows)  # protocol faults: recovery per fault type
+    model_coping = model_coping_section(result.rows)  # model-API faults: survival per fault type
+    degraded = degradation(result.rows, args.baseline)  # two fault specs or more: paired drops
+    curves = robustness(result.rows)  # two rungs of a fault ladder or more: robustness curves
     if args.json:
         payload = _summary_payload(config, result, summaries)
         if suite_summary is not None:
             payload["suite_summary"] = suite_summary
         if coping is not None:
             payload["coping"] = coping.data["cells"]
+        if model_coping is not None:
+            payload["model_coping"] = model_coping.data["cells"]
+        if degraded is not None:
+            payload["degradation"] = degraded.to_dict()
+        if curves is not None:
+            payload["robustness"] = robustness_section(curves).data
         print(json.dumps(payload, indent=2))
         return
     out = stdout_console()
     out.print(summary_table(result.run_id, summaries, suite.summary_columns))
     if suite_summary is not None and suite.summary_table is not None:
         out.print(suite.summary_table(suite_summary))
-    if coping is not None:
-        for table in section_tables([coping]):
-            out.print(table)
+    for section in (coping, model_coping):
+        if section is not None:
+            for table in section_tables([section]):
+                out.print(table)
+    sections = [
+        *([robustness_section(curves)] if curves is not None else []),
+        *([degradation_section(degraded)] if degraded is not None else []),
+    ]
+    for table in section_tables(sections):
+        out.print(table)
+    for line in section_summaries(sections):
+        out.print(line, highlight=False, soft_wrap=True)
     sys.stdout.flush()
+    _print_stored(config, result, err)
+
+
+def _print_stored(config: RunConfig, result: RunResult, err: Console) -> None:
+    """What was stored, spent and left (on stderr, after the tables)."""
+    _harness_hint(result, err)
     err.print(f"stored {len(result.rows)} episodes of run {result.run_id} in {config.db}")
     spend = _spend_line(config, result)
     if spend is not None:

@@ -213,6 +213,7 @@ def register(commands: Commands) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     """Serve a suite until interrupted."""
     from mcp_resili.faults import parse_fault_spec
+    from mcp_resili.faults.rules import check_rule_tools
     from mcp_resili.registry.loader import get_suite, spec_scope
     from mcp_resili.server.app import ResiliServer
     from mcp_resili.server.transports import serve_http, serve_stdio
@@ -228,6 +229,8 @@ def serve_command(args: argparse.Namespace) -> int:
     # Loaded now: a suite whose tasks do not load is one line (exit 2), not a failing prompts/list.
     _ = suite.tasks
     plan = parse_fault_spec(args.faults or suite.default_faults, spec_scope(suite))
+    tools = (t.name for t in suite.library.specs)
+    check_rule_tools(plan, tools, args.faults or suite.default_faults, f"suite {suite.name!r}")
     server = ResiliServer(
         suite,
         plan,

@@ -51,6 +51,30 @@ class RunJob:
 #: Receives each episode's result as it finishes (called on the driver, in its event loop).
 Deliver = Callable[[EpisodeResult], None]
 
+
+class EpisodePlayer(Protocol):
+    """What plays a run's planned episodes in one process (enter it once).
+
+    An `EpisodeSession`, or another session with the same face (``mcp_resili.harness``: an agent
+    program's, or the built-in loop behind a model-API fault gateway).
+    """
+
+    async def __aenter__(self) -> EpisodePlayer:
+        """Connect (servers, clients, models)."""
+        ...
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Disconnect."""
+        ...
+
+    async def play(self, planned: PlannedEpisode, memory: tuple[Reflection, ...] = ()) -> EpisodeResult:
+        """Play one planned episode."""
+        ...
+
+
+#: Builds the session of a run in one process, with `EpisodeSession`'s arguments.
+SessionFactory = Callable[..., EpisodePlayer]
+
 #: Seconds between two slots opening when ``--ramp-up`` is not given: about the CPU one episode
 #: takes this runner, so the first episodes start at the pace it can serve them.
 SLOT_OPENING_INTERVAL = 0.004
@@ -110,7 +134,7 @@ def remember(memory: tuple[Reflection, ...], reflection: Reflection | None) -> t
     return memory if reflection is None else (*memory, reflection)[-MEMORY_SIZE:]
 
 
-async def play_item(session: EpisodeSession, item: WorkItem) -> list[EpisodeResult]:
+async def play_item(session: EpisodePlayer, item: WorkItem) -> list[EpisodeResult]:
     """Play an item's episodes in order; after a budget stop the rest are not started."""
     results: list[EpisodeResult] = []
     memory = item.memory
@@ -130,10 +154,15 @@ class LocalExecutor:
     name = "local"
 
     def __init__(
-        self, *, model_factory: ModelFactory | None = None, model_options: Mapping[str, Any] | None = None
+        self,
+        *,
+        model_factory: ModelFactory | None = None,
+        model_options: Mapping[str, Any] | None = None,
+        session_factory: SessionFactory = EpisodeSession,
     ) -> None:
         self._model_factory = model_factory
         self._model_options = model_options
+        self._session_factory = session_factory
         self._allowance: LocalAllowance | None = None
 
     def spent(self) -> float | None:
@@ -150,7 +179,7 @@ class LocalExecutor:
         options: dict[str, Any] = {}
         if self._model_factory is not None:
             options["model_factory"] = self._model_factory
-        session = EpisodeSession(
+        session = self._session_factory(
             job.plan,
             job.run_id,
             allowance=allowance,

@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
+import shutil
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -27,7 +30,9 @@ from mcp_resili.constants import AUTH_TOKEN_ENV, DEFAULT_SUITE
 from mcp_resili.errors import UserError
 from mcp_resili.faults import BasePlan, FaultSpecParser, FaultSpecScope, parse_fault_spec
 from mcp_resili.faults.base import FaultSpecError, parse_plan
+from mcp_resili.faults.model_api import ModelFaultPlan, parse_model_fault_spec
 from mcp_resili.faults.rng import derive_rng
+from mcp_resili.faults.rules import check_rule_tools
 from mcp_resili.registry.suites import Suite
 from mcp_resili.scoring.termination import NO_STOP_RULES, StopRules
 from mcp_resili.store import DEFAULT_DB, Store
@@ -60,6 +65,8 @@ MATRIX_FIELDS = (
     "prices",
     # Injected delays decide which calls outlast a time limit: part of what the episodes measured.
     "time_scale",
+    "agent_cmd",
+    "llm_faults",
 )
 
 
@@ -127,6 +134,14 @@ class RunConfig:
     #: (`freeze_fault_plans`): a resume and every worker play these plans, whatever a fault file
     #: holds by then and wherever they run.
     fault_plans: tuple[tuple[str, str], ...] = ()
+    #: An agent program to benchmark instead of the built-in loop (``run --agent-cmd``): started once per
+    #: episode with the task prompt on stdin and the endpoints in its environment (docs/harnesses.md).
+    agent_cmd: str | None = None
+    #: Model-API faults (``run --llm-faults``: ``llm:light|medium|heavy``, ``none`` or a rules file) a
+    #: gateway injects into every model call, the agent program's or a built-in model's.
+    llm_faults: str | None = None
+    #: The model-API fault plan as JSON, fixed when the run started (as ``fault_plans``).
+    llm_fault_plan: str | None = None
 
     def all_variants(self) -> tuple[str, ...]:
         """The prompt variants this run sweeps: ``variants`` and ``perturb`` levels, else ``variant``."""
@@ -387,6 +402,8 @@ class RunPlan:
     agents: Mapping[str, Callable[[], Model]]
     #: The tasks the run plays, in order.
     task_ids: tuple[str, ...]
+    #: The model-API fault plan of ``--llm-faults`` (None: no gateway before the models).
+    model_fault_plan: ModelFaultPlan | None = None
 
     @classmethod
     def resolve(cls, config: RunConfig, suite: Suite, others: OtherSuites = _no_other_suites) -> RunPlan:
@@ -399,9 +416,15 @@ class RunPlan:
         _check_suite_agents(config, suite, others)
         agents = {**SCRIPTED_AGENTS, **suite.agents}
         _check_endpoints(config, agents)
+        _check_agent_command(config)
+        model_fault_plan = _model_fault_plan(config)
+        if model_fault_plan is not None:
+            config = replace(config, llm_fault_plan=model_fault_plan.model_dump_json())
         specs = () if config.server else (config.faults or (suite.default_faults,))
         scope = suite.spec_scope.with_elsewhere(lambda: _spec_parsers(others))
         plans = {spec: _fault_plan(config, spec, scope) for spec in specs}
+        for spec, plan in plans.items():  # a rule whose pattern matches no tool would never fire
+            check_rule_tools(plan, (t.name for t in suite.library.specs), spec, f"suite {suite.name!r}")
         if config.architecture not in ARCHITECTURES:
             raise RunConfigError(
                 f"unknown architecture {config.architecture!r}; choose from {', '.join(ARCHITECTURES)}"
@@ -417,7 +440,7 @@ class RunPlan:
         # type by cumulative weight, so a reordered plan would meet other faults for the same rolls.
         frozen = tuple((spec, json.dumps(plan.to_dict())) for spec, plan in plans.items())
         config = replace(config, fault_plans=frozen) if frozen else config
-        return cls(config, suite, plans, stop_rules, agents, task_ids)
+        return cls(config, suite, plans, stop_rules, agents, task_ids, model_fault_plan)
 
     @property
     def fault_specs(self) -> tuple[str, ...]:
@@ -457,6 +480,60 @@ def chains(config: RunConfig, todo: Sequence[PlannedEpisode]) -> list[list[Plann
     for p in todo:
         grouped.setdefault(chain_key(p), []).append(p)
     return [sorted(chain, key=lambda p: p.trial) for chain in grouped.values()]
+
+
+#: Programs an agent command may start with that mean "this Python": the runner's own interpreter.
+PYTHON_NAMES = ("python", "python3")
+
+
+def agent_argv(command: str) -> list[str]:
+    """``--agent-cmd`` split into argv; a leading ``python`` is the runner's own interpreter.
+
+    So a harness sees the packages the runner was installed with, whichever ``python`` the shell finds
+    first. `RunConfigError` when the command is empty or cannot be split.
+    """
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise RunConfigError(f"--agent-cmd cannot be split into words: {exc}") from None
+    if not argv:
+        raise RunConfigError("--agent-cmd is empty")
+    if argv[0] in PYTHON_NAMES:
+        argv[0] = sys.executable
+    return argv
+
+
+def _check_agent_command(config: RunConfig) -> None:
+    """An agent command that can start, with options that go with it (refused in one line)."""
+    if config.agent_cmd is None:
+        return
+    program = agent_argv(config.agent_cmd)[0]
+    if shutil.which(program) is None:
+        raise RunConfigError(f"--agent-cmd: program {program!r} not found (or not executable)")
+    if config.server is not None:
+        raise RunConfigError(
+            "--agent-cmd plays against the runner's own MCP server (the agent gets its URL); drop --server"
+        )
+    if config.architecture != "react":
+        raise RunConfigError("--architecture goes with the built-in agent loop, not --agent-cmd")
+    text = [m for m in config.models if m.startswith("text:")]
+    if text:
+        raise RunConfigError(
+            f"--agent-cmd asks the model API directly; {text[0]} (the built-in text protocol) "
+            "cannot be played"
+        )
+
+
+def _model_fault_plan(config: RunConfig) -> ModelFaultPlan | None:
+    """The model-API fault plan: the one the run started with, else parsed from ``--llm-faults`` now."""
+    if config.llm_faults is None:
+        return None
+    if config.llm_fault_plan is not None:
+        try:
+            return ModelFaultPlan.model_validate_json(config.llm_fault_plan)
+        except ValueError as exc:  # a stored config edited or corrupted
+            raise RunConfigError(f"the run's stored --llm-faults plan is damaged: {exc}") from None
+    return parse_model_fault_spec(config.llm_faults)
 
 
 def _spec_parsers(others: OtherSuites) -> dict[str, FaultSpecParser]:

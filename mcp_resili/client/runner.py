@@ -21,7 +21,14 @@ from typing import Any
 import anyio
 
 from mcp_resili.agents.model import Model, Reflection
-from mcp_resili.client.executor import Executor, LocalExecutor, RunJob, WorkItem, remember
+from mcp_resili.client.executor import (
+    Executor,
+    LocalExecutor,
+    RunJob,
+    SessionFactory,
+    WorkItem,
+    remember,
+)
 from mcp_resili.client.limits import LimitSpec
 from mcp_resili.client.plan import (
     EXTERNAL_FAULTS,
@@ -211,9 +218,24 @@ async def _flush_every(seconds: float, flush: Callable[[], None]) -> None:
         flush()
 
 
-def local_executor(model_options: dict[str, Any] | None = None) -> LocalExecutor:
-    """The executor of this process, building models with this module's `create_model`."""
-    return LocalExecutor(model_factory=_model_factory, model_options=model_options)
+def local_executor(
+    model_options: dict[str, Any] | None = None, session_factory: SessionFactory | None = None
+) -> LocalExecutor:
+    """The executor of this process, building models with this module's `create_model`.
+
+    ``session_factory``: what plays the episodes (default: `EpisodeSession`, the built-in loop); an
+    agent program's run, or one with model-API faults, needs ``mcp_resili.harness.session_factory``.
+    """
+    if session_factory is None:
+        return LocalExecutor(model_factory=_model_factory, model_options=model_options)
+    return LocalExecutor(
+        model_factory=_model_factory, model_options=model_options, session_factory=session_factory
+    )
+
+
+def _needs_harness(config: RunConfig) -> bool:
+    """Whether a run needs the harness session (an agent program, or a gateway before the models)."""
+    return config.agent_cmd is not None or config.llm_faults is not None
 
 
 def _resumed_config(config: RunConfig, resume: str, suite: Suite) -> RunConfig:
@@ -275,6 +297,11 @@ async def execute(
     planned = plan.episodes()
     _check_prices(config, load_price_table(config.prices))
     if executor is None:
+        if _needs_harness(config):
+            raise RunConfigError(
+                "agent_cmd and llm_faults are played by the harness session: pass "
+                "executor=local_executor(session_factory=mcp_resili.harness.session_factory)"
+            )
         executor = local_executor(model_options)
     store = Store(config.db)
     run_id = resume or f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"

@@ -28,6 +28,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 import anyio
@@ -120,6 +121,21 @@ SLOW_PIECES = 8
 Sleeper = Callable[[float], Awaitable[None]]
 
 
+class CallWatch(Protocol):
+    """Sees one model call as it happens: every byte its client is sent, then its ledger entry."""
+
+    def sent(self, data: bytes) -> None:
+        """Bytes of the answer, as they go to the client."""
+
+    def recorded(self, event: ModelFaultEvent) -> None:
+        """The call's ledger entry, once the call is over (answered, cut, or given up on)."""
+
+
+#: Given a model call's episode and request body, its watch (None: not watched). A runner that hosts
+#: the gateway counts tokens and joins the ledger to its episode's trace this way (`GatewaySettings`).
+Watcher = Callable[[CallEpisode, bytes], CallWatch | None]
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     """What the gateway forwards to and how it decides."""
@@ -136,6 +152,8 @@ class GatewaySettings:
     upstream_timeout: float = 600.0
     #: Waits an injected delay (scaled already); tests pass one they control.
     sleep: Sleeper = anyio.sleep
+    #: Watches each model call (its answer's bytes and its ledger entry), when set.
+    watch: Watcher | None = None
 
 
 def upstream_url(base: str, path: str, query: str) -> str:
@@ -161,6 +179,8 @@ class _Reply:
     def __init__(self, request: web.BaseRequest) -> None:
         self.request = request
         self.response: web.StreamResponse | None = None
+        #: Hears every byte sent (a `CallWatch`'s ``sent``), when set.
+        self.tap: Callable[[bytes], None] | None = None
 
     async def start(self, status: int, headers: CIMultiDict[str], length: int | None = None) -> None:
         """Send the status line and headers (a stream, or a body of ``length`` bytes)."""
@@ -173,6 +193,8 @@ class _Reply:
     async def write(self, data: bytes) -> None:
         """Send part of the body."""
         assert self.response is not None
+        if self.tap is not None:
+            self.tap(data)
         await self.response.write(data)
 
     async def end(self) -> web.StreamResponse:
@@ -303,6 +325,9 @@ class ModelGateway:
         else:
             decision = ModelFaultDecision(plan=plan.name, ordinal=ordinal)
         outcome = _Outcome()
+        watch = self.settings.watch(episode, body) if self.settings.watch is not None else None
+        if watch is not None:
+            reply.tap = watch.sent
         try:
             return await self._deliver(
                 reply, body, api, stream, model, decision.fault, f"{episode.fault_key}#{ordinal}", outcome
@@ -311,19 +336,20 @@ class ModelGateway:
             outcome.detail = outcome.detail or "the client went away mid-answer"
             raise
         finally:
-            self._traces.write(
-                ModelFaultEvent(
-                    episode=episode.id,
-                    ordinal=ordinal,
-                    api=api,
-                    stream=stream,
-                    model=model,
-                    decision=decision,
-                    status=outcome.status,
-                    upstream_status=outcome.upstream_status,
-                    detail=outcome.detail,
-                )
+            event = ModelFaultEvent(
+                episode=episode.id,
+                ordinal=ordinal,
+                api=api,
+                stream=stream,
+                model=model,
+                decision=decision,
+                status=outcome.status,
+                upstream_status=outcome.upstream_status,
+                detail=outcome.detail,
             )
+            self._traces.write(event)
+            if watch is not None:
+                watch.recorded(event)
 
     def _scaled(self, seconds: float) -> float:
         return seconds * self.settings.time_scale

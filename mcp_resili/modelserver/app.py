@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mcp_resili.agents.model import Model, ModelRequest, ModelResponse
+from mcp_resili.agents.model import Model, ModelRequest, ModelResponse, ToolResultsMessage
 from mcp_resili.agents.scripted import SCRIPTED_AGENTS
 from mcp_resili.constants import DISCOVERY_TOOLS, EPISODE_HEADER, FINISH_TOOL
 from mcp_resili.modelapi.formats import Api, ApiError, api_error, bad_request
@@ -122,7 +122,7 @@ class ModelServer:
             return _error(bad_request(api, str(exc), key=key))
         model_request, bridge = self._model_request(conversation, known)
         try:
-            response = await agent.generate(model_request)
+            response = _after_finish(model_request) or await agent.generate(model_request)
         except ValueError as exc:  # the agent cannot play this task (another suite's agent...)
             return _error(bad_request(api, f"{conversation.model}: {exc}", key=key, param="model"))
         except Exception as exc:  # a bug in an agent: one line, never a traceback on the wire
@@ -221,6 +221,21 @@ class ModelServer:
         return JSONResponse(
             {"object": "list", "data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]}
         )
+
+
+def _after_finish(request: ModelRequest) -> ModelResponse | None:
+    """The closing words once the agent's ``finish`` call was accepted (None: the agent plays on).
+
+    A framework's loop asks its model again after every tool result and stops at an answer in text;
+    our loop stops at ``finish`` itself. Answered this way, both end the episode at the same point.
+    """
+    last = request.messages[-1] if request.messages else None
+    if not isinstance(last, ToolResultsMessage):
+        return None
+    for result in last.results:
+        if result.name == FINISH_TOOL and not result.is_error:
+            return ModelResponse(text="The episode is over: finish was called and accepted.")
+    return None
 
 
 def _error(error: ApiError) -> Response:

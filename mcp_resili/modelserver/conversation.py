@@ -3,7 +3,8 @@
 The reverse of `mcp_resili.client.providers`: messages, tool calls and tool results come back as
 `UserMessage`, `AssistantMessage` and `ToolResultsMessage`. A tool result is an error when the API
 flags it (Anthropic's ``is_error``) or when its text is an error line as our MCP server writes it
-(``Error CODE: ...``; Chat Completions has no flag); a result that is a JSON object is also its
+(``Error CODE: ...``; Chat Completions has no flag), or an object holding only such a line under
+``error`` (as pydantic-ai wraps a failed call); a result that is a JSON object is also its
 structured content, which scripted agents read. Requests the real APIs refuse are refused the same
 way (`RequestError`, answered 400): a tool result that answers no call, a call left unanswered, a
 function name the API does not allow.
@@ -176,6 +177,11 @@ def _result(call_id: str, name: str, text: str, flagged: bool) -> ToolResult:
         except ValueError:
             value = None
         structured = value if isinstance(value, dict) else None
+        # A harness that wraps a failed call as an object holding only its error line (pydantic-ai
+        # sends {"error": "Error CODE: ..."}) reports an error, as a model reading it would take it.
+        wrapped = structured.get("error") if structured is not None and len(structured) == 1 else None
+        if isinstance(wrapped, str) and ERROR_TEXT.match(wrapped):
+            is_error, structured = True, None
     return ToolResult(call_id, name, text, is_error, structured)
 
 

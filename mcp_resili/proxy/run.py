@@ -13,6 +13,7 @@ from anyio.abc import TaskGroup
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_resili.faults import BasePlan
+from mcp_resili.faults.rules import check_rule_tools
 from mcp_resili.proxy.relay import ClientRelay
 from mcp_resili.proxy.server import SHUTTING_DOWN, ProxyServer, check_plan
 from mcp_resili.proxy.sessions import MAX_SESSIONS, UpstreamSessions
@@ -84,6 +85,8 @@ async def run_proxy(
                 )
         except TimeoutError:
             raise UpstreamError(f"the server {target!r} did not list its tools in time") from None
+        # A rule whose tool pattern matches none of the upstream's tools would never fire: refused.
+        check_rule_tools(plan, proxy.tools, "(the proxy's --faults)", f"the upstream {target!r}")
         await _serve_until_stopped(proxy, serve, terminations)
         if upstream.closed.is_set():
             raise upstream.lost()

@@ -17,11 +17,31 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mcp_resili.errors import UserError
+from mcp_resili.report.clustered import PAIRED_METHOD, RATE_METHOD, clustered_mean_interval
 from mcp_resili.report.coping import coping_section
+from mcp_resili.report.degradation import degradation, degradation_section
+from mcp_resili.report.model_coping import model_coping_section
+from mcp_resili.report.noise import (
+    COMPARISON_COLUMNS,
+    METRIC_BY_NAME,
+    NOISE_NOTE,
+    compare,
+    comparison_rows,
+    describe,
+    paired_rows,
+)
+from mcp_resili.report.robustness import robustness, robustness_section
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
-from mcp_resili.report.stats import mcnemar_exact, mean_interval
-from mcp_resili.report.summary import LEVELS, ComponentColumn, column_value, rate, shown_columns, summarize
+from mcp_resili.report.summary import (
+    LEVELS,
+    ComponentColumn,
+    column_value,
+    episode_rate,
+    shown_columns,
+    summarize,
+)
 from mcp_resili.report.svg import Bar, bar_chart, stacked_levels
+from mcp_resili.scoring.passk import LEARNING_ARCHITECTURES
 from mcp_resili.store import EpisodeRow, RunRow, Store
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import Trace, TraceError, trace_lines
@@ -92,8 +112,13 @@ class Report:
         return len(self.runs) > 1
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form: the run(s) and every section's data (episodes' events are left to the HTML)."""
+        """JSON form: the run(s) and every section's data (episodes' events are left to the HTML).
+
+        ``degradation`` (two fault specs or more) and ``robustness`` (two rungs of a fault ladder or
+        more), the sections' data, are also at the top.
+        """
         sections = {s.id: s.data for s in self.sections}
+        top: dict[str, Any] = {key: sections[key] for key in ("degradation", "robustness") if key in sections}
         if self.comparison:
             return {
                 "runs": [
@@ -101,6 +126,7 @@ class Report:
                     for r in self.runs
                 ],
                 "episodes": self.episodes,
+                **top,
                 "sections": sections,
             }
         return {
@@ -110,6 +136,7 @@ class Report:
             "created_at": self.run.created_at,
             "episodes": self.episodes,
             "groups": next(s.data["groups"] for s in self.sections if s.id == "outcomes"),
+            **top,
             "sections": sections,
         }
 
@@ -132,15 +159,21 @@ def load_runs(db: Path, run_ids: Sequence[str | None]) -> list[tuple[RunRow, lis
 
 
 def load_report(
-    db: Path, run_id: str | None = None, by: Sequence[str] = (), find_suite: SuiteFinder = no_suite
+    db: Path,
+    run_id: str | None = None,
+    by: Sequence[str] = (),
+    find_suite: SuiteFinder = no_suite,
+    baseline: str | None = None,
 ) -> Report:
     """The report of ``run_id`` (default: the latest run) in the database ``db``.
 
     ``by``: extra breakdown keys of the outcome table (`mcp_resili.report.summary.BREAKDOWN_KEYS`);
-    ``find_suite``: the run's suite by name, for its own sections (``mcp_resili.find_suite``).
+    ``find_suite``: the run's suite by name, for its own sections (``mcp_resili.find_suite``);
+    ``baseline``: the fault spec degradation is measured from (default: see
+    `mcp_resili.report.degradation`).
     """
     ((run, rows),) = load_runs(db, [run_id])
-    return build_report(run, rows, by, find_suite(run.suite))
+    return build_report(run, rows, by, find_suite(run.suite), baseline)
 
 
 def _trace(row: EpisodeRow) -> Trace | None:
@@ -214,11 +247,27 @@ def outcomes_section(
             if g.scored  # a group of infrastructure errors only has no levels to stack
         ],
     )
+    notes = [
+        f"Intervals: 95%, {RATE_METHOD}: the trials of a task are correlated, so tasks, not episodes, "
+        "are the independent units."
+    ]
+    learning = sorted({g.architecture for g in groups} & LEARNING_ARCHITECTURES)
+    if learning:
+        trials = max((r.trial for r in rows), default=-1) + 1
+        notes.append(
+            f"Under {', '.join(learning)} a task's trials learn from earlier ones: its rates are over "
+            f"trials 1..{trials} and would differ at another --trials (compare runs trial by trial)."
+        )
     return ReportSection(
         id="outcomes",
         title="Outcomes",
-        blocks=(table, ChartBlock("full success", bars), ChartBlock("levels", stacked)),
-        data={"by": list(by), "groups": [g.to_dict() for g in groups]},
+        blocks=(
+            NoteBlock(" ".join(notes)),
+            table,
+            ChartBlock("full success", bars),
+            ChartBlock("levels", stacked),
+        ),
+        data={"by": list(by), "groups": [g.to_dict() for g in groups], "ci_method": RATE_METHOD},
     )
 
 
@@ -272,10 +321,10 @@ def workflow_section(
     rows: Sequence[EpisodeRow], scores: dict[str, dict[str, float | int | None]]
 ) -> ReportSection:
     """Mean workflow metrics per (model, faults, variant) with 95% intervals."""
-    groups: dict[str, list[dict[str, float | int | None]]] = {}
+    groups: dict[str, list[tuple[str, dict[str, float | int | None]]]] = {}
     for row in rows:
         if row.episode_id in scores:
-            groups.setdefault(_cell(row), []).append(scores[row.episode_id])
+            groups.setdefault(_cell(row), []).append((row.task_id, scores[row.episode_id]))
     data: dict[str, Any] = {}
     table_rows = []
     bars = []
@@ -284,13 +333,13 @@ def workflow_section(
         cells = []
         for metric in METRICS:
             # τ is undefined for an episode with fewer than two aligned steps: left out, and counted.
-            defined = [float(v) for m in members if (v := m[metric]) is not None]
-            interval = mean_interval(defined, METRIC_BOUNDS[metric])
+            defined = [(task, float(v)) for task, m in members if (v := m[metric]) is not None]
+            interval = clustered_mean_interval(defined, METRIC_BOUNDS[metric])
             if interval is None:
                 entry[metric] = {"mean": None, "ci95": None, "n": 0}
                 cells.append("–")
                 continue
-            mean, low, high = interval
+            mean, low, high, _ = interval
             entry[metric] = {
                 "mean": round(mean, 4),
                 "ci95": [round(low, 4), round(high, 4)],
@@ -300,15 +349,17 @@ def workflow_section(
             cells.append(f"{mean:.3f} ({low:.2f}–{high:.2f}){note}")
             if metric == "chain_f1":
                 bars.append(Bar(cell, mean, low, high))
+        entry["ci_method"] = RATE_METHOD
         data[cell] = entry
         table_rows.append((cell, str(len(members)), *cells))
     blocks: tuple[Any, ...] = (
         NoteBlock(
             "Each scored episode's successful tool calls, in order, against the task's golden DAG "
             "(exact tool identity). Chain F1 uses the best topological order; Graph F1 WorFBench's "
-            "largest connected component; intervals are 95% Wilson intervals of the mean "
-            "(Kendall's τ rescaled from [-1, 1]; an episode with fewer than two aligned steps has no τ "
-            "and is left out of its mean, n= says how many have one when not all do)."
+            "largest connected component; intervals are 95% Wilson intervals of the mean at the "
+            "effective sample size, clustered by task (Kendall's τ rescaled from [-1, 1]; an episode "
+            "with fewer than two aligned steps has no τ and is left out of its mean, n= says how many "
+            "have one when not all do)."
         ),
         TableBlock("Mean per cell (95% CI)", ("cell", "episodes", *METRICS), tuple(table_rows)),
     )
@@ -328,49 +379,59 @@ def workflow_section(
 
 
 def paired_section(rows: Sequence[EpisodeRow]) -> ReportSection:
-    """McNemar's exact test on full success for every pair of models over shared cells."""
-    outcome: dict[str, dict[tuple[str, int, str, str], bool]] = {}
+    """Every two models on one (faults, variant) cell, paired by task and trial, with noise floors."""
+    cells: dict[tuple[str, str], dict[str, list[EpisodeRow]]] = {}
     for row in rows:
-        if row.label is not None:  # a pair needs two valid outcomes
-            outcome.setdefault(row.model, {})[(row.task_id, row.trial, row.faults, row.variant)] = (
-                row.label == "full"
-            )
+        cells.setdefault((row.faults, row.variant), {}).setdefault(row.model, []).append(row)
     data = []
-    table_rows = []
-    for a, b in itertools.combinations(sorted(outcome), 2):
-        shared = sorted(set(outcome[a]) & set(outcome[b]))
-        if not shared:
-            continue
-        test = mcnemar_exact([(outcome[a][c], outcome[b][c]) for c in shared])
-        data.append({"model_a": a, "model_b": b, **test.to_dict()})
-        table_rows.append(
-            (
-                a,
-                b,
-                str(len(shared)),
-                str(test.both),
-                str(test.only_a),
-                str(test.only_b),
-                str(test.neither),
-                f"{test.p_value:.4g}",
+    table_rows: list[tuple[str, ...]] = []
+    count_rows = []
+    sentences = []
+    for (faults, variant), models in sorted(cells.items()):
+        for a, b in itertools.combinations(sorted(models), 2):
+            pairs = paired_rows(models[a], models[b])
+            if not pairs:
+                continue
+            comparison = compare(pairs)
+            data.append(
+                {"model_a": a, "model_b": b, "faults": faults, "variant": variant, **comparison.to_dict()}
             )
-        )
+            table_rows.extend(comparison_rows((a, b, faults, variant), comparison))
+            full = comparison.differences["full"]
+            sentences.append(f"{faults}, {variant}: {describe(a, b, METRIC_BY_NAME['full'], full)}")
+            test = comparison.counts
+            count_rows.append(
+                (
+                    a,
+                    b,
+                    faults,
+                    variant,
+                    str(comparison.pairs),
+                    str(test.both),
+                    str(test.only_a),
+                    str(test.only_b),
+                    str(test.neither),
+                )
+            )
     return ReportSection(
         id="paired",
         title="Paired comparison",
         blocks=(
             NoteBlock(
-                "Models compared on the same (task, trial, faults, variant) cells — the same fault "
-                "draws. McNemar's exact two-sided test on full success uses only the cells where "
-                "exactly one model succeeded."
+                "Models compared on the same (faults, variant) cell, so the same fault draws. " + NOISE_NOTE
             ),
             TableBlock(
-                "Full success, paired",
-                ("model A", "model B", "pairs", "both", "only A", "only B", "neither", "p (exact)"),
+                "Paired differences and the noise floor",
+                ("model A", "model B", "faults", "variant", *COMPARISON_COLUMNS),
                 tuple(table_rows),
             ),
+            TableBlock(
+                "Full success, paired counts",
+                ("model A", "model B", "faults", "variant", "pairs", "both", "only A", "only B", "neither"),
+                tuple(count_rows),
+            ),
         ),
-        data={"pairs": data},
+        data={"pairs": data, "method": PAIRED_METHOD, "summary": sentences},
     )
 
 
@@ -383,7 +444,7 @@ def cost_section(rows: Sequence[EpisodeRow]) -> ReportSection:
     table_rows = []
     bars = []
     for model, members in sorted(by_model.items()):
-        infra = rate(sum(1 for r in members if r.label is None), len(members))
+        infra = episode_rate(members, lambda r: r.label is None)
         inputs = sum(r.input_tokens for r in members)
         outputs = sum(r.output_tokens for r in members)
         terminations = Counter(r.termination for r in members)
@@ -453,11 +514,16 @@ def damaged_scores(suite: str, exc: Exception) -> ReportError:
 
 
 def build_report(
-    run: RunRow, rows: Sequence[EpisodeRow], by: Sequence[str] = (), suite: ReportedSuite | None = None
+    run: RunRow,
+    rows: Sequence[EpisodeRow],
+    by: Sequence[str] = (),
+    suite: ReportedSuite | None = None,
+    baseline: str | None = None,
 ) -> Report:
-    """All sections of one run: the outcome table, the suite's sections, then the other generic ones.
+    """All sections of one run: the outcome table, degradation, the suite's sections, the generic ones.
 
-    ``suite``: the run's suite, handed down (None: generic sections only).
+    ``suite``: the run's suite, handed down (None: generic sections only); ``baseline``: the fault spec
+    degradation is measured from (a run with two fault specs or more).
     """
     scores = workflow_scores(rows, suite)
     try:
@@ -483,4 +549,13 @@ def build_report(
     coping = coping_section(rows)
     if coping is not None:
         sections.insert(1, coping)
+    model_coping = model_coping_section(rows)  # beside the protocol one: model-API faults
+    if model_coping is not None:
+        sections.insert(2 if coping is not None else 1, model_coping)
+    degraded = degradation(rows, baseline)
+    if degraded is not None:
+        sections.insert(1, degradation_section(degraded))
+    curves = robustness(rows)
+    if curves is not None:
+        sections.insert(1, robustness_section(curves))
     return Report(runs=(run,), sections=tuple(sections), rows=tuple(rows), workflow=scores)

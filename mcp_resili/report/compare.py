@@ -1,10 +1,16 @@
 """Several runs side by side: rates per cell with intervals, paired tests where the tasks match, cost.
 
 Runs are compared cell by cell — a cell is (model, faults, variant) — and, where two runs played
-the same (task, trial, faults, variant), pairwise with McNemar's exact test on full success. Two
-runs with the same seed and fault spec drew the same faults for a task and trial, so a pair then
-differs only in what the compared runs changed (the model, its version, the prompt…); with
-different seeds the pairs share the task but not the fault draws, which the table says.
+the same (task, trial, faults, variant), pairwise: the paired difference of each metric with its
+task-clustered interval, test and noise floor (`mcp_resili.report.noise`). Two runs with the same
+seed and fault spec drew the same faults for a task and trial, so a pair then differs only in what
+the compared runs changed (the model, its version, the prompt…); with different seeds the pairs
+share the task but not the fault draws, which the table says. Runs that played the same tasks under
+other fault specs are paired in the degradation section (`mcp_resili.report.degradation`).
+
+Under an architecture whose trials learn (Reflexion) the rate over a run's trials depends on how
+many it played: runs at different trial counts are compared side by side over the trials all of
+them played (`comparable_trials`), and said so.
 """
 
 from __future__ import annotations
@@ -15,21 +21,35 @@ from pathlib import Path
 from typing import Any
 
 from mcp_resili.report.build import Report, SuiteFinder, load_runs, no_suite, workflow_scores
+from mcp_resili.report.clustered import PAIRED_METHOD, RATE_METHOD
+from mcp_resili.report.degradation import degradation_from_runs, degradation_section, pooled_rows
+from mcp_resili.report.noise import (
+    COMPARISON_COLUMNS,
+    METRIC_BY_NAME,
+    NOISE_NOTE,
+    compare,
+    comparison_rows,
+    describe,
+    paired_rows,
+)
+from mcp_resili.report.robustness import robustness, robustness_section
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock, rate_cell
-from mcp_resili.report.stats import mcnemar_exact
-from mcp_resili.report.summary import GroupSummary, rate, summarize
+from mcp_resili.report.summary import GroupSummary, episode_rate, summarize
 from mcp_resili.report.svg import PALETTE, grouped_bar_chart
+from mcp_resili.scoring.passk import LEARNING_ARCHITECTURES
 from mcp_resili.store import EpisodeRow, RunRow
 
 Cell = tuple[str, str, str]
 
 
-def load_comparison(db: Path, run_ids: Sequence[str], find_suite: SuiteFinder = no_suite) -> Report:
+def load_comparison(
+    db: Path, run_ids: Sequence[str], find_suite: SuiteFinder = no_suite, baseline: str | None = None
+) -> Report:
     """The comparison of the runs ``run_ids`` (at least two, all in ``db``).
 
-    ``find_suite`` as for `mcp_resili.report.build.load_report`.
+    ``find_suite`` and ``baseline`` as for `mcp_resili.report.build.load_report`.
     """
-    return build_comparison(load_runs(db, list(run_ids)), find_suite)
+    return build_comparison(load_runs(db, list(run_ids)), find_suite, baseline)
 
 
 def runs_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> ReportSection:
@@ -73,13 +93,40 @@ def runs_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> ReportS
     )
 
 
+def comparable_trials(
+    runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]],
+) -> tuple[list[tuple[RunRow, Sequence[EpisodeRow]]], str | None]:
+    """The runs as rates may compare them, and why they were cut (None: as stored).
+
+    When any run's trials learn (`LEARNING_ARCHITECTURES`) and the runs played different numbers of
+    trials, every run is cut to the trials all of them played: a rate over trials 1..6 of a learner
+    is not comparable with one over trials 1..2.
+    """
+    counts = {run.id: max((r.trial for r in rows), default=-1) + 1 for run, rows in runs}
+    learning = sorted({r.architecture for _, rows in runs for r in rows} & LEARNING_ARCHITECTURES)
+    if not learning or len(set(counts.values())) < 2:
+        return list(runs), None
+    common = min(counts.values())
+    cut: list[tuple[RunRow, Sequence[EpisodeRow]]] = [
+        (run, [r for r in rows if r.trial < common]) for run, rows in runs
+    ]
+    played = ", ".join(f"{run_id}: {n}" for run_id, n in counts.items())
+    note = (
+        f"Trials learn under {', '.join(learning)} and these runs played different numbers of trials "
+        f"({played}): rates side by side are over the trials all of them played (1..{common}), so that "
+        "a later, better trial never counts on one side only."
+    )
+    return cut, note
+
+
 def side_by_side_section(
     runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]], find_suite: SuiteFinder = no_suite
 ) -> ReportSection:
-    """Full-success rate (95% Wilson interval) of every cell in every run, as a table and grouped bars.
+    """Full-success rate (95% interval, clustered by task) of every cell in every run, table and bars.
 
     A run's groups carry its suite's own columns in the JSON (e.g. ResiliBench's bounds).
     """
+    runs, trials_note = comparable_trials(runs)
     by_run: list[dict[Cell, GroupSummary]] = []
     for run, episodes in runs:
         suite = find_suite(run.suite)
@@ -122,9 +169,10 @@ def side_by_side_section(
         title="Outcomes side by side",
         blocks=(
             NoteBlock(
-                "Full-success rate of each (model, faults, variant) cell in each run, with its 95% Wilson "
-                "interval and the number of scored episodes; infrastructure errors are left out of the "
-                "denominators. – : the run has no episode in that cell."
+                "Full-success rate of each (model, faults, variant) cell in each run, with its 95% interval "
+                f"({RATE_METHOD}) and the number of scored episodes; infrastructure errors are left out of "
+                "the denominators. – : the run has no episode in that cell."
+                + ("" if trials_note is None else " " + trials_note)
             ),
             TableBlock(
                 "Full success % (95% CI) per run",
@@ -133,18 +181,15 @@ def side_by_side_section(
             ),
             ChartBlock("full success per run", chart),
         ),
-        data={"cells": data},
+        data={"cells": data, "ci_method": RATE_METHOD, "trials_note": trials_note},
     )
 
 
-def _outcomes(rows: Sequence[EpisodeRow]) -> dict[str, dict[tuple[str, int, str, str], bool]]:
-    """Model → (task, trial, faults, variant) → full success, for scored episodes only."""
-    out: dict[str, dict[tuple[str, int, str, str], bool]] = {}
+def _cells(rows: Sequence[EpisodeRow]) -> dict[str, dict[tuple[str, str], list[EpisodeRow]]]:
+    """Model → (faults, variant) → its episodes."""
+    out: dict[str, dict[tuple[str, str], list[EpisodeRow]]] = {}
     for row in rows:
-        if row.label is not None:
-            out.setdefault(row.model, {})[(row.task_id, row.trial, row.faults, row.variant)] = (
-                row.label == "full"
-            )
+        out.setdefault(row.model, {}).setdefault((row.faults, row.variant), []).append(row)
     return out
 
 
@@ -154,15 +199,33 @@ def _arms(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str]]:
     return [(m, m) for m in shared] if shared else [(x, y) for x in sorted(a) for y in sorted(b)]
 
 
+def _why_no_pairs(
+    a: dict[tuple[str, str], list[EpisodeRow]], b: dict[tuple[str, str], list[EpisodeRow]]
+) -> str:
+    """Why two sides share no (task, trial, faults, variant): other fault specs, or no task at all."""
+    tasks_a = {(r.task_id, r.trial, r.variant) for rows in a.values() for r in rows}
+    tasks_b = {(r.task_id, r.trial, r.variant) for rows in b.values() for r in rows}
+    if tasks_a & tasks_b:
+        specs_a = sorted({faults for faults, _ in a})
+        specs_b = sorted({faults for faults, _ in b})
+        return (
+            f"same tasks and trials under other fault specs ({', '.join(specs_a)} vs {', '.join(specs_b)}): "
+            "their paired difference is in Degradation"
+        )
+    return "no task and trial in common"
+
+
 def paired_runs_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> ReportSection:
-    """McNemar's exact test on full success for every two runs, over the tasks both played."""
-    outcomes = [_outcomes(rows) for _, rows in runs]
+    """Every two runs on each (faults, variant) cell both played, paired by task and trial, with floors."""
+    cells = [_cells(rows) for _, rows in runs]
     data = []
-    table_rows = []
+    table_rows: list[tuple[str, ...]] = []
+    unpaired = []
+    sentences = []
     for (i, (run_a, _)), (j, (run_b, _)) in itertools.combinations(enumerate(runs), 2):
-        for model_a, model_b in _arms(outcomes[i], outcomes[j]):
-            shared = sorted(set(outcomes[i][model_a]) & set(outcomes[j][model_b]))
-            same_draws = run_a.seed == run_b.seed
+        same_draws = run_a.seed == run_b.seed
+        for model_a, model_b in _arms(cells[i], cells[j]):
+            a, b = cells[i][model_a], cells[j][model_b]
             entry: dict[str, Any] = {
                 "run_a": run_a.id,
                 "model_a": model_a,
@@ -170,63 +233,49 @@ def paired_runs_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> 
                 "model_b": model_b,
                 "same_seed": same_draws,
             }
-            if not shared:
-                data.append({**entry, "pairs": 0})
-                table_rows.append(
-                    (run_a.id, model_a, run_b.id, model_b, "0", *("–",) * 6, "yes" if same_draws else "no")
+            found = False
+            for cell in sorted(set(a) & set(b)):
+                pairs = paired_rows(a[cell], b[cell])
+                if not pairs:
+                    continue
+                found = True
+                comparison = compare(pairs)
+                data.append({**entry, "faults": cell[0], "variant": cell[1], **comparison.to_dict()})
+                prefix = (run_a.id, model_a, run_b.id, model_b, *cell, "yes" if same_draws else "no")
+                table_rows.extend(comparison_rows(prefix, comparison))
+                sentences.append(
+                    f"{', '.join(cell)}: "
+                    + describe(
+                        f"{model_a} ({run_a.id})",
+                        f"{model_b} ({run_b.id})",
+                        METRIC_BY_NAME["full"],
+                        comparison.differences["full"],
+                    )
                 )
-                continue
-            test = mcnemar_exact([(outcomes[i][model_a][c], outcomes[j][model_b][c]) for c in shared])
-            delta = (test.only_b - test.only_a) / len(shared)
-            data.append({**entry, **test.to_dict(), "delta_full": round(delta, 4)})
-            table_rows.append(
-                (
-                    run_a.id,
-                    model_a,
-                    run_b.id,
-                    model_b,
-                    str(len(shared)),
-                    str(test.both),
-                    str(test.only_a),
-                    str(test.only_b),
-                    str(test.neither),
-                    f"{100 * delta:+.1f}",
-                    f"{test.p_value:.4g}",
-                    "yes" if same_draws else "no",
-                )
-            )
+            if not found:
+                why = _why_no_pairs(a, b)
+                data.append({**entry, "pairs": 0, "note": why})
+                unpaired.append(f"{run_a.id} {model_a} and {run_b.id} {model_b}: {why}")
+    blocks: list[NoteBlock | TableBlock] = [
+        NoteBlock(
+            "Each pair of runs on the (faults, variant) cells both played, the same model on both sides "
+            "when the runs share models (else every model pair). With the same seed both sides met the "
+            "same fault draws; with different seeds only the tasks match, and the fault-draw part of the "
+            "variance is not shared. " + NOISE_NOTE
+        ),
+        TableBlock(
+            "Paired across runs: differences and the noise floor",
+            ("run A", "model A", "run B", "model B", "faults", "variant", "same seed", *COMPARISON_COLUMNS),
+            tuple(table_rows),
+        ),
+    ]
+    if unpaired:
+        blocks.append(NoteBlock("Not paired: " + "; ".join(unpaired) + "."))
     return ReportSection(
         id="paired-runs",
         title="Paired comparison across runs",
-        blocks=(
-            NoteBlock(
-                "Each pair of runs over the (task, trial, faults, variant) cells both played, the same model "
-                "on both sides when the runs share models (else every model pair). Δ is B's full-success "
-                "rate minus A's on those pairs, in percentage points; p is McNemar's exact two-sided test, "
-                "from the pairs where exactly one side succeeded. With the same seed both sides met the "
-                "same fault draws; with different seeds only the tasks match. 0 pairs: no task in common — "
-                "compare the rates side by side instead."
-            ),
-            TableBlock(
-                "Full success, paired across runs",
-                (
-                    "run A",
-                    "model A",
-                    "run B",
-                    "model B",
-                    "pairs",
-                    "both",
-                    "only A",
-                    "only B",
-                    "neither",
-                    "Δ full (B − A), pp",
-                    "p (exact)",
-                    "same seed",
-                ),
-                tuple(table_rows),
-            ),
-        ),
-        data={"pairs": data},
+        blocks=tuple(blocks),
+        data={"pairs": data, "method": PAIRED_METHOD, "summary": sentences},
     )
 
 
@@ -238,7 +287,7 @@ def cost_by_run_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> 
         models = sorted({r.model for r in rows})
         for model in models:
             members = [r for r in rows if r.model == model]
-            infra = rate(sum(1 for r in members if r.label is None), len(members))
+            infra = episode_rate(members, lambda r: r.label is None)
             priced = [r.cost_usd for r in members if r.cost_usd is not None]
             cost = sum(priced) if priced else None
             inputs, outputs = sum(r.input_tokens for r in members), sum(r.output_tokens for r in members)
@@ -282,25 +331,35 @@ def cost_by_run_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> 
 
 
 def build_comparison(
-    runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]], find_suite: SuiteFinder = no_suite
+    runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]],
+    find_suite: SuiteFinder = no_suite,
+    baseline: str | None = None,
 ) -> Report:
     """The comparison report of two or more runs (with their stored episodes).
 
     ``find_suite`` finds each run's suite by name (handed down by the caller; generic sections only
-    without it).
+    without it); ``baseline`` is the fault spec degradation is measured from, when the runs' episodes
+    have two specs or more.
     """
     workflow: dict[str, dict[str, float | int | None]] = {}
     for run, rows in runs:
         workflow.update(workflow_scores(rows, find_suite(run.suite)))
-    sections = (
+    sections = [
         runs_section(runs),
         side_by_side_section(runs, find_suite),
         paired_runs_section(runs),
         cost_by_run_section(runs),
-    )
+    ]
+    comparable = comparable_trials(runs)[0]
+    degraded = degradation_from_runs(comparable, baseline)
+    if degraded is not None:
+        sections.insert(3, degradation_section(degraded))
+    curves = robustness(pooled_rows(comparable)[0])
+    if curves is not None:
+        sections.insert(3, robustness_section(curves))
     return Report(
         runs=tuple(run for run, _ in runs),
-        sections=sections,
+        sections=tuple(sections),
         rows=tuple(row for _, rows in runs for row in rows),
         workflow=workflow,
     )

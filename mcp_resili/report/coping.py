@@ -2,8 +2,8 @@
 
 Reads the ``coping_*`` components the runner adds to every score under protocol faults
 (`mcp_resili.scoring.coping`). A rate counts faults met, not episodes (an episode may meet several);
-its Wilson interval treats them as independent, which episodes with more than one fault make
-somewhat optimistic.
+faults of one task (its trials, and several faults in one episode) are correlated, so the interval is
+clustered by task (`mcp_resili.report.clustered`: Wilson at the effective sample size).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from mcp_resili.faults.protocol import ALL_PROTOCOL_TYPES, FAMILY_OF
 from mcp_resili.report.section import NoteBlock, ReportSection, TableBlock, rate_cell
-from mcp_resili.report.summary import rate
+from mcp_resili.report.summary import Rate, rate_by_task
 from mcp_resili.store import EpisodeRow
 
 PREFIX = "coping_"
@@ -35,7 +35,14 @@ def coping_data(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
             continue
         cell = cells.setdefault(
             f"{row.model} · {row.faults}",
-            {"model": row.model, "faults": row.faults, "episodes": 0, "counts": {}, "behaviour": {}},
+            {
+                "model": row.model,
+                "faults": row.faults,
+                "episodes": 0,
+                "counts": {},
+                "behaviour": {},
+                "tasks": {},
+            },
         )
         cell["episodes"] += 1
         for kind in ("all", *ALL_PROTOCOL_TYPES):
@@ -45,10 +52,11 @@ def coping_data(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
                 else (f"{PREFIX}{kind}_met", f"{PREFIX}{kind}_recovered")
             )
             met, ok = cell["counts"].setdefault(kind, [0, 0])
-            cell["counts"][kind] = [
-                met + int(components.get(met_key) or 0),
-                ok + int(components.get(ok_key) or 0),
-            ]
+            episode_met, episode_ok = int(components.get(met_key) or 0), int(components.get(ok_key) or 0)
+            cell["counts"][kind] = [met + episode_met, ok + episode_ok]
+            per_task = cell["tasks"].setdefault(kind, {}).setdefault(row.task_id, [0, 0])
+            per_task[0] += episode_met
+            per_task[1] += episode_ok
         for name in ("relisted", "reinitialized", "ended_cleanly"):
             cell["behaviour"][name] = cell["behaviour"].get(name, 0) + bool(components.get(f"{PREFIX}{name}"))
         cell["behaviour"]["retried_writes"] = cell["behaviour"].get("retried_writes", 0) + int(
@@ -57,7 +65,11 @@ def coping_data(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, cell in sorted(cells.items()):
         types = {
-            kind: {"met": met, "recovered": ok, "recovery": rate(ok, met).to_dict() if met else None}
+            kind: {
+                "met": met,
+                "recovered": ok,
+                "recovery": _recovery(cell["tasks"][kind]).to_dict() if met else None,
+            }
             for kind, (met, ok) in cell["counts"].items()
         }
         out[name] = {
@@ -68,6 +80,13 @@ def coping_data(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
             "behaviour": cell["behaviour"],
         }
     return out
+
+
+def _recovery(per_task: dict[str, list[int]]) -> Rate:
+    """Recovered of met faults, its interval clustered by task (each fault one observation)."""
+    return rate_by_task(
+        (task, index < ok) for task, (met, ok) in per_task.items() for index in range(max(met, ok))
+    )
 
 
 def coping_section(rows: Sequence[EpisodeRow]) -> ReportSection | None:
@@ -108,7 +127,8 @@ def coping_section(rows: Sequence[EpisodeRow]) -> ReportSection | None:
         blocks=(
             NoteBlock(
                 "What the agent did after each protocol fault (docs/faults.md says what recovered means "
-                "per type). Rates count faults met; intervals are 95% Wilson intervals."
+                "per type). Rates count faults met; intervals are 95% Wilson intervals at the effective "
+                "sample size, clustered by task (the faults of one task are correlated)."
             ),
             TableBlock(
                 "Recovery per fault type (95% CI)",

@@ -47,7 +47,8 @@ class McNemar:
             "only_b": self.only_b,
             "neither": self.neither,
             "pairs": self.both + self.only_a + self.only_b + self.neither,
-            "p_value": round(self.p_value, 6),
+            # Four significant digits: an exact p of 1e-30 is not 0 (it printed as 0 when rounded).
+            "p_value": float(f"{self.p_value:.4g}"),
         }
 
 

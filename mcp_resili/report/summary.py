@@ -1,4 +1,9 @@
-"""Summaries of stored episodes: rates per (model, architecture, faults, variant), 95% Wilson intervals."""
+"""Summaries of stored episodes: rates per (model, architecture, faults, variant), 95% intervals.
+
+Trials of one task are correlated, so the rates of stored episodes get intervals clustered by task
+(`mcp_resili.report.clustered`: Wilson at the effective sample size); `rate` (count, n) stays the plain
+Wilson interval for counts of independent units.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from mcp_resili.report.clustered import RATE_METHOD, clustered_rate
 from mcp_resili.report.svg import Bar
 from mcp_resili.scoring.passk import Z95, wilson
 from mcp_resili.store import EpisodeRow
@@ -47,9 +53,24 @@ class Rate:
 
 
 def rate(count: int, n: int) -> Rate:
-    """A `Rate` with its Wilson interval."""
+    """A `Rate` with its Wilson interval (for independent units: tasks, or one episode per task)."""
     low, high = wilson_interval(count, n)
     return Rate(count, n, low, high)
+
+
+def rate_by_task(outcomes: Iterable[tuple[str, bool]]) -> Rate:
+    """A `Rate` of ``(task id, outcome)`` observations with its interval clustered by task.
+
+    The trials of a task are correlated: the interval is Wilson's at the effective sample size
+    (`mcp_resili.report.clustered.clustered_rate`, named by `RATE_METHOD`).
+    """
+    count, n, low, high, _ = clustered_rate(outcomes)
+    return Rate(count, n, low, high)
+
+
+def episode_rate(rows: Iterable[EpisodeRow], counts: Callable[[EpisodeRow], bool]) -> Rate:
+    """The share of ``rows`` for which ``counts`` holds, its interval clustered by task."""
+    return rate_by_task((row.task_id, counts(row)) for row in rows)
 
 
 @dataclass(frozen=True)
@@ -79,7 +100,11 @@ class ComponentColumn:
         if not values:
             return None
         if self.summary == "share":
-            return rate(sum(1 for v in values if v), len(values))
+            return rate_by_task(
+                (r.task_id, bool(c[self.component]))
+                for r in scored
+                if (c := (r.score or {}).get("components", {})).get(self.component) is not None
+            )
         return sum(float(v) for v in values) / len(values)
 
 
@@ -123,10 +148,13 @@ class GroupSummary:
     output_tokens: int = 0
     #: USD over every episode (infrastructure errors cost money too); ``None`` when no price is known.
     cost_usd: float | None = None
+    #: Distinct tasks among the scored episodes (the clusters of the intervals).
+    tasks: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form (``ci_method`` names how the level intervals were made)."""
         data = asdict(self)
+        data["ci_method"] = RATE_METHOD
         del data["columns"]  # each column is a key of its own, placed where the suite's JSON had it
         data["levels"] = {k: v.to_dict() for k, v in self.levels.items()}
         data["mean_value"] = None if self.mean_value is None else round(self.mean_value, 4)
@@ -196,7 +224,9 @@ def summarize(
                 episodes=len(members),
                 scored=n,
                 infrastructure_errors=len(members) - n,
-                levels={level: rate(sum(1 for r in scored if r.label == level), n) for level in LEVELS},
+                levels={
+                    level: rate_by_task((r.task_id, r.label == level) for r in scored) for level in LEVELS
+                },
                 mean_value=sum(r.value or 0.0 for r in scored) / n if n else None,
                 breakdown=dict(zip(by, extra, strict=True)),
                 columns={column.key: column.of(scored) for column in columns},
@@ -205,6 +235,7 @@ def summarize(
                 cost_usd=None
                 if all(r.cost_usd is None for r in members)
                 else sum(r.cost_usd or 0.0 for r in members),
+                tasks=len({r.task_id for r in scored}),
             )
         )
     return summaries

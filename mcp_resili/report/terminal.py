@@ -24,7 +24,12 @@ def summary_table(
 
     ``columns``: the suite's own (`ComponentColumn`), shown once any group has a value.
     """
-    table = Table(title=f"run {run_id}", title_justify="left")
+    table = Table(
+        title=f"run {run_id}",
+        title_justify="left",
+        caption="95% CI: Wilson at the effective sample size, clustered by task (trials of a task correlate)",
+        caption_justify="left",
+    )
     extra = list(summaries[0].breakdown) if summaries else []
     for name in ("model", "architecture", "faults", "variant", *extra, "episodes"):
         table.add_column(name, justify="right" if name == "episodes" else "left")
@@ -66,6 +71,23 @@ def _rate(rate: Rate) -> str:
 
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:5.1f}"
+
+
+def section_summaries(sections: Sequence[ReportSection]) -> list[str]:
+    """The sentences a reader needs besides the tables: each comparison's verdict, who degrades more."""
+    titles = {"paired": "Paired comparison", "paired-runs": "Paired comparison across runs"}
+    lines = []
+    for section in sections:
+        if section.id == "robustness":
+            lines.append("Robustness curves (full success against fault intensity):")
+            lines.extend(f"  {line}" for line in section.data["summary"])
+        elif section.id == "degradation":
+            lines.append(f"Degradation (baseline {section.data['baseline']}):")
+            lines.extend(f"  {line}" for line in section.data["summary"])
+        elif section.id in titles and section.data.get("summary"):
+            lines.append(f"{titles[section.id]} (full success):")
+            lines.extend(f"  {line}" for line in section.data["summary"])
+    return lines
 
 
 def section_tables(sections: Sequence[ReportSection]) -> list[Table]:

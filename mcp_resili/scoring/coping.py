@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from mcp_resili.errors import UserError
 from mcp_resili.faults.protocol import ALL_PROTOCOL_TYPES, FAMILY_OF, has_protocol_faults
 from mcp_resili.scoring.model import Score
+from mcp_resili.scoring.model_coping import with_model_coping
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import EpisodeEndEvent, FinishEvent, ProtocolEvent, ToolCallEvent, Trace, TraceEvent
 
@@ -208,7 +209,8 @@ class ScoringSuite(Protocol):
 def score_episode(suite: ScoringSuite, task: Task, trace: Trace) -> Score:
     """An episode's score as every reader gives it (the runner, ``score``, inspect).
 
-    The suite's scorer, plus the coping components when the plan holds protocol faults. A scorer that
+    The suite's scorer, plus the coping components when the plan holds protocol faults, and the
+    model-API coping components when its model calls went through a gateway. A scorer that
     raises, or returns what cannot be stored, is `ScorerError`: a bug in the suite, never the agent's
     doing, stopped in one line (a run keeps what it stored; ``--resume`` plays the rest).
     """
@@ -230,7 +232,7 @@ def score_episode(suite: ScoringSuite, task: Task, trace: Trace) -> Score:
             f"suite {suite.name!r} scored task {task.id!r} with the label {score.label!r}, "
             "which is not UTF-8 text"
         ) from None
-    return with_coping(score, trace)
+    return with_model_coping(with_coping(score, trace), trace)
 
 
 class ScorerError(UserError):

@@ -22,11 +22,20 @@
       V = 1 / (K_V · |E| · |Λ|) · Σ_{k=1..K_V} Σ_{ε∈E} Σ_{λ∈Λ} R(k, ε, λ)
 
   the volume under the surface with each axis rescaled to unit length and every grid point of equal
-  weight; it lies in [0, 1]. The k axis is fixed at 1..K_V rather than 1..``--trials``: the unbiased
-  pass^k estimates do not depend on how many trials were run (only their variance does), so runs
-  with ``--trials 2`` and ``--trials 10`` estimate the *same* V (the mean over all k up to
-  ``--trials`` would fall as trials are added). V needs at least K_V trials. Since the task set is
-  fixed, V is also the mean over tasks of each task's own mean, which gives its interval.
+  weight; it lies in [0, 1]. The k axis is fixed at 1..K_V rather than 1..``--trials`` (the mean over
+  all k up to ``--trials`` would fall as trials are added). V needs at least K_V trials. Since the
+  task set is fixed, V is also the mean over tasks of each task's own mean, which gives its interval.
+* **When V depends on the trial count**: the unbiased estimator assumes a task's trials are
+  exchangeable, as they are under ``react`` (each trial starts afresh): then runs with ``--trials 2``
+  and ``--trials 10`` estimate the same V, only with different variance. Under an architecture whose
+  trials learn from earlier ones (`LEARNING_ARCHITECTURES`: ``reflexion`` carries memory of failed
+  trials), they are not: later trials are better, and C(c, k)/C(n, k) over more trials draws more
+  of them, so V moved with ``--trials`` (0.810 / 0.839 / 0.869 at 2 / 4 / 6 trials, issue 36). For
+  those architectures pass^k is taken **per trial index** (``sequential``): a task counts 1 at k when
+  its first k trials (indices 0..k-1) all passed. That does not depend on how many trials follow, so
+  V and the curve are the same at any ``--trials`` ≥ K_V, and comparable with ``react``'s (whose
+  unbiased estimate has the same expectation); the learning itself shows in the success rate per
+  trial index (`per_trial_rates`).
 * **Gradients**: the mean finite-difference slope of ``R`` along one axis, over all pairs of
   neighbouring grid values with the other two axes fixed: ``∂R/∂λ`` and ``∂R/∂ε`` per 0.1, and
   ``ΔR`` per extra trial for ``k``.
@@ -41,6 +50,9 @@ from typing import Any
 
 #: The k axis of the normalised volume: k = 1..VOLUME_K, whatever ``--trials`` is.
 VOLUME_K = 2
+#: Architectures whose trials learn from earlier trials of the same task (not exchangeable):
+#: their pass^k is taken per trial index (see the module).
+LEARNING_ARCHITECTURES = frozenset({"reflexion"})
 #: z for a two-sided 95% interval.
 Z95 = 1.959964
 
@@ -73,11 +85,28 @@ class TaskTrials:
     successes: int
     valid: int
     infrastructure_errors: int = 0
+    #: Each trial's outcome by trial index (True: passed, False: failed, None: an infrastructure
+    #: error or not run); needed for pass^k per trial index (``sequential``).
+    ordered: tuple[bool | None, ...] = ()
 
     @property
     def planned(self) -> int:
         """Trials run, valid or not."""
         return self.valid + self.infrastructure_errors
+
+    def first_valid(self, count: int) -> bool:
+        """Whether trials 0..count-1 were all run and scored."""
+        return len(self.ordered) >= count and all(o is not None for o in self.ordered[:count])
+
+    def estimate(self, k: int, sequential: bool) -> float:
+        """The task's pass^k: the unbiased estimate, or per trial index (its first k trials passed)."""
+        if sequential:
+            return 1.0 if all(self.ordered[:k]) else 0.0
+        return pass_hat_k(self.successes, self.valid, k)
+
+    def enough(self, count: int, sequential: bool) -> bool:
+        """Whether pass^count can use the task: ``count`` valid trials (the first ones, if sequential)."""
+        return self.first_valid(count) if sequential else self.valid >= count
 
 
 @dataclass(frozen=True)
@@ -103,18 +132,31 @@ class PassK:
         }
 
 
-def pass_k(tasks: Sequence[TaskTrials], k: int, *, min_valid: int | None = None) -> PassK:
+def pass_k(
+    tasks: Sequence[TaskTrials], k: int, *, min_valid: int | None = None, sequential: bool = False
+) -> PassK:
     """pass^k over the tasks with at least ``max(k, min_valid)`` valid trials; the others are excluded.
 
     Pass the curve's largest k as ``min_valid`` to keep one task set for every k (`pass_k_curve`).
+    ``sequential``: trials learn (`LEARNING_ARCHITECTURES`), so pass^k is per trial index: the share of
+    tasks whose first k trials passed, over the tasks whose first ``max(k, min_valid)`` trials are valid.
     """
     need = max(k, min_valid or k)
-    counted = [t for t in tasks if t.valid >= need]
-    excluded = tuple(sorted(t.task_id for t in tasks if t.valid < need))
+    counted = [t for t in tasks if t.enough(need, sequential)]
+    excluded = tuple(sorted(t.task_id for t in tasks if not t.enough(need, sequential)))
     if not counted:
         return PassK(k, None, 0, 0.0, 1.0, excluded)
-    value = sum(pass_hat_k(t.successes, t.valid, k) for t in counted) / len(counted)
+    value = sum(t.estimate(k, sequential) for t in counted) / len(counted)
     return PassK(k, value, len(counted), *wilson(value, len(counted)), excluded)
+
+
+def estimator_name(sequential: bool) -> str:
+    """How pass^k was estimated, as the outputs name it."""
+    return (
+        "per trial index: the first k trials all passed (trials learn)"
+        if sequential
+        else "unbiased C(c,k)/C(n,k) (exchangeable trials)"
+    )
 
 
 def curve_length(tasks: Iterable[TaskTrials]) -> int:
@@ -122,10 +164,34 @@ def curve_length(tasks: Iterable[TaskTrials]) -> int:
     return max((t.planned for t in tasks), default=0)
 
 
-def pass_k_curve(tasks: Sequence[TaskTrials], k_max: int | None = None) -> list[PassK]:
+def pass_k_curve(
+    tasks: Sequence[TaskTrials], k_max: int | None = None, *, sequential: bool = False
+) -> list[PassK]:
     """pass^1 … pass^K over one task set: the tasks with at least ``K`` valid trials."""
     top = curve_length(tasks) if k_max is None else k_max
-    return [pass_k(tasks, k, min_valid=top) for k in range(1, top + 1)]
+    return [pass_k(tasks, k, min_valid=top, sequential=sequential) for k in range(1, top + 1)]
+
+
+def per_trial_rates(tasks: Sequence[TaskTrials]) -> list[PassK]:
+    """The success rate at each trial index (k here is the index + 1), over the tasks that ran it.
+
+    One trial per task per index, so the tasks are the independent units (Wilson over n tasks). Under
+    an architecture whose trials learn this is the learning curve.
+    """
+    top = max((len(t.ordered) for t in tasks), default=0)
+    out = []
+    for index in range(top):
+        outcomes = [t.ordered[index] for t in tasks if len(t.ordered) > index]
+        valid = [o for o in outcomes if o is not None]
+        missing = tuple(
+            sorted(t.task_id for t in tasks if len(t.ordered) <= index or t.ordered[index] is None)
+        )
+        if not valid:
+            out.append(PassK(index + 1, None, 0, 0.0, 1.0, missing))
+            continue
+        value = sum(valid) / len(valid)
+        out.append(PassK(index + 1, value, len(valid), *wilson(value, len(valid)), missing))
+    return out
 
 
 #: A surface point's coordinates: (k, ε, λ).
@@ -172,6 +238,8 @@ class Surface:
     volume_high: float
     #: Why there is no volume (too few trials, no task in every cell), else "".
     volume_note: str = ""
+    #: Whether pass^k is per trial index (trials learn) rather than the unbiased estimator.
+    sequential: bool = False
 
     def values(self) -> dict[Point, float]:
         """(k, ε, λ) → R."""
@@ -181,6 +249,7 @@ class Surface:
         """JSON-ready form."""
         return {
             "trials": self.trials,
+            "estimator": estimator_name(self.sequential),
             "tasks": len(self.tasks),
             "excluded": [
                 {"eps": eps, "lambda": lam, "excluded": len(ids), "excluded_tasks": list(ids)}
@@ -196,10 +265,15 @@ class Surface:
         }
 
 
-def surface(cells: Mapping[tuple[float, float], Sequence[TaskTrials]]) -> Surface:
-    """The surface of (ε, λ) → that cell's tasks: one task set, every point with n and interval."""
+def surface(
+    cells: Mapping[tuple[float, float], Sequence[TaskTrials]], *, sequential: bool = False
+) -> Surface:
+    """The surface of (ε, λ) → that cell's tasks: one task set, every point with n and interval.
+
+    ``sequential``: trials learn, so every point is pass^k per trial index (see the module).
+    """
     top = max((curve_length(trials) for trials in cells.values()), default=0)
-    full = [{t.task_id: t for t in trials if t.valid >= top} for trials in cells.values()]
+    full = [{t.task_id: t for t in trials if t.enough(top, sequential)} for trials in cells.values()]
     common = set.intersection(*(set(f) for f in full)) if full else set()
     tasks = tuple(sorted(common))
     excluded = {
@@ -213,7 +287,7 @@ def surface(cells: Mapping[tuple[float, float], Sequence[TaskTrials]]) -> Surfac
         for k in range(1, top + 1):
             if not members:
                 continue
-            estimates = [pass_hat_k(t.successes, t.valid, k) for t in members]
+            estimates = [t.estimate(k, sequential) for t in members]
             value = sum(estimates) / len(estimates)
             points.append(SurfacePoint(k, eps, lam, value, len(members), *wilson(value, len(members))))
             if k <= VOLUME_K:
@@ -225,11 +299,11 @@ def surface(cells: Mapping[tuple[float, float], Sequence[TaskTrials]]) -> Surfac
     elif top < VOLUME_K:
         note = f"the volume needs at least {VOLUME_K} trials per task (k = 1..{VOLUME_K}); ran {top}"
     if note:
-        return Surface(tuple(points), tasks, excluded, top, None, 0.0, 1.0, note)
+        return Surface(tuple(points), tasks, excluded, top, None, 0.0, 1.0, note, sequential)
     # Every task has a value at every (k <= K_V, ε, λ), so the mean of the task means is V.
     task_means = [sum(v) / len(v) for v in per_task.values()]
     volume = sum(task_means) / len(task_means)
-    return Surface(tuple(points), tasks, excluded, top, volume, *wilson(volume, len(tasks)))
+    return Surface(tuple(points), tasks, excluded, top, volume, *wilson(volume, len(tasks)), "", sequential)
 
 
 def _mean(values: Iterable[float]) -> float | None:

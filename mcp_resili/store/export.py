@@ -27,15 +27,18 @@ from mcp_resili.store.sqlite import EpisodeRow, RunRow, Store
 from mcp_resili.trace.model import trace_lines, trace_stem
 
 Scalar = str | int | float | bool | None
+#: A cell: a scalar, or a list of strings (``reasons``).
+Value = Scalar | list[str]
 
 #: Version of the row layout, written into Parquet metadata; bumped when a column changes meaning.
-EXPORT_VERSION = 2  # 2: `architecture` and `stop_rule` columns
+#: 2: `architecture` and `stop_rule` columns; 3: `reasons` is a list (was a JSON-encoded string).
+EXPORT_VERSION = 3
 FORMATS = ("jsonl", "csv", "parquet")
 
 
 @dataclass(frozen=True)
 class Column:
-    """One column of the export: name, logical type (string, int64, float64, bool) and meaning."""
+    """One column of the export: name, logical type (string, int64, float64, bool, list<string>), meaning."""
 
     name: str
     type: str
@@ -60,7 +63,11 @@ FIXED_COLUMNS = (
     Column("label", "string", "the suite's outcome label (`full`/`partial`/`failure`…); null: not scored"),
     Column("value", "float64", "the suite's score value; null when not scored"),
     Column("infrastructure_error", "bool", "true when the episode says nothing about the agent"),
-    Column("reasons", "string", "the judge's reasons, a JSON array of strings"),
+    Column(
+        "reasons",
+        "list<string>",
+        "the judge's reasons, a list (JSONL: an array; Parquet: a list column; CSV: a JSON array)",
+    ),
     Column("turns", "int64", "model turns"),
     Column("tool_calls", "int64", "tool calls the server handled"),
     Column("tool_errors", "int64", "tool calls that returned an error (injected or not)"),
@@ -82,7 +89,8 @@ def encodable(text: str) -> str:
     ``\ud800`` is the JSON escape and reads back as the surrogate itself (JSON escapes every
     backslash of the data, so the escape cannot merge with one); in a CSV cell it is plain text
     (and in the ``reasons`` cell, JSON text, it again reads back as the surrogate); in Parquet, whose
-    strings must be UTF-8, it is the same text as in CSV. Any other text is returned unchanged.
+    strings must be UTF-8 (the ``reasons`` list's items too), it is the same text as in CSV. Any other
+    text is returned unchanged.
     """
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
@@ -138,11 +146,11 @@ def ledger_summary(trace: str) -> dict[str, Any]:
     }
 
 
-def episode_record(run: RunRow, row: EpisodeRow) -> dict[str, Scalar]:
+def episode_record(run: RunRow, row: EpisodeRow) -> dict[str, Value]:
     """One episode as a flat row (see `FIXED_COLUMNS`, then ``score_*`` and ``injected_<type>``)."""
     score = row.score or {}
     ledger = ledger_summary(row.trace)
-    record: dict[str, Scalar] = {
+    record: dict[str, Value] = {
         "run_id": row.run_id,
         "suite": run.suite,
         "seed": run.seed,
@@ -158,7 +166,7 @@ def episode_record(run: RunRow, row: EpisodeRow) -> dict[str, Scalar]:
         "label": row.label,
         "value": row.value,
         "infrastructure_error": row.label is None,
-        "reasons": json.dumps(list(score.get("reasons", [])), ensure_ascii=False),
+        "reasons": [str(reason) for reason in score.get("reasons", [])],
         **{key: ledger[key] for key in ("turns", "tool_calls", "tool_errors")},
         **{key: ledger[key] for key in ("injected_total", "injected_explicit", "injected_implicit")},
         "input_tokens": row.input_tokens,
@@ -178,7 +186,7 @@ def _scalar(value: Any) -> Scalar:
     return json.dumps(value, sort_keys=True)  # a nested component stays one cell
 
 
-def export_records(store: Store, run_ids: Sequence[str | None]) -> Iterator[dict[str, Scalar]]:
+def export_records(store: Store, run_ids: Sequence[str | None]) -> Iterator[dict[str, Value]]:
     """Rows of every episode of the given runs (``None``: the latest run), run by run."""
     for run_id in run_ids:
         run = store.require_run(run_id)
@@ -186,7 +194,7 @@ def export_records(store: Store, run_ids: Sequence[str | None]) -> Iterator[dict
             yield episode_record(run, row)
 
 
-def _column_type(values: Iterable[Scalar]) -> str:
+def _column_type(values: Iterable[Value]) -> str:
     kinds = {type(v) for v in values if v is not None}
     if not kinds:
         return "string"
@@ -199,7 +207,7 @@ def _column_type(values: Iterable[Scalar]) -> str:
     return "string"
 
 
-def columns(records: Sequence[dict[str, Scalar]]) -> list[Column]:
+def columns(records: Sequence[dict[str, Value]]) -> list[Column]:
     """The columns of ``records``: the fixed ones, then the suite's and fault types' in sorted order.
 
     A column whose values mix types (a component that is a number in one suite and text in another)
@@ -215,26 +223,26 @@ def columns(records: Sequence[dict[str, Scalar]]) -> list[Column]:
     return out
 
 
-def _cell(value: Scalar, kind: str) -> Scalar:
+def _cell(value: Value, kind: str) -> Value:
     """``value`` as a column of type ``kind`` holds it (a missing count is 0, a mixed column text)."""
     if value is None:
         return None
     if kind == "string" and not isinstance(value, str):
         return json.dumps(value)
-    if kind == "float64":
+    if kind == "float64" and isinstance(value, int | float):
         return float(value)
     return value
 
 
-def _typed(records: Sequence[dict[str, Scalar]], cols: Sequence[Column]) -> dict[str, list[Scalar]]:
-    table: dict[str, list[Scalar]] = {}
+def _typed(records: Sequence[dict[str, Value]], cols: Sequence[Column]) -> dict[str, list[Value]]:
+    table: dict[str, list[Value]] = {}
     for col in cols:
-        missing: Scalar = 0 if col.name.startswith("injected_") else None
+        missing: Value = 0 if col.name.startswith("injected_") else None
         table[col.name] = [_cell(r.get(col.name, missing), col.type) for r in records]
     return table
 
 
-def write_jsonl(records: Iterable[dict[str, Scalar]], out: TextSink) -> int:
+def write_jsonl(records: Iterable[dict[str, Value]], out: TextSink) -> int:
     """One JSON object per line, values as stored (no column filling); returns the row count.
 
     A lone surrogate in a value is written as its JSON escape (`encodable`).
@@ -246,7 +254,7 @@ def write_jsonl(records: Iterable[dict[str, Scalar]], out: TextSink) -> int:
     return count
 
 
-def write_csv(records: Sequence[dict[str, Scalar]], out: TextSink) -> int:
+def write_csv(records: Sequence[dict[str, Value]], out: TextSink) -> int:
     r"""A header and one line per row; empty cells are nulls, booleans ``true``/``false``.
 
     Lines end with ``\n``; a cell holding a line break (``\n``, ``\r``) or a comma or quote is
@@ -273,13 +281,15 @@ def write_csv(records: Sequence[dict[str, Scalar]], out: TextSink) -> int:
     return len(records)
 
 
-def _csv(value: Scalar) -> str:
+def _csv(value: Value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):  # a list cell (``reasons``) is a JSON array
+        return json.dumps(value, ensure_ascii=False)
     return str(value)
 
 
-def write_parquet(records: Sequence[dict[str, Scalar]], path: Path) -> int:
+def write_parquet(records: Sequence[dict[str, Value]], path: Path) -> int:
     """A Parquet file with typed columns and the export version in its metadata; needs pyarrow.
 
     Strings are UTF-8: a lone surrogate is written backslash-escaped, as in CSV (`encodable`).
@@ -294,7 +304,13 @@ def write_parquet(records: Sequence[dict[str, Scalar]], path: Path) -> int:
         ) from None
     cols = columns(records)
     table = _typed(records, cols)
-    types = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
+    types = {
+        "string": pa.string(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "bool": pa.bool_(),
+        "list<string>": pa.list_(pa.string()),
+    }
     schema = pa.schema(
         [pa.field(c.name, types[c.type]) for c in cols],
         metadata={"mcp_resili.export_version": str(EXPORT_VERSION)},
@@ -302,6 +318,8 @@ def write_parquet(records: Sequence[dict[str, Scalar]], path: Path) -> int:
     for c in cols:
         if c.type == "string":
             table[c.name] = [encodable(v) if isinstance(v, str) else v for v in table[c.name]]
+        elif c.type == "list<string>":
+            table[c.name] = [[encodable(x) for x in v] if isinstance(v, list) else v for v in table[c.name]]
     arrays = [pa.array(table[c.name], type=types[c.type]) for c in cols]
     pq.write_table(pa.Table.from_arrays(arrays, schema=schema), path)
     return len(records)

@@ -383,8 +383,9 @@ class TaskEnvironment:
             structured = outcome.structured
             return ToolOutcome(structured=structured, upstream=outcome.upstream, text=text)
         if outcome.error_code == UPSTREAM_ERROR:
+            message = _relative_to_slot(outcome.message, binding.slot)
             return ToolOutcome(
-                structured=None, error_code=UPSTREAM_ERROR, message=outcome.message, upstream=outcome.upstream
+                structured=None, error_code=UPSTREAM_ERROR, message=message, upstream=outcome.upstream
             )
         return outcome
 
@@ -497,3 +498,16 @@ async def _first(*events: anyio.Event) -> None:
 
 
 __all__ = ["BINDING_KEY", "FINISH_TOOL", "EnvironmentError_", "FixtureError", "TaskEnvironment", "namespaced"]
+
+
+def _relative_to_slot(message: str, slot: Slot) -> str:
+    """A server's error as the agent's own relative paths name it, whichever slot the episode ran in.
+
+    Servers echo the absolute path they resolved (``ENOENT: ... open '/tmp/.../slot7/ws/a.csv'``); the
+    slot and its temporary root differ from run to run, so the same call would store different rows.
+    """
+    for directory, shown in ((slot.workspace, "."), (slot.state, "state")):
+        for root in dict.fromkeys((str(directory.resolve()), str(directory))):  # as resolved, or not
+            message = message.replace(f"{root}{os.sep}", "" if shown == "." else f"{shown}/")
+            message = message.replace(root, shown)
+    return message

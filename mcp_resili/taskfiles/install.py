@@ -97,8 +97,17 @@ def _run(command: Sequence[str], what: str, registry: str) -> None:
 
 
 def server_argv(name: str, server: ServerDef, locks: Locks | None = None) -> list[str]:
-    """The command line that starts ``server`` (placeholders not yet filled), installing it if needed."""
-    locks = locks or Locks()
+    """The command line that starts ``server`` (placeholders not yet filled), installed and prepared."""
+    argv = _installed_argv(name, server, locks or Locks())
+    if server.prepare:
+        own_venv = server.pypi is not None and server.venv == "own"
+        python = Path(argv[0]).parent / "python" if own_venv else Path(sys.executable)
+        prepare = [part.replace("{python}", str(python)) for part in server.prepare]
+        _run(prepare, f"server {name!r}'s prepare command", "its prepare command")
+    return argv
+
+
+def _installed_argv(name: str, server: ServerDef, locks: Locks) -> list[str]:
     assert server.command is not None  # a url server is never started
     if server.npm is not None:
         bin_dir = _npm_install(server.npm, locks.npm)

@@ -59,6 +59,10 @@ class ServerDef(_Strict):
     stateful_tools: tuple[str, ...] = ()
     #: Seconds the server may take to start and list its tools.
     start_timeout: float = Field(60.0, gt=0)
+    #: A command run once before the server first starts in a process (after it is installed), its
+    #: output kept off the MCP stream: for a package that sets itself up on first use (``{python}`` is
+    #: the server's Python).
+    prepare: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _one_source(self) -> ServerDef:
@@ -71,6 +75,8 @@ class ServerDef(_Strict):
             raise ValueError("a url server takes no command or args")
         if self.requirements and self.pypi is None:
             raise ValueError("requirements go with a pypi server")
+        if self.prepare and self.url is not None:
+            raise ValueError("a url server is not started here: it takes no prepare command")
         return self
 
     @property

@@ -33,8 +33,12 @@ class TraceHeader(BaseModel):
     trial: int | None = None
     #: The episode's turn budget when the runner overrode the task's (``run --max-turns``).
     max_turns: int | None = None
-    #: The agent architecture (``react``, ``reflexion``) when the runner played the episode.
+    #: The agent architecture (``react``, ``reflexion``) when the runner played the episode; ``agent-cmd``
+    #: for an agent program the runner started (``run --agent-cmd``).
     architecture: str | None = None
+    #: The model-API fault plan its model calls met (``run --llm-faults``), as ``model_fault`` events
+    #: record each decision; None when no gateway stood between the agent and its model.
+    model_fault_plan: dict[str, Any] | None = None
 
 
 class ToolCallEvent(BaseModel):
@@ -79,7 +83,11 @@ class ModelTurnEvent(BaseModel):
 
 
 class EpisodeEndEvent(BaseModel):
-    """Why the runner stopped the episode (runner traces only)."""
+    """Why the runner stopped the episode (runner traces only).
+
+    ``harness_failure``: the agent program crashed (``run --agent-cmd``), or it (or the runner's own
+    loop) gave up after a model-API failure the gateway injected; the agent's failure, scored.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     event: Literal["episode_end"] = "episode_end"
@@ -95,6 +103,7 @@ class EpisodeEndEvent(BaseModel):
         "loop",
         "context_exceeded",
         "infrastructure_error",
+        "harness_failure",
     ]
     turns: int
     detail: str = ""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,11 @@ from mcp_resili.errors import UserError
 
 #: Sent to local OpenAI-compatible servers that want no key (the SDK refuses an empty one).
 PLACEHOLDER_KEY = "not-needed"
+#: Extra headers every model request of the current episode carries (None: none). A runner that puts
+#: a fault gateway before the models names each call's episode this way (``run --llm-faults``).
+REQUEST_HEADERS: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "mcp_resili_request_headers", default=None
+)
 
 
 class MissingAPIKeyError(UserError):
@@ -158,8 +164,14 @@ class SDKEndpoint:
     async def post(self, path: str, body: bytes) -> dict[str, Any]:
         """One attempt: ``body`` posted to ``path``, the answer's JSON object, or `ProviderFailure`."""
         sdk = self._sdk
+        headers = REQUEST_HEADERS.get()
         try:
-            raw = await self._client.post(path, content=body, cast_to=bytes)
+            if headers is None:
+                raw = await self._client.post(path, content=body, cast_to=bytes)
+            else:
+                raw = await self._client.post(
+                    path, content=body, cast_to=bytes, options={"headers": dict(headers)}
+                )
         except sdk.APIStatusError as exc:
             message = f"{exc.message} {getattr(exc, 'code', None) or ''}".strip()
             raise ProviderFailure(

@@ -35,7 +35,8 @@ class SampleEpisode:
     #: The episode id (file-safe: the trace is ``trace_dir/ID.jsonl``).
     id: str
     seed: int
-    #: The fault SPEC of the per-sample server; None with a shared server (its own plan applies).
+    #: The fault SPEC of the sample's server; None with the user's own server (``-T server=URL``: its
+    #: own plan applies, unknown here).
     faults: str | None
     variant: str
     #: The episode's call budget (the task's ``max_turns`` unless the eval overrides it).
@@ -46,7 +47,8 @@ class SampleEpisode:
     trace_dir: str
     #: Whether ``trace_dir`` is a temporary directory, removed once the sample is scored.
     temporary: bool
-    #: A shared server's URL (``-T server=...``), None for a per-sample stdio server.
+    #: The URL of the server the sample's episode lives on (the task's shared one, or ``-T server``),
+    #: None for a per-sample stdio server (``-T server=process``).
     server: str | None = None
     #: The eval's ``-T max_turns``, None without it: the trace header's ``max_turns``, as
     #: ``mcp-resili run --max-turns`` records it (the scorer reads the budget from there).

@@ -1,9 +1,13 @@
 """The solver: one episode of our MCP server per sample, played like ``mcp-resili run`` plays one.
 
-Each sample gets its own ``mcp-resili serve`` process over stdio (``--episode``, ``--trial``: the
-runner's fault key TASK/TRIAL, with trial = epoch - 1), or, with ``-T server=URL``, its own episode of
-a shared HTTP server, named in the ``x-mcp-resili-episode`` header (inspect cannot send ``_meta``).
-The loop runs inside `mcp_connection`: without it inspect starts a fresh server for every tool call.
+Each sample is its own episode of one server the task's samples share (`shared`: built by the first
+sample, in inspect's event loop, reached through the runner's in-process client, the episode named in
+every call's ``_meta``), or, with ``-T server=URL``, of a server the user runs (through inspect's MCP
+client, the episode named in the ``x-mcp-resili-episode`` header: inspect cannot send ``_meta``);
+either way with the runner's fault key TASK/TRIAL (trial = epoch - 1). ``-T server=process`` keeps the
+former way: a ``mcp-resili serve`` process over stdio per sample (``--episode``, ``--trial``), 2–6 s of
+start each. Through inspect's MCP client the loop runs inside `mcp_connection`: without it inspect
+starts a fresh server for every tool call.
 
 The loop keeps the runner's rules: the call budget (the task's ``max_turns``), the suite's stop rules,
 the task's time limit (kept as the runner keeps it: `EpisodeClock`), and the end at the first successful
@@ -31,7 +35,7 @@ from inspect_ai.model import (
     get_model,
 )
 from inspect_ai.solver import Generate, Solver, TaskState, solver
-from inspect_ai.tool import MCPServer, Tool, mcp_connection, mcp_server_http, mcp_server_stdio
+from inspect_ai.tool import MCPServer, ToolDef, mcp_connection, mcp_server_http, mcp_server_stdio
 
 from mcp_resili.constants import FINISH_TOOL
 from mcp_resili.integrations.inspect.episode import (
@@ -80,29 +84,45 @@ def mcp_server(episode: SampleEpisode, time_scale: float) -> MCPServer:
 
 
 @solver
-def resili_agent(episode_fields: dict[str, Any], time_scale: float = 1.0) -> Solver:
+def resili_agent(
+    episode_fields: dict[str, Any], time_scale: float = 1.0, per_sample_process: bool = False
+) -> Solver:
     """Play the sample's task as one episode of our server, with the eval's model.
 
     ``episode_fields``: the `SampleEpisode` fields every sample of the task shares (suite, seed,
-    faults, variant, trace_dir, server); the solver adds the sample's own task, trial and id.
+    faults, variant, trace_dir, server); the solver adds the sample's own task, trial and id. Without
+    a ``server`` the samples share one server of this process (`shared`), unless
+    ``per_sample_process`` asks for a ``serve`` process per sample.
     """
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
+        from mcp_resili.integrations.inspect.shared import ServerKey, sample_tools, shared_server, take_trace
         from mcp_resili.registry.loader import get_suite
 
         suite = get_suite(episode_fields["suite"])
         task = suite.task(str(state.sample_id))
         episode = sample_episode(episode_fields, task.id, state.epoch, state.uuid, task.constraints)
         state.store.set(EPISODE_KEY, episode.to_store())
-        server = mcp_server(episode, time_scale)
         rules = suite.own_stop_rules
-        async with mcp_connection([server]):
-            tools = await server.tools()
-            clock = EpisodeClock(episode.time_limit)
-            outcome = await clock.run(lambda: play(state, episode, tools, rules, clock), rules.name)
-        state.store.set(OUTCOME_KEY, outcome.to_store())
-        if episode.server is not None:
-            await fetch_trace(episode)
+        clock = EpisodeClock(episode.time_limit)
+        if episode.server is None and not per_sample_process:
+            assert episode.faults is not None  # known unless the user's own server (-T server) plays
+            key = ServerKey(suite.name, episode.faults, episode.seed, time_scale, episode.max_turns_override)
+            shared = shared_server(key)
+            async with sample_tools(shared, json.loads(episode_header(episode))) as tools:
+                outcome = await clock.run(lambda: play(state, episode, tools, rules, clock), rules.name)
+            state.store.set(OUTCOME_KEY, outcome.to_store())
+            write_trace(episode, await take_trace(shared, episode.id))
+        else:
+            server = mcp_server(episode, time_scale)
+            async with mcp_connection([server]):
+                # Definitions built once per sample: inspect would rebuild each from its callable at
+                # every model turn and every tool call.
+                tools = [ToolDef(t) for t in await server.tools()]
+                outcome = await clock.run(lambda: play(state, episode, tools, rules, clock), rules.name)
+            state.store.set(OUTCOME_KEY, outcome.to_store())
+            if episode.server is not None:
+                await fetch_trace(episode)
         if outcome.termination == "infrastructure_error":
             raise void_episode(episode, outcome)
         return state
@@ -211,7 +231,7 @@ class EpisodeClock:
         return Outcome("time_limit", self.turn, f"episode exceeded {limit}s", stop_rules)
 
     async def generate(
-        self, model: Model, messages: list[ChatMessage], tools: list[Tool], stop_rules: str
+        self, model: Model, messages: list[ChatMessage], tools: list[ToolDef], stop_rules: str
     ) -> ModelOutput:
         """The model's turn, which the time limit does not cut short (see the class).
 
@@ -267,7 +287,7 @@ class EpisodeClock:
 
 
 async def play(
-    state: TaskState, episode: SampleEpisode, tools: list[Tool], rules: StopRules, clock: EpisodeClock
+    state: TaskState, episode: SampleEpisode, tools: list[ToolDef], rules: StopRules, clock: EpisodeClock
 ) -> Outcome:
     """The runner's loop (`mcp_resili.client.loop.play_episode`) over inspect's model and tools.
 
@@ -341,28 +361,37 @@ def _observed_call(episode: SampleEpisode, result: ChatMessageTool, seq: int) ->
 
 
 async def fetch_trace(episode: SampleEpisode) -> None:
-    """Close the episode on the shared server and write its trace where the scorer reads it.
+    """Close the episode on the user's server (``-T server``) and write its trace for the scorer.
 
     Our server hands an episode's recorded events over once, through its runner-only method, and
     refuses any later call to it (so nothing the model does afterwards can reach the episode).
     """
-    from pathlib import Path
-
     import mcp_types as types
     from mcp import Client
 
     from mcp_resili.constants import TRACE_METHOD
     from mcp_resili.server.app import EpisodeTraceResult
-    from mcp_resili.trace.model import Trace, TraceHeader, event_from_dict
 
     assert episode.server is not None  # only called for a shared server
     request = types.Request[dict[str, Any], str](method=TRACE_METHOD, params={"episode": episode.id})
     async with Client(episode.server, read_timeout_seconds=60) as client:
         result = await client.session.send_request(request, EpisodeTraceResult)
-    if result.header is None:
-        return  # no call was made: the scorer builds the header itself
+    write_trace(episode, {"header": result.header, "events": result.events})
+
+
+def write_trace(episode: SampleEpisode, taken: dict[str, Any]) -> None:
+    """Write a trace taken from the server (``header``, ``events``) where the scorer reads it.
+
+    No header: the episode made no call, and the scorer builds the header itself.
+    """
+    from pathlib import Path
+
+    from mcp_resili.trace.model import Trace, TraceHeader, event_from_dict
+
+    if taken["header"] is None:
+        return
     trace = Trace(
-        header=TraceHeader.model_validate(result.header),
-        events=tuple(event_from_dict(e) for e in result.events),
+        header=TraceHeader.model_validate(taken["header"]),
+        events=tuple(event_from_dict(e) for e in taken["events"]),
     )
     (Path(episode.trace_dir) / f"{episode.id}.jsonl").write_text(trace.to_jsonl(), encoding="utf-8")

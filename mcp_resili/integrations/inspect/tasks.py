@@ -12,8 +12,10 @@ A sample is one of the suite's tasks (its id, its prompt); an epoch is a trial (
 * ``trace_dir``: keep every episode's trace there (created if missing, refused when nothing can be
   written there; default: a temporary directory per sample; the score's metadata holds the trace
   either way). A path with commas is split like ``faults`` and joined back the same way;
-* ``server``: the URL of a running ``mcp-resili serve --transport http`` to share instead of one
-  stdio server per sample (its own ``--suite`` and ``--faults`` apply; ``faults`` must not be given).
+* ``server``: by default the task's samples share one server this process starts (loopback HTTP, one
+  episode per sample); the URL of a running ``mcp-resili serve --transport http`` shares that one
+  instead (its own ``--suite`` and ``--faults`` apply; ``faults`` must not be given); ``process``
+  starts a ``mcp-resili serve`` process per sample over stdio (the former way, seconds per sample).
 
 Suites are found through their entry points without importing them, so loading this module (inspect
 does so on every run) stays cheap; a suite is imported when its task is built.
@@ -122,21 +124,27 @@ def _suite_task(
     server: str | None = None,
 ) -> Task:
     from mcp_resili.faults import parse_fault_spec
+    from mcp_resili.faults.rules import check_rule_tools
     from mcp_resili.registry.loader import get_suite, spec_scope
 
     suite = get_suite(suite_name)
     spec = joined(faults)
+    per_sample_process = server == "process"
+    if per_sample_process:
+        server = None
     if server is not None:
         if not str(server).startswith(("http://", "https://")):
             raise ValueError(
-                f"-T server must be an http(s):// URL of `mcp-resili serve --transport http`, got {server!r}"
+                "-T server must be an http(s):// URL of `mcp-resili serve --transport http` (or "
+                f"'process': a serve process per sample), got {server!r}"
             )
         if spec is not None:
             raise ValueError("-T faults does not apply with -T server: the shared server's own --faults do")
         _check_reachable(str(server))
     else:
         spec = spec or suite.default_faults
-        parse_fault_spec(spec, spec_scope(suite))
+        plan = parse_fault_spec(spec, spec_scope(suite))
+        check_rule_tools(plan, (t.name for t in suite.library.specs), spec, f"suite {suite.name!r}")
     tasks = suite.tasks if _flag("all_tasks", all_tasks) else suite.default_tasks
     samples = [
         Sample(
@@ -160,7 +168,7 @@ def _suite_task(
     }
     return Task(
         dataset=MemoryDataset(samples, name=suite.name),
-        solver=resili_agent(fields, _number("time_scale", time_scale, float)),
+        solver=resili_agent(fields, _number("time_scale", time_scale, float), per_sample_process),
         scorer=resili_scorer(),
         metrics=resili_metrics(suite.summarize is not None),
         cleanup=remove_temporary_trace,

@@ -1,7 +1,8 @@
 """A Ray worker: an async actor that plays batches of a run's episodes with its own session.
 
-Each worker process holds one `EpisodeSession` (its own in-process MCP servers, or clients of
-``--server``, and its own models), opened on the first batch. anyio requires a task group or cancel
+Each worker process holds one session (`mcp_resili.harness.session_factory`: an `EpisodeSession` with
+its own in-process MCP servers, or clients of ``--server``, and its own models; or an agent program's
+session with its own servers and model API), opened on the first batch. anyio requires a task group or cancel
 scope to be left by the task that entered it, and Ray runs every actor call as its own task, so one
 long-lived host task enters the session and leaves it on `close`; calls only use it.
 """
@@ -12,10 +13,11 @@ import asyncio
 import os
 from typing import Any
 
-from mcp_resili.client.executor import WorkItem, initially_open, open_slots, play_item
+from mcp_resili.client.executor import EpisodePlayer, WorkItem, initially_open, open_slots, play_item
 from mcp_resili.client.limits import UNLIMITED, Allowance, LimitSpec, wait_for_grant
 from mcp_resili.client.plan import RunConfig, RunPlan
-from mcp_resili.client.session import EpisodeResult, EpisodeSession
+from mcp_resili.client.session import EpisodeResult
+from mcp_resili.harness import session_factory
 from mcp_resili.integrations.ray.executor import KEEPER_LOST, RayRunError
 from mcp_resili.registry.loader import get_suite
 
@@ -72,7 +74,7 @@ class EpisodeWorker:
         # This worker's share of the run's slots opens over the run's ramp (`open_slots`).
         self._slots = asyncio.Semaphore(initially_open(config, self._slot_count))
         self._opener: asyncio.Task[None] | None = None
-        self._session: EpisodeSession | None = None
+        self._session: EpisodePlayer | None = None
         self._failure: BaseException | None = None
         self._ready: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -90,7 +92,7 @@ class EpisodeWorker:
 
             allowance = RemoteAllowance(ray.get_actor(self._keeper_name))
         try:
-            session = EpisodeSession(
+            session = session_factory(
                 RunPlan.resolve(self.config, get_suite(self.config.suite)),
                 self.run_id,
                 allowance=allowance,
@@ -107,7 +109,7 @@ class EpisodeWorker:
             if not isinstance(exc, Exception):
                 raise
 
-    async def _open(self) -> EpisodeSession:
+    async def _open(self) -> EpisodePlayer:
         if self._host is None:
             self._ready, self._stop = asyncio.Event(), asyncio.Event()
             self._host = asyncio.create_task(self._hold_session())

@@ -38,8 +38,17 @@ from rich.table import Table
 
 from mcp_resili.faults.chaos import lambda_profile
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock
+from mcp_resili.report.summary import rate_by_task
 from mcp_resili.report.svg import heatmap, line_chart
-from mcp_resili.scoring.passk import VOLUME_K, TaskTrials, pass_k_curve, surface, wilson
+from mcp_resili.scoring.passk import (
+    LEARNING_ARCHITECTURES,
+    VOLUME_K,
+    TaskTrials,
+    estimator_name,
+    pass_k_curve,
+    per_trial_rates,
+    surface,
+)
 from mcp_resili.store import EpisodeRow
 from mcp_resili.suites.reliabilitybench.model import details
 from mcp_resili.suites.reliabilitybench.tasks import default_tasks
@@ -93,9 +102,16 @@ def _trials(rows: Sequence[EpisodeRow]) -> list[TaskTrials]:
             successes=sum(1 for r in members if r.label == "full"),
             valid=sum(1 for r in members if r.label is not None),
             infrastructure_errors=sum(1 for r in members if r.label is None),
+            ordered=_ordered(members),
         )
         for task_id, members in sorted(by_task.items())
     ]
+
+
+def _ordered(members: Sequence[EpisodeRow]) -> tuple[bool | None, ...]:
+    """A task's outcomes by trial index (None: an infrastructure error, or a trial not stored)."""
+    by_trial = {r.trial: (None if r.label is None else r.label == "full") for r in members}
+    return tuple(by_trial.get(index) for index in range(max(by_trial, default=-1) + 1))
 
 
 def _components(row: EpisodeRow) -> dict[str, Any]:
@@ -103,24 +119,42 @@ def _components(row: EpisodeRow) -> dict[str, Any]:
     return components
 
 
-def _share(count: int, n: int) -> dict[str, Any]:
-    low, high = wilson(count / n if n else 0.0, n)
+def _share(per_task: dict[str, list[int]]) -> dict[str, Any]:
+    """A rate of calls (count of n per task) with its 95% interval, the task's calls correlated.
+
+    Calls are the observations and tasks the clusters (`rate_by_task`): the calls of one episode, and
+    the episodes of one task, meet one task's workflow.
+    """
+    count = sum(c for c, _ in per_task.values())
+    n = sum(total for _, total in per_task.values())
+    found = rate_by_task((task, i < c) for task, (c, total) in per_task.items() for i in range(max(c, total)))
     return {
         "count": count,
         "n": n,
         "rate": round(count / n, 4) if n else None,
-        "ci95": [round(low, 4), round(high, 4)],
+        "ci95": [round(found.low, 4), round(found.high, 4)],
     }
 
 
 def _faults(spec: str, rows: Sequence[EpisodeRow]) -> dict[str, Any]:
-    scored = [_components(r) for r in rows if r.score is not None]
-    faulted = sum(int(c.get("faults", 0)) for c in scored)
-    cascade = sum(int(c.get("cascade_calls", 0)) for c in scored)
+    injection: dict[str, list[int]] = {}
+    exposure: dict[str, list[int]] = {}
+    for row in rows:
+        if row.score is None:
+            continue
+        c = _components(row)
+        faulted, cascade = int(c.get("faults", 0)), int(c.get("cascade_calls", 0))
+        for table, count, n in (
+            (injection, faulted - cascade, int(c.get("rolled_calls", 0))),
+            (exposure, faulted, int(c.get("tool_calls", 0))),
+        ):
+            entry = table.setdefault(row.task_id, [0, 0])
+            entry[0] += count
+            entry[1] += n
     return {
         "nominal_rate": nominal_rate(spec),
-        "injection": _share(faulted - cascade, sum(int(c.get("rolled_calls", 0)) for c in scored)),
-        "exposure": _share(faulted, sum(int(c.get("tool_calls", 0)) for c in scored)),
+        "injection": _share(injection),
+        "exposure": _share(exposure),
     }
 
 
@@ -175,7 +209,9 @@ def _domains(rows: Sequence[EpisodeRow]) -> dict[str, str]:
     return found
 
 
-def _by_domain(rows: Sequence[EpisodeRow], domains: dict[str, str]) -> dict[str, Any]:
+def _by_domain(
+    rows: Sequence[EpisodeRow], domains: dict[str, str], sequential: bool = False
+) -> dict[str, Any]:
     groups: dict[str, list[EpisodeRow]] = {}
     for row in rows:
         groups.setdefault(domains.get(row.task_id, "unknown"), []).append(row)
@@ -185,7 +221,7 @@ def _by_domain(rows: Sequence[EpisodeRow], domains: dict[str, str]) -> dict[str,
         calls = [int(_components(r)["tool_calls"]) for r in members if r.score is not None]
         out[domain] = {
             "tasks": len(trials),
-            "pass_k": [p.to_dict() for p in pass_k_curve(trials)],
+            "pass_k": [p.to_dict() for p in pass_k_curve(trials, sequential=sequential)],
             "mean_tool_calls": round(sum(calls) / len(calls), 3) if calls else None,
         }
     return out
@@ -204,6 +240,7 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
     duplicates: dict[tuple[str, str], int] = {}
     for (model, architecture, faults, variant), members in sorted(cells.items()):
         trials = _trials(members)
+        sequential = architecture in LEARNING_ARCHITECTURES
         lam, eps = fault_level(faults), perturbation_level(variant)
         table.append(
             {
@@ -217,11 +254,13 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
                 "episodes": len(members),
                 "infrastructure_errors": sum(t.infrastructure_errors for t in trials),
                 "tasks_with_infrastructure_errors": [t.task_id for t in trials if t.infrastructure_errors],
-                "pass_k": [p.to_dict() for p in pass_k_curve(trials)],
+                "pass_k": [p.to_dict() for p in pass_k_curve(trials, sequential=sequential)],
+                "estimator": estimator_name(sequential),
+                **({"by_trial": [p.to_dict() for p in per_trial_rates(trials)]} if sequential else {}),
                 "faults_measured": _faults(faults, members),
                 "terminations": _terminations(members),
                 "recovery": _recovery(members),
-                "by_domain": _by_domain(members, domains),
+                "by_domain": _by_domain(members, domains, sequential),
             }
         )
         cell = {"model": model, "architecture": architecture, "faults": faults, "variant": variant}
@@ -245,7 +284,7 @@ def summarize(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
             {
                 "model": model,
                 "architecture": architecture,
-                **surface(grid).to_dict(),
+                **surface(grid, sequential=architecture in LEARNING_ARCHITECTURES).to_dict(),
                 "volume_normalisation": VOLUME_NORMALISATION,
                 "duplicate_cells": duplicates.get((model, architecture), 0),
             }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from mcp_resili.report.section import ChartBlock, ReportSection, TableBlock, rate_cell
-from mcp_resili.report.summary import LEVELS, rate, variant_flaw
+from mcp_resili.report.summary import LEVELS, rate_by_task, variant_flaw
 from mcp_resili.report.svg import Bar, bar_chart, stacked_levels
 from mcp_resili.store import EpisodeRow
 from mcp_resili.tasks.model import Task
@@ -32,7 +32,8 @@ def _levels_by(
     out = []
     for name, members in sorted(groups.items()):
         scored = [r for r in members if r.label is not None]
-        levels = {lv: rate(sum(1 for r in scored if r.label == lv), len(scored)).to_dict() for lv in LEVELS}
+        # Trials of a task are correlated: intervals clustered by task.
+        levels = {lv: rate_by_task((r.task_id, r.label == lv) for r in scored).to_dict() for lv in LEVELS}
         out.append(
             (name, {"episodes": len(members), "infrastructure_errors": len(members) - len(scored), **levels})
         )

@@ -8,10 +8,11 @@ from typing import Any
 
 from rich.table import Table
 
+from mcp_resili.report.clustered import clustered_mean, wilson_score
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock
 from mcp_resili.report.svg import Bar, bar_chart, heatmap
 from mcp_resili.scoring.model import Score
-from mcp_resili.scoring.passk import wilson
+from mcp_resili.scoring.passk import Z95
 from mcp_resili.store import EpisodeRow
 from mcp_resili.suites.toolmaze.faults import MODES
 from mcp_resili.suites.toolmaze.scoring import aggregate
@@ -95,10 +96,54 @@ def _effective_n(sizes: Sequence[int]) -> int:
     return max(1, round(len(sizes) ** 2 / sum(1 / n for n in sizes)))
 
 
-def _interval(value: float, n: int, key: str = "rate") -> dict[str, Any]:
-    """``{key: value, "n": n, "ci95": [low, high]}`` (``rate`` for TSR, PRR, DUP; ``mean`` for RC)."""
-    low, high = wilson(value, n)
+def _interval(value: float, n: int, key: str = "rate", share: float = 1.0) -> dict[str, Any]:
+    """``{key: value, "n": n, "ci95": [low, high]}`` (``rate`` for TSR, PRR, DUP; ``mean`` for RC).
+
+    ``share``: the effective sample size as a share of ``n`` (trajectories of one task are correlated,
+    `_design_shares`); the Wilson interval is taken at ``n · share``.
+    """
+    low, high = wilson_score(value, n * share, Z95)
     return {key: round(value, 4), "n": n, "ci95": [round(low, 4), round(high, 4)]}
+
+
+def _share(observations: list[tuple[str, float]]) -> float:
+    """Effective sample size over observations, as a share of them (1 with none)."""
+    estimate = clustered_mean(observations)
+    return 1.0 if estimate is None else estimate.effective_n / estimate.n
+
+
+def _design_shares(rows: Sequence[EpisodeRow]) -> dict[tuple[str, str, str, str], dict[str, float]]:
+    """(model, variant, mode, level) → each metric's effective sample size as a share of its count.
+
+    The trajectories of one task (its trials) are correlated: the intervals take tasks as the
+    independent units (`mcp_resili.report.clustered`: the design effect from the task-clustered
+    variance, corrected for the number of tasks). Rows pooled as ``all`` pool their trajectories here.
+    """
+    groups: dict[tuple[str, str, str, str], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for row in rows:
+        components = (row.score or {}).get("components", {})
+        if "i_pert" not in components:
+            continue
+        mode, level = str(components["mode"]), str(components["level"])
+        for m in (mode, "all") if mode in MODES else (mode,):
+            for lv in (level, "all"):
+                groups[row.model, row.variant, m, lv].append((row.task_id, components))
+    out = {}
+    for key, members in groups.items():
+        perturbed = [(t, c) for t, c in members if c["i_pert"]]
+        out[key] = {
+            "tsr": _share([(t, float(bool(c["i_succ"]))) for t, c in members]),
+            "prr": _share([(t, float(bool(c["i_recov"]))) for t, c in perturbed]),
+            "duplicates": _share([(t, float(int(c.get("duplicate_writes") or 0) > 0)) for t, c in members]),
+            "rc": _share([(t, float(c["c_rec"] or 0.0) if c["i_pert"] else 0.0) for t, c in members]),
+            "rc_abort": _share(
+                [
+                    (t, float(c.get("c_rec_abort", c["c_rec"]) or 0.0) if c["i_pert"] else 0.0)
+                    for t, c in members
+                ]
+            ),
+        }
+    return out
 
 
 def _percent(measured: dict[str, Any]) -> str:
@@ -112,8 +157,9 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
 
     The values are the suite summary's (`toolmaze_metrics`): a mode's rows pool its trajectories, rows
     of mode ``all`` average the per-mode values (the paper's overall scores). Every value has a 95%
-    Wilson interval of the mean (`wilson`) over its trajectories (PRR: the perturbed ones); an average
-    of modes over the effective sample size (`_effective_n`).
+    Wilson interval of the mean over its trajectories (PRR: the perturbed ones); an average of modes
+    over the effective sample size (`_effective_n`); both at the effective size of the task clusters
+    (`_design_shares`: a task's trials are correlated).
     Charts: TSR by mode per model (all levels pooled) and one TSR heatmap mode × level per model.
     """
     metrics = toolmaze_metrics(rows)
@@ -125,6 +171,7 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
             modes_of[m["model"], m["variant"], m["level"]].append(m)
     data: list[dict[str, Any]] = []
     table_rows = []
+    shares = _design_shares(rows)
     for m in metrics:
         n, n_perturbed = m["n"], m["perturbed"]
         if m["mode"] == "all":
@@ -133,6 +180,7 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
             perturbed = [o["perturbed"] for o in averaged if o["prr"] is not None]
             n_perturbed = _effective_n(perturbed) if perturbed else 0
         model, variant, mode, level = m["model"], m["variant"], m["mode"], m["level"]
+        share = shares.get((model, variant, mode, level), {})
         entry: dict[str, Any] = {
             "model": model,
             "variant": variant,
@@ -140,11 +188,13 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
             "level": level,
             "n": m["n"],
             "perturbed": m["perturbed"],
-            "tsr": _interval(m["tsr"], n),
-            "prr": None if m["prr"] is None else _interval(m["prr"], n_perturbed),
-            "duplicates": _interval(m["duplicates"], n),
-            "rc": _interval(m["rc"], n, "mean"),
-            "rc_abort": _interval(m["rc_abort"], n, "mean"),
+            "tsr": _interval(m["tsr"], n, share=share.get("tsr", 1.0)),
+            "prr": None
+            if m["prr"] is None
+            else _interval(m["prr"], n_perturbed, share=share.get("prr", 1.0)),
+            "duplicates": _interval(m["duplicates"], n, share=share.get("duplicates", 1.0)),
+            "rc": _interval(m["rc"], n, "mean", share.get("rc", 1.0)),
+            "rc_abort": _interval(m["rc_abort"], n, "mean", share.get("rc_abort", 1.0)),
         }
         data.append(entry)
         table_rows.append(

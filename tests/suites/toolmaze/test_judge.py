@@ -449,7 +449,7 @@ def test_the_reports_interval_of_an_average_over_modes_uses_the_effective_sample
             model="m",
             faults=mode,
             variant="b",
-            task_id="t",
+            task_id=f"t{n}",  # one trajectory per task: the clusters are the trajectories
             trial=n,
             termination="completed",
             label="full",

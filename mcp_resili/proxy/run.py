@@ -13,6 +13,7 @@ from anyio.abc import TaskGroup
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_resili.faults import BasePlan
+from mcp_resili.faults.base import FaultSpecError
 from mcp_resili.faults.rules import check_rule_tools
 from mcp_resili.proxy.relay import ClientRelay
 from mcp_resili.proxy.server import SHUTTING_DOWN, ProxyServer, check_plan
@@ -101,7 +102,7 @@ async def _run_per_client(
     max_sessions: int,
 ) -> None:
     """`run_proxy` with one upstream session per client (the probe made at start is closed once used)."""
-    failure: UpstreamError | None = None
+    failure: UpstreamError | FaultSpecError | None = None
     async with _sigterm() as terminations:
         try:
             async with anyio.create_task_group() as group:
@@ -112,7 +113,9 @@ async def _run_per_client(
                     sessions[0].close_all()
                 failure = sessions[0].lost
         except BaseExceptionGroup as group_error:  # the task group wraps what went wrong: one line
-            one = next((e for e in _leaves(group_error) if isinstance(e, UpstreamError)), None)
+            one = next(
+                (e for e in _leaves(group_error) if isinstance(e, UpstreamError | FaultSpecError)), None
+            )
             if one is None:
                 raise
             failure = one
@@ -144,6 +147,8 @@ async def _start(
                 )
         except TimeoutError:
             raise UpstreamError(f"the server {target!r} did not list its tools in time") from None
+    # A rule whose tool pattern matches none of the upstream's tools would never fire: refused.
+    check_rule_tools(plan, proxy.tools, "(the proxy's --faults)", f"the upstream {target!r}")
     return sessions, proxy
 
 

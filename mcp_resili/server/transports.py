@@ -540,7 +540,9 @@ class ClientCookie:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Put the client's id in the scope (`SCOPE_CLIENT`); set the cookie when it had none."""
-        if scope["type"] != "http":
+        if scope["type"] != "http" or SCOPE_CLIENT in scope:
+            # Not HTTP, or an in-process front (never a remote client: it cannot write the ASGI scope)
+            # already said who the client is.
             await self.app(scope, receive, send)
             return
         kept = self._kept(scope)

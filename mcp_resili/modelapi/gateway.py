@@ -64,6 +64,7 @@ from mcp_resili.modelapi.formats import (
     api_of,
     bad_request,
     dumps,
+    request_head,
     request_id,
 )
 from mcp_resili.modelapi.hosting import base_url
@@ -308,15 +309,15 @@ class ModelGateway:
         return CallEpisode(label, label)
 
     async def _model_call(self, reply: _Reply, body: bytes, api: Api) -> web.StreamResponse:
-        fields = read_json(body)
-        if fields is None:  # not a model call the upstream can read: it answers it, undecided
+        head = request_head(body)
+        if head is None:  # not a model call the upstream can read: it answers it, undecided
             return await self._forward(reply, body, None, _Outcome(), api)
         try:
             episode = self._episode(reply.request.headers)
         except EpisodeHeaderError as exc:
             return await reply.error(bad_request(api, str(exc), key="episode"))
-        stream = fields.get("stream") is True
-        model = fields.get("model") if isinstance(fields.get("model"), str) else None
+        stream = head.stream is True
+        model = head.model if isinstance(head.model, str) else None
         ordinal = self._ordinals.take(episode.id)
         plan = self.settings.plan
         if plan.rules:

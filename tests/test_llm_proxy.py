@@ -656,6 +656,25 @@ async def test_a_body_that_is_no_json_object_passes_undecided_and_only_top_level
     assert (streamed.ordinal, streamed.stream, streamed.model, streamed.status) == (1, True, "m", 500)
 
 
+async def test_a_cookie_the_upstream_sets_for_one_client_never_reaches_it_with_another():
+    cookies = []
+
+    async def upstream(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        cookies.append(dict(scope["headers"]).get(b"cookie"))
+        headers = [(b"content-type", b"application/json"), (b"set-cookie", b"session=alice; Path=/")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async with serving(upstream) as up, gateway(up.replace("127.0.0.1", "localhost")) as url:
+        for client in ("alice", "bob"):
+            async with httpx2.AsyncClient() as raw:
+                answer = await raw.post(f"{url}/v1/chat/completions", json={"model": client})
+                assert answer.status_code == 200 and "session=alice" in answer.headers["set-cookie"]
+    assert cookies == [None, None]
+
+
 def test_profiles_and_fault_files_parse_and_a_wrong_one_is_one_line_naming_the_problem(tmp_path):
     assert parse_model_fault_spec("none").rules == () == parse_model_fault_spec("llm:none").rules
     medium = parse_model_fault_spec("llm:medium")

@@ -270,6 +270,8 @@ class ModelGateway:
             )
             self._http = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=1000),
+                # A cookie one client's upstream answer set must never ride on another's request.
+                cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=timeout,
                 auto_decompress=False,
                 trust_env=False,

@@ -31,12 +31,14 @@ def with_breaks(trace: Trace) -> Trace:
 
 
 @pytest.fixture(scope="module")
-def played() -> Trace:
+def played(tmp_path_factory: pytest.TempPathFactory) -> Trace:
+    db = tmp_path_factory.mktemp("played") / "runs.db"  # rows stream to the store as episodes end
+
     async def one() -> str:
         result = await execute(
             RunConfig(
                 suite="tiny",
-                db=Path(":memory:"),
+                db=db,
                 models=("scripted:oracle",),
                 trials=1,
                 limit=1,

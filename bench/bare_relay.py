@@ -1,7 +1,8 @@
 """The least a Python model-API proxy can do: aiohttp in, aiohttp out, bytes relayed as they come.
 
 The reference `bench/llm_proxy_overhead.py` sets the gateway's CPU against: no decision, no ledger,
-no fault machinery. Run: ``python bench/bare_relay.py UPSTREAM`` (prints ``... at URL`` on stderr).
+no fault machinery, on the same event loop as the gateway (uvloop, when installed).
+Run: ``python bench/bare_relay.py UPSTREAM`` (prints ``... at URL`` on stderr).
 """
 
 from __future__ import annotations
@@ -41,4 +42,9 @@ async def main(upstream: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    try:
+        import uvloop
+    except ImportError:  # the gateway then runs on asyncio's loop too
+        asyncio.run(main(sys.argv[1]))
+    else:
+        uvloop.run(main(sys.argv[1]))

@@ -251,8 +251,9 @@ def section(cpu: dict[str, Any], ttfc: dict[str, list[tuple[float, float]]], com
         "Completions, one at a time, over loopback; the gateway decides each with the `llm:medium` rules at",
         "probability 0 (every rule drawn, none fires) and appends each decision to its trace file. CPU from",
         "/proc (10 ms ticks, hence chunks of many calls); medians over rounds, the three ways interleaved.",
-        "The bare relay (`bench/bare_relay.py`: aiohttp in and out, bytes relayed, nothing decided or",
-        "recorded) is the floor of a Python proxy on this machine; the gateway's own work is the rest.",
+        "The bare relay (`bench/bare_relay.py`: aiohttp in and out on uvloop like the gateway, bytes",
+        "relayed, nothing decided or recorded) is the floor of a Python proxy on this machine; the",
+        "gateway's own work is the rest.",
         "",
         f"- Date: {now} UTC; machine: {os.cpu_count()} CPUs ({platform.machine()}), Python "
         f"{platform.python_version()}; load average (1/5/15 min) at the end: {load}",

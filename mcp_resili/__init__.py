@@ -47,8 +47,10 @@ if TYPE_CHECKING:
         DISCOVERY_TOOLS,
         EPISODE_HEADER,
         FINISH_TOOL,
+        HANDLE_ARGUMENT,
         META_EPISODE,
         META_EVENT,
+        START_TOOL,
         TRACE_METHOD,
     )
     from mcp_resili.errors import UserError
@@ -201,6 +203,8 @@ _HOMES = {
     "META_EVENT": "mcp_resili.constants",
     "TRACE_METHOD": "mcp_resili.constants",
     "AUTH_TOKEN_ENV": "mcp_resili.constants",
+    "START_TOOL": "mcp_resili.constants",
+    "HANDLE_ARGUMENT": "mcp_resili.constants",
 }
 
 #: Every public name (kept literal for type checkers and linters; `_HOMES` says where each lives).
@@ -209,9 +213,11 @@ __all__ = [
     "DISCOVERY_TOOLS",
     "EPISODE_HEADER",
     "FINISH_TOOL",
+    "HANDLE_ARGUMENT",
     "META_EPISODE",
     "META_EVENT",
     "NO_STOP_RULES",
+    "START_TOOL",
     "TRACE_METHOD",
     "AssistantMessage",
     "Bar",

@@ -10,6 +10,10 @@ DEFAULT_SUITE = "resilibench"
 META_EPISODE = "mcp-resili/episode"
 #: HTTP header carrying the same as `META_EPISODE`, for clients that can set headers but not ``_meta``.
 EPISODE_HEADER = "x-mcp-resili-episode"
+#: The tool a stateless client (2026-07-28, no session) calls to begin an episode: it returns a handle.
+START_TOOL = "start_episode"
+#: The tool argument a stateless client passes that handle in, on every call (`mcp_resili.server.handles`).
+HANDLE_ARGUMENT = "episode_handle"
 #: Key of the ``_meta`` entry with the recorded trace event: attached to tool results only by a server
 #: started with ``--expose-faults`` (it reveals the fault decision, so it is off by default).
 META_EVENT = "mcp-resili/event"

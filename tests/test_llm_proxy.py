@@ -619,6 +619,62 @@ async def test_a_client_that_leaves_mid_stream_ends_the_upstreams_answer_too(tmp
     assert event.detail == "the client went away mid-answer" and event.status == 200
 
 
+async def test_a_body_that_is_no_json_object_passes_undecided_and_only_top_level_fields_decide(tmp_path):
+    received = []
+
+    async def upstream(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        received.append(body)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"x")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    undecided = [b"[1, 2]", b'{"model": "m", "n": NaN}', b'{"model": "m"', b'{"a": 1} trailing']
+    nested_only = b'{"model": 7, "stream": "yes", "messages": [{"stream": true, "model": "inner"}]}'
+    top_level = b'{"messages": [{"stream": false}], "stream": true, "model": "m"}'
+    rule = {"stream": True, "fault": {"type": "server_error", "status": 500}}
+    headers = {EPISODE_HEADER: "odd"}
+    async with (
+        serving(upstream) as up,
+        gateway(up, rule, trace_dir=tmp_path) as url,
+        httpx2.AsyncClient() as raw,
+    ):
+        statuses = [
+            (await raw.post(f"{url}/v1/chat/completions", content=body, headers=headers)).status_code
+            for body in [*undecided, nested_only, top_level]
+        ]
+    assert statuses == [200] * 5 + [500]
+    assert received == [*undecided, nested_only]  # forwarded byte for byte; the faulted one never
+    whole, streamed = events_in(tmp_path)["odd"]
+    assert (whole.ordinal, whole.stream, whole.model, whole.decision.fired) == (0, False, None, False)
+    assert (streamed.ordinal, streamed.stream, streamed.model, streamed.status) == (1, True, "m", 500)
+
+
+async def test_a_cookie_the_upstream_sets_for_one_client_never_reaches_it_with_another():
+    cookies = []
+
+    async def upstream(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        cookies.append(dict(scope["headers"]).get(b"cookie"))
+        headers = [(b"content-type", b"application/json"), (b"set-cookie", b"session=alice; Path=/")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async with serving(upstream) as up, gateway(up.replace("127.0.0.1", "localhost")) as url:
+        for client in ("alice", "bob"):
+            async with httpx2.AsyncClient() as raw:
+                answer = await raw.post(f"{url}/v1/chat/completions", json={"model": client})
+                assert answer.status_code == 200 and "session=alice" in answer.headers["set-cookie"]
+    assert cookies == [None, None]
+
+
 def test_profiles_and_fault_files_parse_and_a_wrong_one_is_one_line_naming_the_problem(tmp_path):
     assert parse_model_fault_spec("none").rules == () == parse_model_fault_spec("llm:none").rules
     medium = parse_model_fault_spec("llm:medium")

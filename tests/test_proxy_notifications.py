@@ -160,8 +160,8 @@ async def test_a_stdio_upstreams_log_that_cannot_be_attributed_is_dropped(upstre
             await call(b, "b", "release")
         assert [answers[who].content[0].text for who in "ab"] == ["released", "done"]
 
-    with anyio.fail_after(GUARD):
-        await run_proxy(upstream_command, NoFaults(), serve_over_http(scenario))
+    with anyio.fail_after(GUARD):  # the clients share one upstream connection: the rule applies there
+        await run_proxy(upstream_command, NoFaults(), serve_over_http(scenario), shared_upstream=True)
     assert logs == {"a": ["waiting"], "b": []}
 
 

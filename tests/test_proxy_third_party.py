@@ -50,8 +50,8 @@ def without_meta(result: dict) -> dict:
     return {"isError": False, **{k: v for k, v in result.items() if k != "_meta"}}
 
 
-#: Tools server-everything offers only to clients that declare sampling or elicitation: the proxy's
-#: upstream connection declares both (it relays such requests to its own client), the Inspector neither.
+#: Tools server-everything offers only to clients that declare sampling or elicitation (the Inspector
+#: declares neither, so neither directly nor through the proxy does it see them).
 NEEDS_SAMPLING_OR_ELICITATION = {
     "trigger-sampling-request",
     "trigger-elicitation-request",
@@ -63,8 +63,10 @@ def test_proxy_lists_the_reference_servers_tools_unchanged(inspector: Path, tmp_
     direct = inspect(inspector, tmp_path, "--method", "tools/list", *direct_target())["tools"]
     target = proxy_target(tmp_path, TIMEOUT_ECHO)
     proxied = inspect(inspector, tmp_path, "--method", "tools/list", *target)["tools"]
-    assert direct and all(tool in proxied for tool in direct)
-    assert {tool["name"] for tool in proxied if tool not in direct} == NEEDS_SAMPLING_OR_ELICITATION
+    # Issue 33: the Inspector's own upstream session declares what the Inspector declares, so the
+    # upstream offers it exactly what it offers it directly (no tools needing sampling or elicitation).
+    assert direct and proxied == direct
+    assert not {tool["name"] for tool in proxied} & NEEDS_SAMPLING_OR_ELICITATION
 
 
 def test_proxy_injects_the_configured_fault_records_it_and_passes_other_calls_through(

@@ -148,12 +148,13 @@ async def test_200_concurrent_http_sessions_are_200_episodes_with_no_shared_stat
     assert len(ledgers) > SESSIONS // 2  # independent draws: trials do not repeat one another
 
 
-async def test_a_stateless_request_naming_no_episode_is_refused_with_a_clear_error(http: HttpTarget) -> None:
+async def test_a_stateless_request_naming_no_episode_is_told_how_to_start_one(http: HttpTarget) -> None:
+    """Issue 33: no longer a JSON-RPC error but an error result a model can act on (handle mode)."""
     async with Client(http.url, read_timeout_seconds=30) as client:  # modern era: no session id
-        with pytest.raises(MCPError) as refused:
-            await client.call_tool("list_records", {})
-        assert refused.value.code == types.INVALID_PARAMS
-        assert EPISODE_HEADER in refused.value.error.message and META_EPISODE in refused.value.error.message
+        refused = await client.call_tool("list_records", {})
+        assert refused.is_error is True
+        text = refused.content[0].text
+        assert text.startswith("Error NO_EPISODE: ") and "start_episode" in text
         # The same client naming its episode in _meta is served.
         named = {META_EPISODE: {"id": f"named-{uuid.uuid4().hex[:8]}", "task": TASK, "trial": 3}}
         result = await client.call_tool("list_records", {}, meta=named)

@@ -116,6 +116,7 @@ def llm_proxy_command(args: argparse.Namespace) -> int:
     from mcp_resili.errors import UserError
     from mcp_resili.faults.model_api import parse_model_fault_spec
     from mcp_resili.modelapi import GatewaySettings, ModelGateway
+    from mcp_resili.modelapi.hosting import loop_options
     from mcp_resili.modelapi.probe import check_upstream_url, probe_upstream
 
     if args.upstream_timeout <= 0:
@@ -137,5 +138,5 @@ def llm_proxy_command(args: argparse.Namespace) -> int:
     gateway = ModelGateway(settings)
     started = announce(f"model-API faults ({plan.name}) in front of {args.upstream}, serving")
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(lambda: gateway.serve(sock, on_started=started))
+        anyio.run(lambda: gateway.serve(sock, on_started=started), backend_options=loop_options())
     return 0

@@ -63,7 +63,9 @@ def _add_network(parser: argparse.ArgumentParser, port: int) -> None:
     )
     parser.add_argument(
         "--auth-token",
-        help=f"bearer token every HTTP request must send (default: ${AUTH_TOKEN_ENV}); 16+ characters",
+        action="append",
+        help=f"bearer token every HTTP request must send (default: ${AUTH_TOKEN_ENV}); 16+ characters; "
+        "repeatable: each token is a principal of its own, and episodes and handles are bound to it",
     )
     parser.add_argument(
         "--insecure", action="store_true", help="serve a non-loopback --host without a token (warns)"
@@ -97,31 +99,28 @@ def _http_access(args: argparse.Namespace) -> HttpAccess:
     return access
 
 
-def register(commands: Commands) -> None:
-    """Add ``serve`` and ``proxy``."""
-    serve = commands.add_parser("serve", help="serve a suite's tools over MCP, with faults injected")
-    serve.add_argument("--suite", default=DEFAULT_SUITE, help=f"one of: {', '.join(suite_names())}")
-    serve.add_argument("--task", help="task bound to episodes that do not name one (e.g. a person's session)")
-    serve.add_argument(
-        "--faults",
-        help="none | lambda=0.0|0.1|0.2|0.3 | a suite's own (resilibench[:key=value,...], "
-        "toolmaze:NP|P1..P4) | PATH.toml|.json (default: the suite's)",
-    )
-    add_seed(serve, what="faults")
-    _add_budget(serve)
-    _add_network(serve, 8765)
+def _add_episode_options(serve: argparse.ArgumentParser) -> None:
+    """``serve``'s options about episodes: time scale, pinned episode and trial, seeds, exposure."""
     serve.add_argument(
         "--time-scale", type=_non_negative, default=1.0, help="multiply injected delays; 0 = none"
     )
     serve.add_argument(
         "--episode",
-        help="id of the stdio connection's episode (its trace is --trace-dir/ID.jsonl); default: random",
+        help="id of the one episode of a single agent (its trace is --trace-dir/ID.jsonl): the stdio "
+        "connection's, and over HTTP every request's that names none (no handles, no sessions); "
+        "default: stdio a random id, HTTP one episode per session or start_episode handle",
     )
     serve.add_argument(
         "--trial",
         type=int,
         help="trial every episode plays unless it names its own (fault key TASK/TRIAL, as in `run`); "
         "default: the k-th episode of a task on this server plays trial k",
+    )
+    serve.add_argument(
+        "--forbid-client-seeds",
+        action="store_true",
+        help="refuse episodes that choose their own seed or fault key (the server's --seed and "
+        "TASK/TRIAL keys decide every draw): for a server shared by agents that must not pick their draws",
     )
     serve.add_argument(
         "--expose-faults",
@@ -136,6 +135,59 @@ def register(commands: Commands) -> None:
         help="seconds a tool call may run before it is answered TOOL_TIMEOUT "
         f"(default {DEFAULT_CALL_TIME_LIMIT:g})",
     )
+
+
+#: Mirror `mcp_resili.proxy.run`'s defaults (not imported: ``--help`` stays fast).
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_PROXY_CALL_TIMEOUT = 120.0
+DEFAULT_UPSTREAM_SESSIONS = 32
+
+
+def _add_upstream_options(proxy: argparse.ArgumentParser) -> None:
+    """``proxy``'s options about its upstream: timeouts and sessions."""
+    proxy.add_argument(
+        "--connect-timeout",
+        type=_non_negative,
+        default=DEFAULT_CONNECT_TIMEOUT,
+        help=f"seconds the upstream may take to start and answer (default {DEFAULT_CONNECT_TIMEOUT:g}; "
+        "a first `npx -y` download may need more)",
+    )
+    proxy.add_argument(
+        "--call-timeout",
+        type=_non_negative,
+        default=DEFAULT_PROXY_CALL_TIMEOUT,
+        help="seconds a forwarded request may wait for the upstream, then a tool call is an "
+        f"UPSTREAM_TIMEOUT error result (default {DEFAULT_PROXY_CALL_TIMEOUT:g}; 0: as long as the client)",
+    )
+    proxy.add_argument(
+        "--shared-upstream",
+        action="store_true",
+        help="one upstream connection for every client (default: one upstream session per client, "
+        "with that client's capabilities and protocol era)",
+    )
+    proxy.add_argument(
+        "--max-upstream-sessions",
+        type=int,
+        default=DEFAULT_UPSTREAM_SESSIONS,
+        help=f"upstream sessions open at once, one per client (default {DEFAULT_UPSTREAM_SESSIONS}); "
+        "past it the least recently used is closed",
+    )
+
+
+def register(commands: Commands) -> None:
+    """Add ``serve`` and ``proxy``."""
+    serve = commands.add_parser("serve", help="serve a suite's tools over MCP, with faults injected")
+    serve.add_argument("--suite", default=DEFAULT_SUITE, help=f"one of: {', '.join(suite_names())}")
+    serve.add_argument("--task", help="task bound to episodes that do not name one (e.g. a person's session)")
+    serve.add_argument(
+        "--faults",
+        help="none | lambda=0.0|0.1|0.2|0.3 | a suite's own (resilibench[:key=value,...], "
+        "toolmaze:NP|P1..P4) | PATH.toml|.json (default: the suite's)",
+    )
+    add_seed(serve, what="faults")
+    _add_budget(serve)
+    _add_network(serve, 8765)
+    _add_episode_options(serve)
     serve.set_defaults(handler=serve_command)
 
     proxy = commands.add_parser("proxy", help="put the fault pipeline in front of any MCP server")
@@ -154,6 +206,7 @@ def register(commands: Commands) -> None:
         "--time-scale", type=_non_negative, default=1.0, help="multiply injected delays; 0 = none"
     )
     _add_network(proxy, 8766)
+    _add_upstream_options(proxy)
     proxy.set_defaults(handler=proxy_command)
 
 
@@ -191,6 +244,7 @@ def serve_command(args: argparse.Namespace) -> int:
         call_time_limit=args.call_time_limit,
         max_turns=args.max_turns,
         warn_default_trial=args.trial is None,
+        client_seeds=not args.forbid_client_seeds,
     )
     if plan.requires_suite is not None and args.task is None:
         # Its faults live in the task's data: episodes that name no task see none.
@@ -230,11 +284,19 @@ def proxy_command(args: argparse.Namespace) -> int:
             on_started = announce(f"proxying {args.upstream}")
             await serve_http(proxy, args.host, args.port, sock=sock, on_started=on_started, access=access)
 
+    if args.connect_timeout <= 0:
+        raise UserError(f"--connect-timeout must be positive, got {args.connect_timeout:g}")
+    if args.max_upstream_sessions < 1:
+        raise UserError(f"--max-upstream-sessions must be at least 1, got {args.max_upstream_sessions}")
     options = {
         "seed": args.seed,
         "trace_dir": args.trace_dir,
         "expose_faults": args.expose_faults,
         "time_scale": args.time_scale,
+        "shared_upstream": args.shared_upstream,
+        "connect_timeout": args.connect_timeout,
+        "call_timeout": args.call_timeout or None,
+        "max_sessions": args.max_upstream_sessions,
     }
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(lambda: run_proxy(args.upstream, plan, serve, **options))

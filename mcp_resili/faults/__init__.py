@@ -24,7 +24,9 @@ from mcp_resili.faults.chaos import LAMBDA_PROFILES, ChaosFaults
 from mcp_resili.faults.error import ErrorFault
 from mcp_resili.faults.injector import FaultInjector
 from mcp_resili.faults.protocol import (
+    ALL_PROTOCOL_TYPES,
     FAMILY_OF,
+    MODERN_TYPES,
     PROTOCOL_TYPES,
     ProtocolFault,
     ProtocolFaults,
@@ -46,10 +48,12 @@ from mcp_resili.faults.spec import (
 )
 
 __all__ = [
+    "ALL_PROTOCOL_TYPES",
     "FAMILY_OF",
     "GENERIC_SCOPE",
     "GENERIC_SPECS",
     "LAMBDA_PROFILES",
+    "MODERN_TYPES",
     "PROTOCOL_TYPES",
     "BaseFault",
     "BasePlan",

@@ -12,7 +12,14 @@ ordinal), one ledger entry on the ``tools/call`` it fires on); what it *does* ha
   episode continues after re-initialization, its tool state kept or lost);
 * **transport**: ``response_delayed``, ``response_dropped``, ``response_duplicated``, ``stream_stalled``,
   ``oversized_result``, ``transport_reset``;
-* **pressure**: ``progress_flood``, ``log_flood``, ``elicitation_request``, ``sampling_request``.
+* **pressure**: ``progress_flood``, ``log_flood``, ``elicitation_request``, ``sampling_request``;
+* **modern** (what is new and fragile in 2026-07-28, each with its handshake-era equivalent, so one
+  profile serves both eras): ``stale_listing`` (a ``ttlMs`` promise broken by a silent catalogue
+  change), ``handle_expired`` (the episode's handle expires or comes back unknown mid-task),
+  ``input_required`` (rounds the client must answer by retrying; malformed or late answers are asked
+  again), ``notification_dropped`` / ``notification_duplicated`` (a catalogue change whose notice on
+  the ``subscriptions/listen`` stream, or the session, is lost or doubled), ``discover_changed``
+  (``server/discover``, or a new ``initialize``, answers with other capabilities or versions).
 
 `ProtocolFaults` schedules them (probability, nth call of a tool, the episode's nth call — its clock —,
 right after a tool, at most once per episode) and may carry a base plan (a suite's result faults) that
@@ -50,8 +57,12 @@ SERVER_RESTARTED = "SERVER_RESTARTED"
 NO_RESPONSE = "NO_RESPONSE"
 CONNECTION_RESET = "CONNECTION_RESET"
 
-#: The four families, in the order docs and reports list them.
-FAMILIES = ("catalogue", "session", "transport", "pressure")
+#: Error codes of the modern family's refusals.
+HANDLE_EXPIRED = "EPISODE_EXPIRED"
+HANDLE_UNKNOWN = "INVALID_HANDLE"
+
+#: The five families, in the order docs and reports list them.
+FAMILIES = ("catalogue", "session", "transport", "pressure", "modern")
 
 
 class ProtocolFault(BaseFault):
@@ -284,6 +295,99 @@ class SamplingRequest(PressureFault):
     message: str = "Summarise the result of the last operation in one sentence."
 
 
+# --- modern (2026-07-28) ---------------------------------------------------------------------------
+
+
+class ModernFault(ProtocolFault):
+    """A fault of what 2026-07-28 introduced; in the handshake era it does that era's equivalent."""
+
+    family: ClassVar[str] = "modern"
+    side: Literal["request", "response"] = "response"
+
+
+class StaleListing(ModernFault):
+    """The catalogue changes silently under a ``ttlMs`` promise: a client trusting its cache goes stale.
+
+    2026-07-28 listings carry ``ttlMs`` (``ttl_ms``) while the plan holds this fault; when it fires the
+    called tool is renamed (``{tool}_v2``) or removed with no notification; the call itself is served.
+    Handshake era: the same silent change (no ``notifications/tools/list_changed``).
+    """
+
+    type: Literal["stale_listing"] = "stale_listing"
+    ttl_ms: int = Field(300_000, ge=1, le=86_400_000)
+    change: Literal["renamed", "removed"] = "renamed"
+    new_name: str = Field("{tool}_v2", pattern=r"^[A-Za-z0-9._{}-]{1,100}$")
+
+    def renamed(self, tool: str) -> str:
+        """The tool's new name (``change="renamed"``)."""
+        return self.new_name.replace("{tool}", tool)
+
+
+class HandleExpired(ModernFault):
+    """The episode's handle expires (or, with ``unknown``, comes back unknown) under this call.
+
+    Handle mode: the call is refused as an ``isError`` result naming ``start_episode``; calling it
+    again (same client, same task) resumes the same episode under a new handle. Other modes: the
+    session expires (as ``session_expired``).
+    """
+
+    type: Literal["handle_expired"] = "handle_expired"
+    side: Literal["request", "response"] = "request"
+    unknown: bool = False
+
+    def apply(self, outcome: ToolOutcome | None, call: CallContext, rng: random.Random) -> ToolOutcome:
+        """Refused: the tool did not run."""
+        code = HANDLE_UNKNOWN if self.unknown else HANDLE_EXPIRED
+        return _refused(code, "the episode handle is no longer valid; call start_episode again")
+
+
+class InputRequired(ModernFault):
+    """Before its answer the call needs ``rounds`` rounds of input from the client (elicitation).
+
+    2026-07-28: an ``input_required`` result the client answers by retrying the call; an answer that
+    does not fit the requested schema (malformed), or, with ``late``, the first retry (its request
+    state expired), is asked again; after ``rounds`` good answers the result comes. Handshake era:
+    ``rounds`` ``elicitation/create`` requests. A client without the capability is never asked.
+    """
+
+    type: Literal["input_required"] = "input_required"
+    rounds: int = Field(2, ge=1, le=10)
+    late: bool = False
+    message: str = "Please confirm that the operation may continue."
+
+
+class NotificationDropped(ModernFault):
+    """A tool appears (``{tool}_next``, as ``tool_added``) and its list-changed notice is lost.
+
+    On the client's ``subscriptions/listen`` stream (2026-07-28) or its session (handshake era).
+    """
+
+    type: Literal["notification_dropped"] = "notification_dropped"
+    name: str = Field("{tool}_next", pattern=r"^[A-Za-z0-9._{}-]{1,100}$")
+
+    def added(self, tool: str) -> str:
+        """The new tool's name."""
+        return self.name.replace("{tool}", tool)
+
+
+class NotificationDuplicated(NotificationDropped):
+    """As `NotificationDropped`, but the notice is delivered twice."""
+
+    type: Literal["notification_duplicated"] = "notification_duplicated"  # type: ignore[assignment]
+
+
+class DiscoverChanged(ModernFault):
+    """Later discovery answers change: ``server/discover`` (or a new ``initialize``) for this episode.
+
+    ``capabilities``: prompts, resources, logging and completions are gone and no list changes are
+    announced. ``version``: ``server/discover``'s supported versions name an unknown newer revision
+    first (the client's stays among them); a new ``initialize`` negotiates another, older version.
+    """
+
+    type: Literal["discover_changed"] = "discover_changed"
+    change: Literal["capabilities", "version"] = "capabilities"
+
+
 PROTOCOL_FAULTS: tuple[type[ProtocolFault], ...] = (
     ToolRemoved,
     ToolRenamed,
@@ -302,9 +406,19 @@ PROTOCOL_FAULTS: tuple[type[ProtocolFault], ...] = (
     LogFlood,
     ElicitationRequest,
     SamplingRequest,
+    StaleListing,
+    HandleExpired,
+    InputRequired,
+    NotificationDropped,
+    NotificationDuplicated,
+    DiscoverChanged,
 )
-#: Every protocol fault type tag, in catalogue order.
-PROTOCOL_TYPES: tuple[str, ...] = tuple(cls.model_fields["type"].default for cls in PROTOCOL_FAULTS)
+#: Every protocol fault type tag of both eras, in catalogue order.
+ALL_PROTOCOL_TYPES: tuple[str, ...] = tuple(cls.model_fields["type"].default for cls in PROTOCOL_FAULTS)
+#: The seventeen handshake-era types (what the ``light``/``medium``/``heavy`` profiles draw from).
+PROTOCOL_TYPES: tuple[str, ...] = ALL_PROTOCOL_TYPES[:17]
+#: The 2026-07-28 types (the ``modern`` family), each with its handshake-era equivalent.
+MODERN_TYPES: tuple[str, ...] = ALL_PROTOCOL_TYPES[17:]
 #: Family of each protocol fault type tag.
 FAMILY_OF: dict[str, str] = {cls.model_fields["type"].default: cls.family for cls in PROTOCOL_FAULTS}
 
@@ -395,7 +509,8 @@ class ProtocolState:
     Kept by the server per episode (never shared): ``removed`` names, ``renamed`` (new → old),
     ``added`` (new → original), ``schemas`` (tool → change); ``expired`` holds why the session is gone
     (until the client initializes again), ``revoked`` the refused credential while a 401 stands;
-    ``pending`` results held for a 2026-07-28 client answering an input request.
+    ``pending`` results held for a 2026-07-28 client answering an input request; ``discover`` how
+    discovery answers changed.
     """
 
     removed: set[str] = field(default_factory=set)
@@ -405,6 +520,8 @@ class ProtocolState:
     expired: str | None = None
     revoked: str | None = None
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: How discovery answers changed (`DiscoverChanged`: ``capabilities`` or ``version``), if they did.
+    discover: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -554,6 +671,9 @@ PROFILES: dict[str, tuple[float, int, tuple[str, ...]]] = {
     ),
     "medium": (0.015, 2, PROTOCOL_TYPES),
     "heavy": (0.04, 4, PROTOCOL_TYPES),
+    # The 2026-07-28 faults only; and every type of both eras in one profile.
+    "modern": (0.05, 2, MODERN_TYPES),
+    "mixed": (0.02, 3, ALL_PROTOCOL_TYPES),
 }
 
 
@@ -573,5 +693,5 @@ def protocol_profile(level: str, base: BasePlan | None = None) -> ProtocolFaults
 
 
 def protocol_fault_types() -> dict[str, type[BaseFault]]:
-    """Every protocol fault type by tag, in catalogue order."""
+    """Every protocol fault type by tag (both eras), in catalogue order."""
     return {cls.model_fields["type"].default: cls for cls in PROTOCOL_FAULTS}

@@ -22,6 +22,7 @@ import anyio
 from starlette.types import Message, Receive, Scope, Send
 
 from mcp_resili.constants import EPISODE_HEADER
+from mcp_resili.server.episodes import SCOPE_CLIENT
 from mcp_resili.server.transports import HttpAccess, Serves, http_app
 
 #: The path prefix of every episode's URL.
@@ -128,6 +129,8 @@ class McpFront:
             "path": "/mcp",
             "raw_path": b"/mcp",
             "headers": [*headers, (_HEADER, binding.header)],
+            # Whoever holds the URL is the episode's one client, in any session, cookie or era.
+            SCOPE_CLIENT: f"episode-url:{token}",
         }
 
         async def noting_send(message: Message) -> None:

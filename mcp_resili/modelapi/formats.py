@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
+
 Api = Literal["openai", "anthropic"]
 
 #: Request paths of the model calls each API serves (the model-call endpoints faults apply to).
@@ -28,6 +30,28 @@ OPENAI_DONE = b"data: [DONE]\n\n"
 def api_of(path: str) -> Api | None:
     """The API a request path belongs to, or None when it is no model call."""
     return MODEL_PATHS.get(path.rstrip("/"))
+
+
+class RequestHead(msgspec.Struct):
+    """The two fields of a model call's body that decide it: its model and whether it streams."""
+
+    model: Any = None
+    stream: Any = None
+
+
+_HEAD = msgspec.json.Decoder(RequestHead)
+
+
+def request_head(body: bytes) -> RequestHead | None:
+    """A model call body's `RequestHead`, or None when the body is no JSON object.
+
+    The whole body is checked as JSON, but only these two fields are built: the messages and tools
+    (kilobytes) are skipped in C, a third of the time a full parse takes.
+    """
+    try:
+        return _HEAD.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 def dumps(value: Any) -> str:

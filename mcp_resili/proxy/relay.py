@@ -49,6 +49,9 @@ _NEEDS = {
     "roots": types.ClientCapabilities(roots=types.RootsCapability()),
 }
 
+#: Seconds an upstream request waits for the client behind to finish its handshake.
+READY_SECONDS = 30.0
+
 #: Changes of the upstream's lists, which every client behind the proxy shares.
 _EVERY_CLIENT = frozenset(
     {
@@ -99,6 +102,9 @@ class ClientRelay:
         self._deliveries = 0
         self._idle = anyio.Event()
         self._idle.set()
+        #: Set once a client behind may be sent requests: it sent ``notifications/initialized`` (or
+        #: speaks 2026-07-28, which has no handshake). Until then the upstream's requests wait.
+        self.client_ready = anyio.Event()
 
     def client_options(self) -> dict[str, Any]:
         """Callbacks for the upstream `mcp.Client` (they also declare the matching capabilities)."""
@@ -111,6 +117,8 @@ class ClientRelay:
 
     def seen(self, ctx: ServerRequestContext[Any]) -> None:
         """Note the client that sent ``ctx`` (it is forgotten once its connection closes)."""
+        if ctx.method == "notifications/initialized" or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            self.client_ready.set()
         client = _client_of(ctx.session)
         if client not in self._clients and not _outlives_its_requests(ctx.session):
             ctx.session._connection.exit_stack.callback(self._forget, client)
@@ -237,6 +245,8 @@ class ClientRelay:
     async def _ask(
         self, kind: str, request: Any, result_type: type[BaseModel]
     ) -> Any:  # the callers narrow the result to their own protocol's types
+        with anyio.move_on_after(READY_SECONDS):
+            await self.client_ready.wait()
         target = self._target()
         if target is None:
             return types.ErrorData(

@@ -9,14 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_resili.faults import BasePlan
+from mcp_resili.faults.base import FaultSpecError
 from mcp_resili.faults.rules import check_rule_tools
 from mcp_resili.proxy.relay import ClientRelay
 from mcp_resili.proxy.server import SHUTTING_DOWN, ProxyServer, check_plan
+from mcp_resili.proxy.sessions import MAX_SESSIONS, UpstreamSessions
 from mcp_resili.proxy.upstream import CONNECT_TIMEOUT, UpstreamError, connect_upstream
 
 Serve = Callable[[ProxyServer], Awaitable[None]]
+#: Seconds the upstream may take to answer ``initialize`` (or its tool listing) at start, by default.
+DEFAULT_CONNECT_TIMEOUT = 10.0
+#: Seconds one forwarded request may wait for the upstream's answer, by default (``--call-timeout``).
+DEFAULT_CALL_TIMEOUT = 120.0
 
 
 async def run_proxy(
@@ -28,8 +36,18 @@ async def run_proxy(
     trace_dir: Path | None = None,
     expose_faults: bool = False,
     time_scale: float = 1.0,
+    shared_upstream: bool = False,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    call_timeout: float | None = None,
+    max_sessions: int = MAX_SESSIONS,
 ) -> None:
     """Connect to ``target``, then ``serve`` the proxy until it returns (the client left) or SIGTERM.
+
+    Each client behind the proxy gets an upstream session of its own (`UpstreamSessions`: its
+    capabilities, its era, its notifications), opened on its first request; the connection made at
+    start only checks the upstream and learns its tools and era. ``shared_upstream`` keeps that one
+    connection for every client instead. ``connect_timeout`` bounds the upstream's start (and each
+    new session's); ``call_timeout`` every forwarded request (None: the client's own timeout).
 
     SIGTERM (which MCP clients send after closing stdin) stops serving like the client leaving; until
     the upstream is shut down further SIGTERMs are ignored, so it never outlives the proxy. An HTTP
@@ -53,9 +71,16 @@ async def run_proxy(
         "expose_faults": expose_faults,
         "time_scale": time_scale,
     }
-    async with _sigterm() as terminations, connect_upstream(target, **relay.client_options()) as upstream:
+    options["call_timeout"] = call_timeout
+    if not shared_upstream:
+        await _run_per_client(target, plan, serve, options, connect_timeout, max_sessions)
+        return
+    async with (
+        _sigterm() as terminations,
+        connect_upstream(target, read_timeout_seconds=connect_timeout, **relay.client_options()) as upstream,
+    ):
         try:
-            with anyio.fail_after(CONNECT_TIMEOUT):
+            with anyio.fail_after(connect_timeout):
                 proxy = await ProxyServer.create(
                     upstream.client, plan, upstream=target, relay=relay, **options
                 )
@@ -66,6 +91,71 @@ async def run_proxy(
         await _serve_until_stopped(proxy, serve, terminations)
         if upstream.closed.is_set():
             raise upstream.lost()
+
+
+async def _run_per_client(
+    target: str,
+    plan: BasePlan,
+    serve: Serve,
+    options: dict[str, Any],
+    connect_timeout: float,
+    max_sessions: int,
+) -> None:
+    """`run_proxy` with one upstream session per client (the probe made at start is closed once used)."""
+    failure: UpstreamError | FaultSpecError | None = None
+    async with _sigterm() as terminations:
+        try:
+            async with anyio.create_task_group() as group:
+                sessions = await _start(target, plan, options, connect_timeout, max_sessions, group)
+                try:
+                    await _serve_until_stopped(sessions[1], serve, terminations)
+                finally:
+                    sessions[0].close_all()
+                failure = sessions[0].lost
+        except BaseExceptionGroup as group_error:  # the task group wraps what went wrong: one line
+            one = next(
+                (e for e in _leaves(group_error) if isinstance(e, UpstreamError | FaultSpecError)), None
+            )
+            if one is None:
+                raise
+            failure = one
+    if failure is not None:
+        raise failure
+
+
+async def _start(
+    target: str,
+    plan: BasePlan,
+    options: dict[str, Any],
+    connect_timeout: float,
+    max_sessions: int,
+    group: TaskGroup,
+) -> tuple[UpstreamSessions, ProxyServer]:
+    """Check the upstream (a probe connection: its era, its tools), then build the per-client proxy."""
+    async with connect_upstream(target, read_timeout_seconds=connect_timeout, mode="auto") as probe:
+        sessions = UpstreamSessions(
+            target,
+            group,
+            upstream_modern=probe.client.protocol_version in MODERN_PROTOCOL_VERSIONS,
+            connect_timeout=connect_timeout,
+            max_sessions=max_sessions,
+        )
+        try:
+            with anyio.fail_after(connect_timeout):
+                proxy = await ProxyServer.create(
+                    probe.client, plan, upstream=target, sessions=sessions, **options
+                )
+        except TimeoutError:
+            raise UpstreamError(f"the server {target!r} did not list its tools in time") from None
+    # A rule whose tool pattern matches none of the upstream's tools would never fire: refused.
+    check_rule_tools(plan, proxy.tools, "(the proxy's --faults)", f"the upstream {target!r}")
+    return sessions, proxy
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for sub in error.exceptions for leaf in _leaves(sub)]
+    return [error]
 
 
 async def _serve_until_stopped(proxy: ProxyServer, serve: Serve, terminations: _Terminations) -> None:

@@ -34,6 +34,7 @@ from mcp_resili.constants import FINISH_TOOL, META_EVENT, VERSION
 from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, FaultSpecError, ProtocolFault, ToolOutcome, has_protocol_faults
 from mcp_resili.proxy.relay import ClientRelay
+from mcp_resili.proxy.sessions import UpstreamSessions
 from mcp_resili.proxy.upstream import (
     FORWARDED_CALL,
     ForwardedCall,
@@ -44,7 +45,14 @@ from mcp_resili.proxy.upstream import (
     upstream_params,
 )
 from mcp_resili.server.episode import Episode
-from mcp_resili.server.episodes import EpisodeTable, episode_request
+from mcp_resili.server.episodes import (
+    EpisodeRefusedError,
+    EpisodeRequest,
+    EpisodeTable,
+    NoEpisodeError,
+    client_identity,
+    episode_request,
+)
 from mcp_resili.server.pipeline import CallPipeline, result_text
 from mcp_resili.server.protocol import ProtocolLayer, note_call
 from mcp_resili.server.recorder import TraceRecorder
@@ -104,17 +112,26 @@ class ProxyServer:
         trace_dir: Path | None = None,
         time_scale: float = 1.0,
         expose_faults: bool = False,
+        sessions: UpstreamSessions | None = None,
+        call_timeout: float | None = None,
     ) -> None:
         check_plan(plan)
+        #: The upstream connection: every client's (shared), or the start-up probe's (with ``sessions``).
         self.client = client
         self.upstream = upstream
         self.relay = relay or ClientRelay()
+        #: One upstream session per client behind the proxy; None: all share ``client``.
+        self.sessions = sessions
+        #: Seconds any forwarded request may wait for the upstream (None: as long as its client does).
+        self.call_timeout = call_timeout
         self.expose_faults = expose_faults
         self._episodes = EpisodeTable(default_seed=seed)
         #: Why the requests are no longer waited for (`stop_waiting`); the scopes of those in flight.
         self._stopped: str | None = None
         self._in_flight: set[anyio.CancelScope] = set()
-        self.backend = UpstreamBackend(client, target=upstream)
+        self.backend = UpstreamBackend(
+            client if sessions is None else None, target=upstream, call_timeout=call_timeout
+        )
         self.recorder = TraceRecorder(trace_dir, self._header)
         self.pipeline = CallPipeline(
             self.backend,
@@ -125,6 +142,11 @@ class ProxyServer:
             validate_arguments=False,
         )
         info = client.server_info
+        #: What the upstream said about itself at start (answers before a client's own session is up).
+        self._capabilities = client.server_capabilities
+        self._instructions = client.instructions
+        initialized = client.session.initialize_result
+        self._server_info = initialized.server_info if initialized is not None else None
         self.mcp: Server[Any] = Server(
             info.name if info else "mcp-resili-proxy",
             version=info.version if info else VERSION,
@@ -187,9 +209,29 @@ class ProxyServer:
             trial=episode.trial,
         )
 
+    @property
+    def handshake_only(self) -> bool:
+        """Whether the proxy serves the handshake era only, as its upstream does (`serve_stdio` reads it)."""
+        return not self.upstream_modern
+
+    @property
+    def upstream_modern(self) -> bool:
+        """Whether the upstream speaks the 2026-07-28 era (a handshake-only one is met in that era)."""
+        return self.sessions is None or self.sessions.upstream_modern
+
+    async def _upstream_of(self, ctx: ServerRequestContext[Any]) -> tuple[Client, ClientRelay]:
+        """The upstream connection serving the client of ``ctx``, and the relay back to that client."""
+        if self.sessions is None:
+            return self.client, self.relay
+        session = await self.sessions.for_request(ctx)
+        return session.client, session.relay
+
     async def _middleware(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         if ctx.request_id is None:  # a notification from the client
             await call_next(ctx)
+            if self.sessions is not None:
+                await self._notified(ctx)
+                return None
             self.relay.seen(ctx)
             if ctx.method == "notifications/roots/list_changed" or (
                 # The upstream asked for roots before this client was there: let it ask again.
@@ -197,33 +239,78 @@ class ProxyServer:
             ):
                 await self.client.session.send_notification(types.RootsListChangedNotification())
             return None
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and not self.upstream_modern:
+            # The upstream speaks the handshake era only: answer as it would (the client falls back).
+            raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
         if ctx.method in _LOCAL:
             result = await call_next(ctx)
-            return self._handshake(ctx.method, result) if ctx.method != "ping" else result
+            if ctx.method == "ping":
+                return result
+            if self.sessions is not None and ctx.method == "server/discover":
+                # Answered from what the upstream said at start: a client's discovery probe is short,
+                # and starting its upstream session may take longer. The session opens meanwhile.
+                self.sessions.prepare(ctx)
+                return self._handshake(ctx.method, result, self.client)
+            client = (await self._upstream_of(ctx))[0] if self.sessions is not None else self.client
+            return self._handshake(ctx.method, result, client)
+        client, relay = await self._upstream_of(ctx)
         # What the upstream sends while it handles a request belongs to that request (its stream, over
         # HTTP); the request is given up once the client or the proxy leaves (`stop_waiting`).
-        with self.relay.handling(ctx), self._given_up_when_stopped():
+        with relay.handling(ctx), self._given_up_when_stopped():
             if ctx.method == "tools/call":
-                answer = await self._call_tool(ctx)
+                answer = await self._call_tool(ctx, client, relay)
             else:
-                answer = await self._forward(ctx)
-            await self.relay.settle()
+                answer = await self._forward(ctx, client, relay)
+            await relay.settle()
         if ctx.method == "tools/list":
             self.learn_tools(answer)
         elif ctx.method in ("resources/subscribe", "resources/unsubscribe"):
             uri = (ctx.params or {}).get("uri")
             if isinstance(uri, str):
-                self.relay.subscribed(ctx, uri, subscribe=ctx.method == "resources/subscribe")
+                relay.subscribed(ctx, uri, subscribe=ctx.method == "resources/subscribe")
         return _for_client(ctx, answer)
 
-    async def _forward(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+    async def _notified(self, ctx: ServerRequestContext[Any]) -> None:
+        """A client's notification, with one upstream session per client: passed on to its session."""
+        if ctx.method in ("notifications/initialized", "notifications/cancelled"):
+            # The session's own client handles both on its side of the connection (and cancels the
+            # forwarded request when its caller is cancelled).
+            if ctx.method == "notifications/initialized":
+                session = await self.sessions.for_request(ctx) if self.sessions is not None else None
+                if session is not None:
+                    session.relay.seen(ctx)
+            return
+        if self.sessions is None:
+            return
+        session = await self.sessions.for_request(ctx)
+        session.relay.seen(ctx)
+        if ctx.method == "notifications/roots/list_changed":
+            await session.client.session.send_notification(types.RootsListChangedNotification())
+
+    async def _forward(
+        self, ctx: ServerRequestContext[Any], client: Client, relay: ClientRelay
+    ) -> dict[str, Any]:
         """A request other than ``tools/call``, sent upstream as it came; the upstream's raw result."""
-        progress = self.relay.progress_relay(ctx)
+        progress = relay.progress_relay(ctx)
         try:
-            return await forward(self.client, ctx.method, upstream_params(ctx.params), on_progress=progress)
+            return await forward(
+                client,
+                ctx.method,
+                upstream_params(ctx.params),
+                on_progress=progress,
+                timeout=self.call_timeout,
+            )
         except ValidationError as exc:  # not the client's params: the upstream's answer is bad
             problem = f"the upstream's {ctx.method} result breaks the MCP schema"
             raise MCPError(types.INTERNAL_ERROR, f"{problem}: {plain_validation_error(exc)}") from None
+        except MCPError as exc:
+            if exc.code == types.REQUEST_TIMEOUT and self.call_timeout is not None:
+                raise MCPError(
+                    types.REQUEST_TIMEOUT,
+                    f"the upstream did not answer {ctx.method} within {self.call_timeout:g} s "
+                    "(the proxy's --call-timeout)",
+                ) from None
+            raise
 
     def stop_waiting(self, reason: str) -> None:
         """Give up the requests waiting on the upstream, now and from now on: nobody will wait for them.
@@ -255,24 +342,46 @@ class ProxyServer:
         if scope.cancelled_caught and self._stopped is not None:
             raise MCPError(types.CONNECTION_CLOSED, f"{self._stopped}; the request was cancelled")
 
-    def _handshake(self, method: str, result: HandlerResult) -> HandlerResult:
+    def _handshake(self, method: str, result: HandlerResult, client: Client) -> HandlerResult:
         """Our ``initialize``/``server/discover`` answer with the upstream's capabilities and identity."""
         if not isinstance(result, dict):
             return result
-        session = self.client.session
-        capabilities = self.client.server_capabilities.model_dump(
-            by_alias=True, mode="json", exclude_none=True
-        )
-        answer = {**result, "capabilities": capabilities}
-        if self.client.instructions is not None:
-            answer["instructions"] = self.client.instructions
-        if method == "initialize" and session.initialize_result is not None:
-            answer["serverInfo"] = session.initialize_result.server_info.model_dump(
-                by_alias=True, mode="json", exclude_none=True
+        if client is self.client:  # what the connection made at start said (it may be closed by now)
+            capabilities, instructions, server_info = (
+                self._capabilities,
+                self._instructions,
+                self._server_info,
             )
+        else:
+            capabilities, instructions = client.server_capabilities, client.instructions
+            initialized = client.session.initialize_result
+            server_info = initialized.server_info if initialized is not None else None
+        answer = {
+            **result,
+            "capabilities": capabilities.model_dump(by_alias=True, mode="json", exclude_none=True),
+        }
+        if instructions is not None:
+            answer["instructions"] = instructions
+        if method == "initialize" and server_info is not None:
+            answer["serverInfo"] = server_info.model_dump(by_alias=True, mode="json", exclude_none=True)
         return answer
 
-    async def _call_tool(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+    def _episode_of(self, ctx: ServerRequestContext[Any]) -> Episode:
+        """The episode of a call: the one it names, its session or connection, else its client's own.
+
+        A stateless client that names none plays one episode per client (its cookie; clients that
+        keep no cookie cannot be told apart and share one), keyed ``untasked/K`` in arrival order.
+        """
+        identity = client_identity(ctx)
+        try:
+            request = episode_request(ctx)
+        except NoEpisodeError:
+            request = EpisodeRequest(id=f"client-{identity.channel or 'anonymous'}")
+        return self._episodes.get(request, owner=identity)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], client: Client, relay: ClientRelay
+    ) -> dict[str, Any]:
         params = dict(ctx.params or {})
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str):
@@ -281,9 +390,15 @@ class ProxyServer:
             raise MCPError(types.INVALID_PARAMS, "tools/call 'arguments' must be an object")
         if name not in self.pipeline.specs:  # not listed (yet): still faulted and recorded
             self.pipeline.specs[name] = spec_of({"name": name})
-        episode = self._episodes.get(episode_request(ctx))
+        try:
+            episode = self._episode_of(ctx)
+        except EpisodeRefusedError as exc:
+            return {
+                "content": [{"type": "text", "text": f"Error {exc.reason}: {exc.error.message}"}],
+                "isError": True,
+            }
         forwarded = upstream_params(ctx.params) or {}
-        token = FORWARDED_CALL.set(ForwardedCall(forwarded, self.relay.progress_relay(ctx)))
+        token = FORWARDED_CALL.set(ForwardedCall(forwarded, relay.progress_relay(ctx), client))
         try:
             if name == FINISH_TOOL:
                 event, finished = await self._finish(episode, arguments or {}, ctx.meta)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import sys
@@ -32,6 +33,8 @@ from mcp_resili.tools import ToolSpec, ToolState
 from mcp_resili.trace.codes import UPSTREAM_CLOSED
 
 UPSTREAM_ERROR = "UPSTREAM_ERROR"
+#: The upstream did not answer a call within the proxy's own timeout (``proxy --call-timeout``).
+UPSTREAM_TIMEOUT = "UPSTREAM_TIMEOUT"
 #: The upstream answered a call with a result no MCP client can read (it breaks the schema).
 UPSTREAM_INVALID_RESULT = "UPSTREAM_INVALID_RESULT"
 #: How long the upstream may take to answer ``initialize`` (and, for `check`, any request).
@@ -61,6 +64,11 @@ class WireTap:
     last_result: dict[str, Any] | None = None
     #: Messages the transport could not parse (e.g. a server printing to stdout), first few only.
     unparsed: list[str] = field(default_factory=list)
+    #: The target while connecting (None once ``initialize`` is answered): a server that prints
+    #: something that is no JSON-RPC on stdout then must answer within `JUNK_GRACE` seconds, or the
+    #: connection ends with one line saying what it printed (`junk_error`), rather than after the
+    #: whole connect timeout. A banner followed by a proper answer is tolerated (careless, not broken).
+    strict: str | None = None
 
     def see(self, item: object) -> None:
         """Note one item read from the upstream."""
@@ -69,8 +77,28 @@ class WireTap:
         elif isinstance(item, Exception) and len(self.unparsed) < MAX_UNPARSED:
             self.unparsed.append(_unparsed_text(item))
 
+    def junk_error(self) -> UpstreamError:
+        """The one line for a server that printed junk and then gave no answer."""
+        return UpstreamError(
+            f"the server {self.strict!r} wrote something that is not JSON-RPC on its stdout and then did "
+            f"not answer initialize within {JUNK_GRACE:g} s (a server must log to stderr): "
+            f"{(self.unparsed or [''])[0][:120]!r}"
+        )
+
+
+class _QuietParseErrors(logging.Filter):
+    """Drops the SDK's parse-error log (with its traceback): the `WireTap` reports such lines itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to parse JSONRPC message")
+
+
+_QUIET = _QuietParseErrors()
+
 
 MAX_UNPARSED = 5
+#: Seconds a connecting server that printed junk on stdout still has to answer ``initialize``.
+JUNK_GRACE = 2.0
 
 
 def _unparsed_text(exc: Exception) -> str:
@@ -95,12 +123,20 @@ class _WatchedReadStream:
 
     async def receive(self) -> SessionMessage | Exception:
         """The next message; the end of the stream marks the upstream closed."""
+        tap = self._tap
         try:
-            item: SessionMessage | Exception = await self._stream.receive()
+            if tap.strict is not None and tap.unparsed:
+                # Junk seen while connecting: the answer must come soon, or the server is broken.
+                with anyio.move_on_after(JUNK_GRACE) as waited:
+                    item: SessionMessage | Exception = await self._stream.receive()
+                if waited.cancelled_caught:
+                    raise tap.junk_error()
+            else:
+                item = await self._stream.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
-            self._tap.closed.set()
+            tap.closed.set()
             raise
-        self._tap.see(item)
+        tap.see(item)
         return item
 
     async def aclose(self) -> None:
@@ -252,6 +288,7 @@ async def connect_upstream(
     capture_stderr: bool = False,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    mode: str = "legacy",
     **client_options: Any,
 ) -> AsyncIterator[Upstream]:
     """Connect to ``target``: an ``http(s)://`` URL, or a command line started over stdio.
@@ -262,9 +299,12 @@ async def connect_upstream(
     ``client_options`` go to `mcp.Client` (callbacks). Any failure to start, reach or keep the
     connection is raised as `UpstreamError` with one line saying why. ``env`` replaces the inherited
     environment of a started command (a benchmark's servers get only what they need), ``cwd`` sets
-    its working directory.
+    its working directory. ``mode`` is the `mcp.Client` mode (``legacy``: the handshake era; ``auto``:
+    2026-07-28 when the upstream speaks it). Until the upstream has answered ``initialize``, anything
+    on its stdout that is not JSON-RPC fails the connection at once, in one line.
     """
-    tap = WireTap()
+    tap = WireTap(strict=target)
+    logging.getLogger("mcp.client.stdio").addFilter(_QUIET)
     with tempfile.TemporaryDirectory(prefix="mcp-resili-upstream-") as scratch:
         stderr_path = Path(scratch) / "stderr.log" if capture_stderr else None
         upstream: Upstream | None = None
@@ -283,10 +323,11 @@ async def connect_upstream(
                 client = Client(
                     _watched(transport, tap),
                     read_timeout_seconds=read_timeout_seconds,
-                    mode="legacy",
+                    mode=mode,
                     **client_options,
                 )
                 async with client:
+                    tap.strict = None  # connected: later junk is reported, the session goes on
                     if guard is not None:
                         guard.armed = True
                     upstream = Upstream(client, target, tap, stderr_path)
@@ -326,14 +367,20 @@ async def forward(
     params: Mapping[str, Any] | None,
     *,
     on_progress: ProgressFnT | None = None,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
     """Send ``method`` with ``params`` to the upstream and return its raw result, unchanged.
 
-    No timeout: the client behind the proxy decides how long it waits (cancelling reaches upstream).
+    ``timeout``: seconds to wait for the answer, then `MCPError` ``REQUEST_TIMEOUT`` (the proxy's own
+    limit, so that a client without one never waits forever); None waits as long as the client does
+    (cancelling reaches upstream).
     """
     request = _RawRequest(method=method, params=dict(params) if params is not None else None)
     result = await client.session.send_request(
-        request, RawResult, request_read_timeout_seconds=float("inf"), progress_callback=on_progress
+        request,
+        RawResult,
+        request_read_timeout_seconds=float("inf") if timeout is None else timeout,
+        progress_callback=on_progress,
     )
     return result.raw()
 
@@ -404,10 +451,14 @@ def upstream_params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class ForwardedCall:
-    """The ``tools/call`` being handled, as the client sent it, and where its progress goes."""
+    """The ``tools/call`` being handled, as the client sent it, where its progress goes, and to whom.
+
+    ``client``: the upstream session of the client behind (one per client); None: the backend's own.
+    """
 
     params: Mapping[str, Any]
     on_progress: ProgressFnT | None = None
+    client: Client | None = None
 
 
 #: The call the proxy is handling in this task: `UpstreamBackend.run` forwards it as sent (the pipeline
@@ -418,10 +469,19 @@ FORWARDED_CALL: ContextVar[ForwardedCall | None] = ContextVar("mcp_resili_forwar
 class UpstreamBackend:
     """Runs calls on the upstream server ``target`` (the proxy's `ToolBackend`)."""
 
-    def __init__(self, client: Client, specs: Sequence[ToolSpec] = (), *, target: str = "upstream") -> None:
+    def __init__(
+        self,
+        client: Client | None,
+        specs: Sequence[ToolSpec] = (),
+        *,
+        target: str = "upstream",
+        call_timeout: float | None = None,
+    ) -> None:
         self.client = client
         self.target = target
         self._specs = list(specs)
+        #: Seconds an upstream call may take before it is the call's `UPSTREAM_TIMEOUT` error.
+        self.call_timeout = call_timeout
 
     @property
     def specs(self) -> Sequence[ToolSpec]:
@@ -445,12 +505,17 @@ class UpstreamBackend:
         the proxy's: `UPSTREAM_CLOSED`, saying so.
         """
         call = FORWARDED_CALL.get()
+        client = call.client if call is not None and call.client is not None else self.client
         if call is not None and call.params.get("name") == spec.name:
             params, on_progress = call.params, call.on_progress
         else:
             params, on_progress = {"name": spec.name, "arguments": arguments}, None
+        if client is None:
+            return ToolOutcome(structured=None, error_code=UPSTREAM_CLOSED, message="no upstream session")
         try:
-            result = await forward(self.client, "tools/call", params, on_progress=on_progress)
+            result = await forward(
+                client, "tools/call", params, on_progress=on_progress, timeout=self.call_timeout
+            )
         except ValidationError as exc:  # no client could read it: the call fails, and is recorded
             return ToolOutcome(
                 structured=None,
@@ -461,6 +526,13 @@ class UpstreamBackend:
             if exc.code == types.CONNECTION_CLOSED:
                 reason = _closed_reason(self.target, "", "")
                 return ToolOutcome(structured=None, error_code=UPSTREAM_CLOSED, message=reason)
+            if exc.code == types.REQUEST_TIMEOUT and self.call_timeout is not None:
+                return ToolOutcome(
+                    structured=None,
+                    error_code=UPSTREAM_TIMEOUT,
+                    message=f"the server {self.target!r} did not answer {spec.name} within "
+                    f"{self.call_timeout:g} s (the proxy's --call-timeout)",
+                )
             # The upstream's JSON-RPC error is its answer: recorded, then passed on as it came.
             return ToolOutcome(
                 structured=None, error_code=f"JSONRPC_{exc.code}", message=exc.error.message, upstream=exc

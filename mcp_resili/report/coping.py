@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mcp_resili.faults.protocol import FAMILY_OF, PROTOCOL_TYPES
+from mcp_resili.faults.protocol import ALL_PROTOCOL_TYPES, FAMILY_OF
 from mcp_resili.report.section import NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.summary import Rate, rate_by_task
 from mcp_resili.store import EpisodeRow
@@ -45,7 +45,7 @@ def coping_data(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
             },
         )
         cell["episodes"] += 1
-        for kind in ("all", *PROTOCOL_TYPES):
+        for kind in ("all", *ALL_PROTOCOL_TYPES):
             met_key, ok_key = (
                 (f"{PREFIX}faults", f"{PREFIX}recovered")
                 if kind == "all"
@@ -96,7 +96,7 @@ def coping_section(rows: Sequence[EpisodeRow]) -> ReportSection | None:
         return None
     table_rows = []
     for name, cell in data.items():
-        for kind in ("all", *PROTOCOL_TYPES):
+        for kind in ("all", *ALL_PROTOCOL_TYPES):
             entry = cell["types"][kind]
             if not entry["met"]:
                 continue

@@ -21,6 +21,19 @@ Recovered, per fault type (the fault's call is the one that met it):
   (the episode did not end in a broken connection, an overflowing context or its time limit);
 * ``elicitation_request``, ``sampling_request``: the client answered (accepted, declined, cancelled or
   refused with an error), or was never asked because it declared no such capability.
+
+The 2026-07-28 family:
+
+* ``stale_listing``: renamed, a later call reached the tool by its new name; removed, as ``tool_removed``
+  (no notice came: only a client that refetches within ``ttlMs`` finds out);
+* ``notification_dropped``, ``notification_duplicated``: the tools were listed again (the new tool found)
+  and the client kept working;
+* ``handle_expired``: a later call succeeded (a new ``start_episode`` resumes the episode; without
+  handles, the session expired and the client initialized again);
+* ``input_required``: the rounds ended in well-formed answers or a clean refusal (decline, cancel), or
+  the client was never asked (it declared no elicitation capability); malformed answers until the
+  server gives up, or none, are not coping;
+* ``discover_changed``: the episode went on (a later successful call or an explicit finish).
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcp_resili.errors import UserError
-from mcp_resili.faults.protocol import FAMILY_OF, PROTOCOL_TYPES, has_protocol_faults
+from mcp_resili.faults.protocol import ALL_PROTOCOL_TYPES, FAMILY_OF, has_protocol_faults
 from mcp_resili.scoring.model import Score
 from mcp_resili.scoring.model_coping import with_model_coping
 from mcp_resili.tasks.model import Task
@@ -39,7 +52,7 @@ from mcp_resili.trace import EpisodeEndEvent, FinishEvent, ProtocolEvent, ToolCa
 #: Prefix of every coping component (so exports and reports find them by name).
 PREFIX = "coping_"
 _CATALOGUE_RELIST = ("tool_removed", "tool_renamed", "tool_added", "schema_changed")
-_SESSION = ("session_expired", "unauthorized", "server_restart")
+_SESSION = ("session_expired", "unauthorized", "server_restart", "handle_expired")
 _LOST = ("response_delayed", "response_dropped", "stream_stalled", "transport_reset")
 _ANSWERS = ("accept", "decline", "cancel", "answered", "not_supported")
 _CLEAN_ENDS = ("completed", "aborted", "agent_stopped")
@@ -79,6 +92,20 @@ def _recovered(kind: str, call: ToolCallEvent, later: Sequence[TraceEvent]) -> b
     tool = call.tool
     protocol = [e for e in later if isinstance(e, ProtocolEvent)]
     calls = [e for e in later if isinstance(e, ToolCallEvent)]
+    if kind == "stale_listing":
+        # Renamed: a call reached the tool by its new name. Removed: listed again, old name left alone.
+        if any(e.kind == "renamed_call" and e.detail.get("tool") == tool for e in protocol):
+            return True
+        kind = "tool_removed"
+    if kind in ("notification_dropped", "notification_duplicated"):
+        # Dropped: it found the new tool without the notice. Doubled: it acted on the notice and lived.
+        return any(e.kind == "list_tools" for e in protocol) and _survived(later)
+    if kind == "input_required":
+        # Every round answered well-formed, or refused cleanly (decline, cancel), or never asked.
+        ends = [str(e.detail.get("answer")) for e in protocol if (e.kind, e.method) == ("answered", kind)]
+        return bool({"complete", "declined"} & set(ends)) or ends[:1] == ["not_supported"]
+    if kind == "discover_changed":
+        return _went_on(later)
     if kind == "tool_removed":
         relist = next(
             (i for i, e in enumerate(later) if isinstance(e, ProtocolEvent) and e.kind == "list_tools"), None
@@ -147,10 +174,17 @@ def coping(trace: Trace) -> dict[str, Any]:
         f"{PREFIX}retried_writes": sum(
             1 for m in met if m.type in _LOST and not m.recovered and _retried(trace, m)
         ),
-        f"{PREFIX}ended_cleanly": bool(met) and end is not None and end.termination in _CLEAN_ENDS,
+        # A trace an outside agent left (serve --trace-dir) has no runner's end record: its accepted
+        # finish is its clean end.
+        f"{PREFIX}ended_cleanly": bool(met)
+        and (
+            end.termination in _CLEAN_ENDS
+            if end is not None
+            else any(isinstance(e, FinishEvent) for e in trace.events)
+        ),
         f"{PREFIX}refused_requests": sum(1 for e in protocol if e.kind == "refused"),
     }
-    for kind in PROTOCOL_TYPES:
+    for kind in ALL_PROTOCOL_TYPES:
         components[f"{PREFIX}{kind}_met"] = sum(1 for m in met if m.type == kind)
         components[f"{PREFIX}{kind}_recovered"] = sum(1 for m in met if m.type == kind and m.recovered)
     return components

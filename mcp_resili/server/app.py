@@ -15,7 +15,15 @@ from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field, ValidationError
 
-from mcp_resili.constants import DISCOVERY_TOOLS, FINISH_TOOL, META_EVENT, TRACE_METHOD, VERSION
+from mcp_resili.constants import (
+    DISCOVERY_TOOLS,
+    FINISH_TOOL,
+    HANDLE_ARGUMENT,
+    META_EVENT,
+    START_TOOL,
+    TRACE_METHOD,
+    VERSION,
+)
 from mcp_resili.errors import plain_validation_error
 from mcp_resili.faults import BasePlan, has_protocol_faults
 from mcp_resili.faults.rules import NoFaults
@@ -25,14 +33,29 @@ from mcp_resili.server.backend import SimulatedBackend
 from mcp_resili.server.discovery import INFO_SPEC, SEARCH_SPEC, Discovery, DiscoveryError
 from mcp_resili.server.episode import Episode
 from mcp_resili.server.episodes import (
+    ClientIdentity,
+    EpisodeRefusedError,
     EpisodeRequest,
     EpisodeTable,
     NoEpisodeError,
+    client_identity,
     episode_request,
+    looks_like_handle,
+    named_episode,
 )
+from mcp_resili.server.handles import (
+    handle_tools,
+    no_handle_text,
+    split_handle,
+    start_tool,
+    started_text,
+)
+from mcp_resili.server.listen import ListenStreams
+from mcp_resili.server.logs import EpisodeLog
 from mcp_resili.server.pipeline import CallPipeline, result_text
 from mcp_resili.server.protocol import ProtocolLayer, note_call
 from mcp_resili.server.recorder import TraceRecorder
+from mcp_resili.server.resources import TaskResources
 from mcp_resili.server.wire import modern_tool_result, tool_result
 from mcp_resili.tasks.model import Task
 from mcp_resili.tools import ToolSpec
@@ -119,6 +142,7 @@ class ResiliServer:
         environment: EpisodeEnvironment | None = None,
         max_turns: int | None = None,
         warn_default_trial: bool = False,
+        client_seeds: bool = True,
     ) -> None:
         if max_turns is not None and max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
@@ -149,13 +173,28 @@ class ResiliServer:
             call_time_limit=call_time_limit,
             dependency_gate=suite.dependency_gate,
         )
-        self.episodes = EpisodeTable(default_seed=seed, trial=trial)
+        self.episodes = EpisodeTable(default_seed=seed, trial=trial, client_seeds=client_seeds)
         specs = environment.specs if environment is not None else list(suite.library)
+        clashing = [s.name for s in specs if HANDLE_ARGUMENT in (s.input_schema.get("properties") or {})]
+        if clashing:
+            raise ValueError(
+                f"suite {suite.name!r}: tools {clashing} take an argument named {HANDLE_ARGUMENT!r}, "
+                "which stateless clients use for their episode handle"
+            )
         self._tool_by_name = {spec.name: self._tool(spec) for spec in specs}
         self._tools = [*self._tool_by_name.values(), _FINISH_SPEC]
         self.discovery = Discovery(suite.library) if suite.discovery else None
         if self.discovery is not None:
             self._tools += [SEARCH_SPEC, INFO_SPEC]
+        #: ``start_episode``, offered to clients that name no episode (handle mode).
+        self._start_tool = start_tool(
+            suite=suite.name,
+            fixed_task=self.default_task.id if self.default_task is not None else None,
+            variants=suite.variants,
+            client_seeds=client_seeds,
+        )
+        #: Episodes started by ``start_episode`` that named no task: the next task offered.
+        self._next_task = 0
         self.mcp: Server[Any] = Server(
             "mcp-resili",
             version=VERSION,
@@ -165,7 +204,20 @@ class ResiliServer:
             on_list_tools=self._list_tools,
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_resource_templates,
+            on_read_resource=self._read_resource,
+            on_completion=self._complete,
+            on_subscriptions_listen=self._listen,
         )
+        #: ``subscriptions/listen`` streams (2026-07-28): a change in one client's episode is announced
+        #: to that client only.
+        self.listening = ListenStreams(self.episodes.max_episodes)
+        #: Each task's prompt and public task file as read-only resources; completion of their names.
+        self.resources = TaskResources(suite, self.default_task)
+        #: Log messages for the clients that ask (``logging/setLevel``, or 2026's per-request opt-in).
+        self.log = EpisodeLog()
+        self.mcp.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self.log.set_level)
         self.mcp.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
         self.mcp.add_request_handler(TRACE_METHOD, EpisodeTraceParams, self._episode_trace)
         #: The MCP layer of protocol faults, installed only when the plan holds any (`server.protocol`).
@@ -176,6 +228,9 @@ class ResiliServer:
                 self.episodes,
                 server_info=self.mcp.server_info_stamp,
                 connection_episode=lambda: self.connection_episode,
+                resolve=self.peek_episode,
+                publish=self.listening.tools_changed,
+                revoke_handle=lambda episode, unknown: self.episodes.revoke_handle(episode.id, unknown),
             )
             self.mcp.middleware.append(self.protocol.middleware)
         self._server_info = self.mcp.server_info_stamp
@@ -195,11 +250,16 @@ class ResiliServer:
             max_turns=self.max_turns,
         )
 
-    def episode(self, request: EpisodeRequest) -> Episode:
-        """The state of the episode ``request`` names, created on first use."""
+    def episode(self, request: EpisodeRequest, owner: ClientIdentity | None = None) -> Episode:
+        """The state of the episode ``request`` names, created on first use (belonging to ``owner``).
+
+        `EpisodeRefusedError` when ``owner`` may not use it (another client's, a bad handle).
+        """
         try:
             episode = self.episodes.get(
-                request, lambda: self.suite.task(request.task) if request.task else self.default_task
+                request,
+                lambda: self.suite.task(request.task) if request.task else self.default_task,
+                owner=owner,
             )
         except UnknownTaskError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
@@ -209,10 +269,47 @@ class ResiliServer:
             print(
                 f"mcp-resili: warning: episode {episode.id!r} plays trial 0 (fault key "
                 f"{episode.fault_key}) because no --trial was given: every fresh server meets the "
-                "same fault draws for it; pass --trial K, or name the trial in the episode's _meta",
+                "same fault draws for it; pass --trial K, or name the trial (the episode's _meta, or "
+                "start_episode's trial)",
                 file=sys.stderr,
             )
         return episode
+
+    def route(self, ctx: ServerRequestContext[Any]) -> tuple[EpisodeRequest, ClientIdentity | None] | None:
+        """The episode a request belongs to and who must own it; None in handle mode.
+
+        Handle mode: a stateless HTTP request that names no episode on a server that pins none. The
+        pinned or connection episode (``serve --episode``) is everyone's who reaches it: no owner.
+        """
+        try:
+            request = episode_request(ctx, self.connection_episode, pinned=True)
+        except NoEpisodeError:
+            return None
+        pinned = self.connection_episode is not None and request.id == self.connection_episode
+        if pinned and named_episode(ctx) is None:
+            return request, None
+        return request, client_identity(ctx)
+
+    def peek_episode(self, ctx: ServerRequestContext[Any]) -> Episode | None:
+        """The live episode of a request if its client may use it; never creates one.
+
+        In handle mode a call's episode is its handle's; any other request's is the one its client
+        (told apart by its cookie) started last.
+        """
+        try:
+            routed = self.route(ctx)
+        except MCPError:
+            return None  # a malformed episode: the handler answers it
+        if routed is not None:
+            return self.episodes.owned(*routed)
+        identity = client_identity(ctx)
+        if ctx.method == "tools/call":
+            arguments = (ctx.params or {}).get("arguments")
+            handle = arguments.get(HANDLE_ARGUMENT) if isinstance(arguments, dict) else None
+            if not looks_like_handle(handle):
+                return None
+            return self.episodes.owned(EpisodeRequest(id=str(handle)), identity)
+        return self.episodes.latest(identity)
 
     def take_events(self, episode_id: str) -> list[TraceEvent]:
         """Events recorded for a live episode since the previous call (the in-process runner's view)."""
@@ -226,8 +323,23 @@ class ResiliServer:
     async def _episode_trace(
         self, ctx: ServerRequestContext[Any], params: EpisodeTraceParams
     ) -> EpisodeTraceResult:
-        """`TRACE_METHOD`: close the episode, then hand over its header and events."""
-        episode_id = params.episode or episode_request(ctx, self.connection_episode).id
+        """`TRACE_METHOD`: close the episode, then hand over its header and events.
+
+        Only its owner may: it names the episode by id (or handle) as any request does.
+        """
+        if params.episode is not None:
+            request: EpisodeRequest | None = EpisodeRequest(id=params.episode)
+            owner: ClientIdentity | None = client_identity(ctx)
+        else:
+            routed = self.route(ctx)
+            if routed is None:
+                raise NoEpisodeError
+            request, owner = routed
+        assert request is not None
+        live = self.episodes.owned(request, owner)
+        if live is None and self.episodes.peek(request.id) is not None:
+            raise EpisodeRefusedError("NOT_YOUR_EPISODE", f"episode {request.id!r} belongs to another client")
+        episode_id = live.id if live is not None else request.id
         episode = self.close_episode(episode_id)
         if episode is None:
             return EpisodeTraceResult(episode=episode_id)
@@ -275,12 +387,15 @@ class ResiliServer:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        routed = self.route(ctx)
+        if routed is None:  # a stateless client naming no episode: handle mode
+            return types.ListToolsResult(tools=handle_tools(self._tools, self._start_tool))
         if self.environment is None:
             return types.ListToolsResult(tools=self._tools)
         # Real servers: an episode of a task is offered its own servers' tools (and so sets them up).
         try:
-            episode = self.episode(episode_request(ctx, self.connection_episode))
-        except NoEpisodeError:
+            episode = self.episode(*routed)
+        except EpisodeRefusedError:
             return types.ListToolsResult(tools=self._tools)
         if episode.task is None:
             return types.ListToolsResult(tools=self._tools)
@@ -341,8 +456,35 @@ class ResiliServer:
     async def _tool_result(
         self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None
     ) -> dict[str, Any]:
-        """A call's result in wire form (``content``, ``isError``, ``structuredContent``, ``_meta``)."""
-        episode = self.episode(episode_request(ctx, self.connection_episode))
+        """A call's result in wire form (``content``, ``isError``, ``structuredContent``, ``_meta``).
+
+        Logged (for clients that asked) as the client sees it: the tool, and ok or error.
+        """
+        result = await self._answer(ctx, name, arguments)
+        await self.log.log(
+            ctx,
+            "info" if name in (START_TOOL, FINISH_TOOL) else "debug",
+            {"tool": name, "outcome": "error" if result.get("isError") else "ok"},
+        )
+        return result
+
+    async def _answer(
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A call's result in wire form, for its episode (handle mode included)."""
+        routed = self.route(ctx)
+        try:
+            if routed is None:
+                if name == START_TOOL:
+                    return await self._start_episode(ctx, arguments or {})
+                handle, arguments = split_handle(arguments)
+                if not isinstance(handle, str) or not handle:
+                    return tool_result(no_handle_text(name), True)
+                episode = self.episode(EpisodeRequest(id=handle), client_identity(ctx))
+            else:
+                episode = self.episode(*routed)
+        except EpisodeRefusedError as exc:
+            return tool_result(f"Error {exc.reason}: {exc.error.message}", True)
         if name == FINISH_TOOL:
             return await self._finish(episode, arguments or {})
         if self.discovery is not None and name in DISCOVERY_TOOLS:
@@ -362,6 +504,87 @@ class ResiliServer:
             None if event.is_error else event.result,
             self._meta(event),
         )
+
+    async def _listen(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """``subscriptions/listen``: the client's stream of list changes (its episodes' catalogues)."""
+        return await self.listening.listen(ctx, params)
+
+    async def _start_episode(
+        self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``start_episode``: open an episode under a fresh handle and give its task (never recorded)."""
+        task_id = arguments.get("task")
+        trial = arguments.get("trial")
+        seed = arguments.get("seed")
+        variant = arguments.get("variant") or "baseline"
+        problem = self._start_problem(task_id, trial, seed, variant, arguments)
+        if problem is not None:
+            return tool_result(f"Error INVALID_INPUT: {problem}", True)
+        try:
+            task = self._task_to_start(task_id)
+            prompt = self.suite.prompt(task, variant) if task is not None else None
+        except (UnknownTaskError, ValueError) as exc:
+            return tool_result(f"Error INVALID_INPUT: {exc}", True)
+        identity = client_identity(ctx)
+        prefix = task.id if task is not None else "untasked"
+        request = EpisodeRequest(
+            id=f"{prefix}-{self.episodes.mint.mint('episode', '')[:12]}",
+            task=task.id if task is not None else None,
+            trial=trial,
+            seed=seed,
+        )
+        try:
+            handle, episode = self.episodes.start(request, task, identity)
+        except EpisodeRefusedError as exc:
+            return tool_result(f"Error {exc.reason}: {exc.error.message}", True)
+        if episode.seq > 0 and self.protocol is not None:
+            # A fault had revoked this episode's handle: the client started again and continues it.
+            await self.protocol.resumed(episode)
+        text = started_text(handle, episode.task.id if episode.task else None, episode.trial or 0, prompt)
+        structured = {
+            HANDLE_ARGUMENT: handle,
+            "task": episode.task.id if episode.task else None,
+            "trial": episode.trial,
+            "prompt": prompt,
+        }
+        return tool_result(text, False, structured)
+
+    def _start_problem(
+        self, task_id: object, trial: object, seed: object, variant: object, arguments: dict[str, Any]
+    ) -> str | None:
+        """What is wrong with ``start_episode``'s arguments, or None."""
+        known = set(self._start_tool.input_schema.get("properties") or {})
+        unknown = sorted(set(arguments) - known - {HANDLE_ARGUMENT})
+        if "seed" in unknown:
+            return "this server decides seeds itself: leave 'seed' out"
+        if unknown:
+            return f"start_episode takes {', '.join(sorted(known)) or 'no arguments'}; got {unknown}"
+        if task_id is not None and not isinstance(task_id, str):
+            return f"'task' must be a task id (a string), got {task_id!r:.60}"
+        if trial is not None and (isinstance(trial, bool) or not isinstance(trial, int) or trial < 0):
+            return f"'trial' must be a non-negative integer, got {trial!r:.60}"
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            return f"'seed' must be an integer, got {seed!r:.60}"
+        if not isinstance(variant, str):
+            return f"'variant' must be a string, got {variant!r:.60}"
+        return None
+
+    def _task_to_start(self, task_id: str | None) -> Task | None:
+        """The task a new handle-mode episode plays: the one named, the server's, else the next one."""
+        if self.default_task is not None:
+            if task_id is not None and task_id != self.default_task.id:
+                raise ValueError(f"this server plays task {self.default_task.id} only; leave 'task' out")
+            return self.default_task
+        if task_id is not None:
+            return self.suite.task(task_id)
+        tasks = self.suite.default_tasks or self.suite.tasks
+        if not tasks:
+            return None
+        task = tasks[self._next_task % len(tasks)]
+        self._next_task += 1
+        return task
 
     async def _discover(self, episode: Episode, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A discovery call, answered and recorded (it costs no call of the budget, but it happened)."""
@@ -429,13 +652,43 @@ class ResiliServer:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         # A person picking a task in their client binds their (not yet started) episode to it. A
         # stateless request belongs to no episode: it just reads the prompt.
-        try:
-            request = episode_request(ctx, self.connection_episode)
-        except NoEpisodeError:
-            request = None
-        if request is not None:
-            self.episodes.bind_task(self.episode(request), task)
+        routed = self.route(ctx)
+        if routed is not None:
+            self.episodes.bind_task(self.episode(*routed), task)
         return types.GetPromptResult(
             description=task.description,
             messages=[types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))],
         )
+
+    # --- resources and completion ---------------------------------------------------------------
+
+    def _episode_task(self, ctx: ServerRequestContext[Any]) -> Task | None:
+        """The task of the request's live episode, if it has one (nothing is created or bound)."""
+        episode = self.peek_episode(ctx)
+        return episode.task if episode is not None else None
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        """The episode's task's resources; with no task, every task's, paginated."""
+        return self.resources.listing(self._episode_task(ctx), params.cursor if params else None)
+
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return self.resources.templates()
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        """A task resource; reading changes nothing (no call, no draw, no task bound)."""
+        try:
+            return self.resources.read(str(params.uri))
+        except (ValueError, UnknownTaskError) as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+
+    async def _complete(
+        self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams
+    ) -> types.CompleteResult:
+        """Completion of a prompt's ``variant`` and of a task resource template's ``task``."""
+        return self.resources.complete(params)

@@ -6,8 +6,16 @@ One episode per MCP session, on every transport:
    HTTP header) belongs to that episode: our runner plays many episodes over one connection this way;
 2. a Streamable HTTP session (handshake era, ``mcp-session-id``) is one episode;
 3. a stdio (or in-memory) connection is one episode (``serve --episode ID`` names it);
-4. an HTTP request with neither (the stateless modern era, or a client that drops the session id) is
-   refused: sharing one fallback episode would mix every client's state, ordinals and fault draws.
+4. an HTTP request with neither (the stateless 2026-07-28 era) belongs to the episode ``serve --episode``
+   pins, else to the episode whose server-minted handle it passes as a tool argument (`HANDLE_ARGUMENT`,
+   obtained from the ``start_episode`` tool; `mcp_resili.server.handles`). Sharing one fallback episode
+   would mix every client's state, ordinals and fault draws.
+
+An episode belongs to whoever opened it (`ClientIdentity`: the auth principal, and the stdio connection,
+the HTTP client cookie or the HTTP session). A request naming someone else's episode is refused
+(`NotYourEpisodeError`). Where the server cannot tell clients apart (stateless HTTP, no token, no cookie)
+only a server-minted handle opens an episode that already exists. A handle is bound to the principal
+that obtained it (an HMAC under a per-process secret), so a leaked handle is inert for anyone else.
 
 An episode's fault key is ``TASK/TRIAL`` (``untasked/TRIAL`` without a task): exactly the key of trial
 TRIAL of TASK in ``mcp-resili run``, so an external agent meets the same fault draws as our runner. The
@@ -17,13 +25,17 @@ that task on this server. Every trace header records seed, task and trial.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import math
+import secrets
 import time
 import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
@@ -36,9 +48,14 @@ from mcp_resili.tasks.model import Task
 
 __all__ = [
     "EPISODE_HEADER",
+    "ClientIdentity",
+    "EpisodeRefusedError",
     "EpisodeRequest",
     "EpisodeTable",
+    "HandleError",
     "NoEpisodeError",
+    "NotYourEpisodeError",
+    "client_identity",
     "episode_request",
     "fault_key_of",
 ]
@@ -55,6 +72,18 @@ MAX_EPISODE_ID = 512
 #: Fault-key prefix of episodes bound to no task.
 UNTASKED = "untasked"
 _LIFESPAN_KEY = "mcp-resili/connection"
+#: Lifespan key of a stdio or in-memory connection's client identity (one per connection).
+_LIFESPAN_CLIENT = "mcp-resili/client"
+#: ASGI scope keys the HTTP layer fills (`mcp_resili.server.transports`): the hash of the bearer token
+#: the request presented, and the client's cookie (a server-minted id; see `EpisodeTable.mint_client`).
+SCOPE_PRINCIPAL = "mcp-resili/principal"
+SCOPE_CLIENT = "mcp-resili/client"
+#: Name of the cookie that tells stateless HTTP clients apart (clients that keep cookies: httpx, the SDK).
+CLIENT_COOKIE = "mcp-resili-client"
+#: Prefix of a server-minted episode handle (``eh-RANDOM-TAG``).
+HANDLE_PREFIX = "eh-"
+#: Handles remembered after their episode closed, to say "expired" rather than "unknown".
+MAX_HANDLES = 100_000
 _MISSING = (
     "no episode for this request: a stateless HTTP request must name its episode in "
     f'_meta["{META_EPISODE}"] or the {EPISODE_HEADER} header (an id, or {{"id", "task", "trial", '
@@ -88,6 +117,91 @@ class NoEpisodeError(MCPError):
 
 def _invalid(message: str) -> MCPError:
     return MCPError(types.INVALID_PARAMS, message)
+
+
+class EpisodeRefusedError(MCPError):
+    """A request refused because of the episode it names; ``code`` is the one-word reason.
+
+    A ``tools/call`` gets it as an ``isError`` result (the model can read it and act), any other
+    request as a JSON-RPC error (invalid params).
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(types.INVALID_PARAMS, message)
+        self.reason = code
+
+
+class NotYourEpisodeError(EpisodeRefusedError):
+    """The request names an episode another client opened."""
+
+    def __init__(self, episode_id: str) -> None:
+        super().__init__(
+            "NOT_YOUR_EPISODE",
+            f"episode {episode_id!r} belongs to another client: it cannot be joined. Start an episode "
+            "of your own (a new id, or the start_episode tool) and use that.",
+        )
+
+
+class HandleError(EpisodeRefusedError):
+    """A missing, unknown, expired or forged episode handle."""
+
+
+class SeedRefusedError(EpisodeRefusedError):
+    """A client chose a seed or fault key on a server that decides them itself."""
+
+    def __init__(self, what: str, given: object, own: object) -> None:
+        super().__init__(
+            "CLIENT_SEED_REFUSED",
+            f"this server decides seeds and fault keys itself (its {what} is {own!r}); the episode asked "
+            f"for {given!r}: leave {what} out",
+        )
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    """Who sent a request, as far as the server can tell.
+
+    ``principal``: a hash of the bearer token the request presented (None without one).
+    ``channel``: its stdio or in-memory connection, its HTTP client cookie, else its HTTP session
+    (None for a stateless HTTP request that carries neither).
+    """
+
+    principal: str | None = None
+    channel: str | None = None
+
+    def may_open(self, owner: ClientIdentity) -> bool:
+        """Whether this client may use an episode ``owner`` opened, named by a client-chosen id.
+
+        Another principal never may. Where either side has a channel, the channels must match. Two
+        stateless requests are told apart only by their principal: without a token, never (only a
+        server-minted handle opens an existing episode then).
+        """
+        if self.principal != owner.principal:
+            return False
+        if self.channel is not None or owner.channel is not None:
+            return self.channel == owner.channel
+        return self.principal is not None
+
+
+def client_identity(ctx: ServerRequestContext[Any]) -> ClientIdentity:
+    """The identity of the client that sent ``ctx`` (see `ClientIdentity`)."""
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, Mapping):
+        principal = scope.get(SCOPE_PRINCIPAL)
+        channel = scope.get(SCOPE_CLIENT)
+        if channel is None:
+            headers = getattr(request, "headers", None)
+            session = headers.get("mcp-session-id") if headers is not None else None
+            channel = f"session:{session}" if session else None
+        return ClientIdentity(
+            principal=str(principal) if principal else None,
+            channel=str(channel) if channel else None,
+        )
+    lifespan = ctx.lifespan_context
+    if isinstance(lifespan, dict):
+        return ClientIdentity(channel=str(lifespan.setdefault(_LIFESPAN_CLIENT, f"conn:{uuid.uuid4().hex}")))
+    return ClientIdentity()
 
 
 _EPISODE_KEYS = frozenset({"id", "task", "trial", "seed", "fault_key"})
@@ -142,21 +256,34 @@ def _from_header(value: str) -> EpisodeRequest:
     return parse_episode(raw, EPISODE_HEADER)
 
 
-def episode_request(ctx: ServerRequestContext[Any], connection_episode: str | None = None) -> EpisodeRequest:
-    """The episode of a request: ``_meta``, the episode header, the HTTP session, else the connection.
-
-    ``connection_episode`` names the episode of a stdio or in-memory connection (``serve --episode``);
-    by default each connection gets a fresh random id. Raises `MCPError` (invalid params) for a malformed
-    episode, or an HTTP request that has no session and names no episode.
-    """
+def named_episode(ctx: ServerRequestContext[Any]) -> EpisodeRequest | None:
+    """The episode a request names in ``_meta`` or the episode header, if it names one."""
     raw = (ctx.meta or {}).get(META_EPISODE)
     if raw is not None:
         return parse_episode(raw, _META_WHERE)
     headers = getattr(ctx.request, "headers", None)
+    named = headers.get(EPISODE_HEADER) if headers is not None else None
+    return _from_header(str(named)) if named else None
+
+
+def episode_request(
+    ctx: ServerRequestContext[Any], connection_episode: str | None = None, *, pinned: bool = False
+) -> EpisodeRequest:
+    """The episode of a request: ``_meta``, the episode header, the HTTP session, else the connection.
+
+    ``connection_episode`` names the episode of a stdio or in-memory connection (``serve --episode``);
+    by default each connection gets a fresh random id. With ``pinned`` it is also the episode of every
+    HTTP request that names none (a single agent's server). Raises `MCPError` (invalid params) for a
+    malformed episode, or an HTTP request that has no session and names no episode (`NoEpisodeError`:
+    the handle mode's business).
+    """
+    named = named_episode(ctx)
+    if named is not None:
+        return named
+    headers = getattr(ctx.request, "headers", None)
     if headers is not None:
-        named = headers.get(EPISODE_HEADER)
-        if named:
-            return _from_header(str(named))
+        if pinned and connection_episode is not None:
+            return EpisodeRequest(id=connection_episode)
         session = headers.get("mcp-session-id")
         if session:
             return EpisodeRequest(id=str(session))
@@ -173,6 +300,49 @@ def episode_request(ctx: ServerRequestContext[Any], connection_episode: str | No
 class _Live:
     episode: Episode
     request: EpisodeRequest
+    #: Who opened it (None: no check, e.g. an episode the server pinned for everyone).
+    owner: ClientIdentity | None = None
+    #: The handle minted for it, if it was opened by ``start_episode``.
+    handle: str | None = None
+
+
+def _b32(data: bytes) -> str:
+    return base64.b32encode(data).decode("ascii").rstrip("=").lower()
+
+
+@dataclass
+class HandleMint:
+    """Server-minted ids: episode handles and HTTP client cookies, unguessable and verifiable.
+
+    A value is ``PREFIX + RANDOM + "-" + TAG``; the tag is an HMAC (per-process secret) over the
+    random part and, for a handle, the principal it was issued to: a forged value, one of an earlier
+    server process, or a handle presented by another principal fails `verify`.
+    """
+
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+
+    def _tag(self, kind: str, random_part: str, principal: str | None) -> str:
+        message = f"{kind}|{random_part}|{principal or ''}".encode()
+        return _b32(hmac.new(self.secret, message, hashlib.sha256).digest()[:10])
+
+    def mint(self, kind: str, prefix: str, principal: str | None = None) -> str:
+        """A fresh value of ``kind`` (bound to ``principal``)."""
+        random_part = _b32(secrets.token_bytes(10))
+        return f"{prefix}{random_part}-{self._tag(kind, random_part, principal)}"
+
+    def verify(self, kind: str, prefix: str, value: str, principal: str | None = None) -> bool:
+        """Whether ``value`` was minted here as ``kind`` for ``principal``."""
+        if not value.startswith(prefix):
+            return False
+        random_part, _, tag = value[len(prefix) :].partition("-")
+        if not random_part or not tag:
+            return False
+        return hmac.compare_digest(tag, self._tag(kind, random_part, principal))
+
+
+def looks_like_handle(value: object) -> bool:
+    """Whether ``value`` has the form of an episode handle (minted here or not)."""
+    return isinstance(value, str) and value.startswith(HANDLE_PREFIX)
 
 
 class EpisodeTable:
@@ -190,6 +360,7 @@ class EpisodeTable:
         idle_seconds: float = EPISODE_IDLE_SECONDS,
         trial: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        client_seeds: bool = True,
     ) -> None:
         if max_episodes < 1 or idle_seconds <= 0:
             raise ValueError(f"need max_episodes >= 1, idle_seconds > 0; got {max_episodes}, {idle_seconds}")
@@ -206,12 +377,34 @@ class EpisodeTable:
         self._first_expiry = -math.inf
         self._closed: OrderedDict[str, str] = OrderedDict()  # id -> why
         self._started: Counter[str | None] = Counter()  # episodes started per task
+        #: Whether a client may choose its episode's seed and fault key (``serve`` may forbid it).
+        self.client_seeds = client_seeds
+        #: Server-minted handles and cookies; handle -> episode id (kept past the episode's end).
+        self.mint = HandleMint()
+        self._handles: OrderedDict[str, str] = OrderedDict()
+        #: Client channel -> the episode it started last (what its un-named listings show).
+        self._latest: OrderedDict[str, str] = OrderedDict()
+        #: (client, task) -> the live episode whose handle a fault revoked: ``start`` resumes it.
+        self._revoked: OrderedDict[tuple[str, str | None], str] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._live)
 
-    def get(self, request: EpisodeRequest, task: Callable[[], Task | None] = lambda: None) -> Episode:
-        """The episode ``request`` names; ``task`` is asked only when the episode is new."""
+    def get(
+        self,
+        request: EpisodeRequest,
+        task: Callable[[], Task | None] = lambda: None,
+        *,
+        owner: ClientIdentity | None = None,
+    ) -> Episode:
+        """The episode ``request`` names; ``task`` is asked only when the episode is new.
+
+        With ``owner`` (who sends the request) a new episode belongs to it, and an existing one must
+        (`NotYourEpisodeError` otherwise; see `ClientIdentity.may_open`). A request naming a handle
+        is checked as one (`by_handle`).
+        """
+        if looks_like_handle(request.id):
+            return self.by_handle(request.id, owner.principal if owner is not None else None)
         now = self._clock()
         self._expire(now)
         live = self._live.get(request.id)
@@ -219,15 +412,140 @@ class EpisodeTable:
             why = self._closed.get(request.id)
             if why is not None:
                 raise _invalid(f"episode {request.id!r} is {why}; start a new episode under another id")
-            live = _Live(self._new(request, task()), request)
-            self._live[request.id] = live
-            while len(self._live) > self.max_episodes:
-                oldest, _ = self._live.popitem(last=False)
-                self._remember(oldest, f"closed: more than {self.max_episodes} episodes were live")
+            live = self._open(request, task(), owner)
         else:
+            if owner is not None and live.owner is not None and not owner.may_open(live.owner):
+                if not self._adoptable(live):
+                    raise NotYourEpisodeError(request.id)
+                live.owner = owner  # its session was expired by a fault: the client's new one takes it
             self._live.move_to_end(request.id)
         live.episode.last_used = now
         return live.episode
+
+    def owned(self, request: EpisodeRequest, owner: ClientIdentity | None) -> Episode | None:
+        """The live episode ``request`` names if ``owner`` may use it, else None; creates nothing."""
+        if looks_like_handle(request.id):
+            try:
+                return self.by_handle(request.id, owner.principal if owner is not None else None)
+            except EpisodeRefusedError:
+                return None
+        live = self._live.get(request.id)
+        if live is None:
+            return None
+        if owner is not None and live.owner is not None and not owner.may_open(live.owner):
+            if not self._adoptable(live):
+                return None
+            live.owner = owner
+        return live.episode
+
+    @staticmethod
+    def _adoptable(live: _Live) -> bool:
+        """An episode whose session a protocol fault ended continues in its client's next session."""
+        state = live.episode.protocol
+        return state.expired is not None or state.revoked is not None
+
+    def _open(self, request: EpisodeRequest, task: Task | None, owner: ClientIdentity | None) -> _Live:
+        live = _Live(self._new(request, task), request, owner)
+        self._live[request.id] = live
+        while len(self._live) > self.max_episodes:
+            oldest, _ = self._live.popitem(last=False)
+            self._remember(oldest, f"closed: more than {self.max_episodes} episodes were live")
+        return live
+
+    def start(self, request: EpisodeRequest, task: Task | None, owner: ClientIdentity) -> tuple[str, Episode]:
+        """Open a new episode for ``owner`` under a server-minted handle; returns (handle, episode).
+
+        ``request.id`` must be new. The handle is bound to ``owner.principal``.
+        """
+        self._expire(self._clock())
+        handle = self.mint.mint("handle", HANDLE_PREFIX, owner.principal)
+        resumed = self._resumable(owner, task, request.trial)
+        live = resumed if resumed is not None else self._open(request, task, owner)
+        live.handle = handle
+        live.episode.last_used = self._clock()
+        self._handles[handle] = live.episode.id  # a resumed episode keeps its id
+        while len(self._handles) > MAX_HANDLES:
+            self._handles.popitem(last=False)
+        if owner.channel is not None:
+            self._latest[owner.channel] = live.episode.id
+            self._latest.move_to_end(owner.channel)
+            while len(self._latest) > self.max_episodes:
+                self._latest.popitem(last=False)
+        return handle, live.episode
+
+    def revoke_handle(self, episode_id: str, unknown: bool = False) -> bool:
+        """Revoke a live episode's handle (a `HandleExpired` fault); False when it has none.
+
+        The old handle then reads as expired (``unknown``: as never issued). The same client calling
+        ``start`` again for the same task resumes the episode under a new handle.
+        """
+        live = self._live.get(episode_id)
+        if live is None or live.handle is None:
+            return False
+        if unknown:
+            self._handles.pop(live.handle, None)
+        live.handle = None
+        owner = live.owner or ClientIdentity()
+        client = owner.channel or owner.principal
+        if client is None:
+            return True  # a client no one can tell apart cannot be recognised when it comes back
+        task_id = live.episode.task.id if live.episode.task is not None else None
+        self._revoked[(client, task_id)] = episode_id
+        while len(self._revoked) > self.max_episodes:
+            self._revoked.popitem(last=False)
+        return True
+
+    def _resumable(self, owner: ClientIdentity, task: Task | None, trial: int | None) -> _Live | None:
+        """The episode of ``owner`` and ``task`` whose handle was revoked, if it is live (and that trial)."""
+        client = owner.channel or owner.principal
+        if client is None:
+            return None
+        key = (client, task.id if task is not None else None)
+        episode_id = self._revoked.get(key)
+        live = self._live.get(episode_id) if episode_id is not None else None
+        if live is None or (trial is not None and live.episode.trial != trial):
+            return None
+        del self._revoked[key]
+        return live
+
+    def latest(self, owner: ClientIdentity) -> Episode | None:
+        """The live episode the client on ``owner``'s channel started last with ``start``, if any."""
+        episode_id = self._latest.get(owner.channel) if owner.channel is not None else None
+        live = self._live.get(episode_id) if episode_id is not None else None
+        return None if live is None else live.episode
+
+    def by_handle(self, handle: str, principal: str | None) -> Episode:
+        """The live episode of ``handle`` presented by ``principal``; `HandleError` saying what to do."""
+        again = "Call start_episode to begin a new episode and pass the handle it returns."
+        if not self.mint.verify("handle", HANDLE_PREFIX, handle, principal):
+            raise HandleError(
+                "INVALID_HANDLE",
+                f"the episode handle {handle[:60]!r} was not issued to you by this server (mistyped, "
+                f"forged, issued to another client, or from before the server restarted). {again}",
+            )
+        now = self._clock()
+        self._expire(now)
+        episode_id = self._handles.get(handle)
+        if episode_id is None:
+            raise HandleError(
+                "INVALID_HANDLE", f"the episode handle {handle[:60]!r} is unknown to this server. {again}"
+            )
+        live = self._live.get(episode_id)
+        if live is None or live.handle != handle:
+            why = self._closed.get(episode_id, "expired") if live is None else "its handle expired"
+            raise HandleError(
+                "EPISODE_EXPIRED",
+                f"the episode of handle {handle[:60]!r} is no longer reachable by it ({why}). {again} "
+                "To continue the same task, call start_episode with the same task.",
+            )
+        self._live.move_to_end(live.episode.id)
+        live.episode.last_used = now
+        return live.episode
+
+    def handle_of(self, episode_id: str) -> str | None:
+        """The handle of a live episode opened by ``start_episode``, if any."""
+        live = self._live.get(episode_id)
+        return None if live is None else live.handle
 
     def peek(self, episode_id: str) -> Episode | None:
         """The live episode ``episode_id``, or None; neither creates nor touches it."""
@@ -251,6 +569,8 @@ class EpisodeTable:
         return live.episode
 
     def _new(self, request: EpisodeRequest, task: Task | None) -> Episode:
+        if not self.client_seeds:
+            self._check_chosen(request, task)
         trial, fault_key = self._identity(request, task)
         return Episode(
             id=request.id,
@@ -260,12 +580,24 @@ class EpisodeTable:
             trial=trial,
         )
 
+    def _check_chosen(self, request: EpisodeRequest, task: Task | None) -> None:
+        """Refuse a seed or fault key of the client's own choosing (`SeedRefusedError`)."""
+        if request.seed is not None and request.seed != self.default_seed:
+            raise SeedRefusedError("seed", request.seed, self.default_seed)
+        if request.fault_key is not None:
+            task_id = task.id if task is not None else request.task
+            own = fault_key_of(task_id, self._trial(request, task_id))
+            if request.fault_key != own:
+                raise SeedRefusedError("fault key", request.fault_key, own)
+
+    def _trial(self, request: EpisodeRequest, task_id: str | None) -> int:
+        return next(t for t in (request.trial, self.trial, self._started[task_id]) if t is not None)
+
     def _identity(self, request: EpisodeRequest, task: Task | None) -> tuple[int, str]:
         # A server with no tasks of its own (the proxy) still keys the draws by the task named.
         task_id = task.id if task is not None else request.task
-        started = self._started[task_id]
+        trial = self._trial(request, task_id)
         self._started[task_id] += 1
-        trial = next(t for t in (request.trial, self.trial, started) if t is not None)
         return trial, request.fault_key or fault_key_of(task_id, trial)
 
     def _expire(self, now: float) -> None:

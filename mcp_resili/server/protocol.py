@@ -25,7 +25,7 @@ import dataclasses
 import json
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +35,17 @@ from mcp.server import ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from mcp_resili.faults.protocol import (
+    DiscoverChanged,
     ElicitationRequest,
+    HandleExpired,
+    InputRequired,
     LogFlood,
+    NotificationDropped,
+    NotificationDuplicated,
     OversizedResult,
     ProgressFlood,
     ProtocolFault,
@@ -51,6 +56,7 @@ from mcp_resili.faults.protocol import (
     SchemaChanged,
     ServerRestart,
     SessionExpired,
+    StaleListing,
     StreamStalled,
     ToolAdded,
     ToolRemoved,
@@ -80,6 +86,16 @@ ANSWER_SECONDS = 60.0
 WIRE_ACTIONS = "mcp-resili/wire-actions"
 #: Requests that never meet a refusal: the way back into a session, and liveness.
 _REINITIALIZE = frozenset({"initialize", "server/discover"})
+#: What `DiscoverChanged` puts first among the supported versions: a revision the client never heard of.
+NEWER_VERSION = "2099-01-01"
+#: Capabilities `DiscoverChanged` takes away (``capabilities``).
+_DROPPED_CAPABILITIES = ("prompts", "resources", "logging", "completions")
+#: The schema of what an `InputRequired` round asks; an answer that does not fit it is malformed.
+CONFIRM_SCHEMA = {
+    "type": "object",
+    "properties": {"confirm": {"type": "boolean", "description": "Continue?"}},
+    "required": ["confirm"],
+}
 
 
 @dataclass
@@ -156,8 +172,19 @@ class ProtocolLayer:
         *,
         server_info: dict[str, Any],
         connection_episode: Callable[[], str | None] = lambda: None,
+        resolve: Callable[[ServerRequestContext[Any]], Episode | None] | None = None,
+        publish: Callable[[ServerRequestContext[Any]], Awaitable[int]] | None = None,
+        revoke_handle: Callable[[Episode, bool], bool] | None = None,
     ) -> None:
         self.pipeline = pipeline
+        #: Sends a tools list change to the client's ``subscriptions/listen`` streams; how many got it.
+        self._publish = publish
+        #: Revokes an episode's handle (True), or says it has none (False: not in handle mode).
+        self._revoke_handle = revoke_handle
+        #: The ``ttlMs`` a plan with `StaleListing` promises on 2026-07-28 listings (None: no promise).
+        self.ttl_ms = _promised_ttl(pipeline.plan_dict)
+        #: The server's own way from a request to its live episode (ownership, handles), if it has one.
+        self._resolve = resolve
         #: The server's ``serverInfo`` stamp, for the 2026-era answers this layer gives itself.
         self.server_info = server_info
         self.episodes = episodes
@@ -177,18 +204,23 @@ class ProtocolLayer:
             result = await call_next(ctx)
             if episode is not None:
                 await self._reinitialized(episode, ctx)
+                if episode.protocol.discover is not None:
+                    return self._changed_discovery(ctx, result, episode.protocol.discover)
             return result
         if episode is not None and ctx.method != "ping":
             await self._check_session(ctx, episode)
         if ctx.method == "tools/list":
             result = await call_next(ctx)
-            if episode is None:
-                return result
-            await self._record(episode, "list_tools", ctx.method)
-            if not episode.protocol.changed:
+            promise = self.ttl_ms is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+            if episode is None and not promise:
                 return result
             listing = _dump(result)
-            listing["tools"] = episode.protocol.listing(list(listing.get("tools") or []))
+            if promise:
+                listing["ttlMs"] = self.ttl_ms  # the cache promise a StaleListing fault breaks
+            if episode is not None:
+                await self._record(episode, "list_tools", ctx.method)
+                if episode.protocol.changed:
+                    listing["tools"] = episode.protocol.listing(list(listing.get("tools") or []))
             return self._shaped(ctx, listing)
         if ctx.method == "tools/call":
             return await self._call(ctx, call_next, episode)
@@ -200,6 +232,8 @@ class ProtocolLayer:
 
     def _peek(self, ctx: ServerRequestContext[Any]) -> Episode | None:
         """The live episode of a request, if it has one (never creates an episode)."""
+        if self._resolve is not None:
+            return self._resolve(ctx)
         try:
             request = episode_request(ctx, self._connection_episode())
         except NoEpisodeError:
@@ -214,6 +248,10 @@ class ProtocolLayer:
                 episode=episode.id, seq=episode.next_seq(), kind=kind, method=method, detail=detail
             )
             self.pipeline.recorder.record(episode, event)
+
+    async def resumed(self, episode: Episode) -> None:
+        """A client resumed an episode whose handle a fault revoked (``start_episode`` again)."""
+        await self._record(episode, "initialize", "tools/call", resumed=True)
 
     async def _reinitialized(self, episode: Episode, ctx: ServerRequestContext[Any]) -> None:
         state = episode.protocol
@@ -245,6 +283,8 @@ class ProtocolLayer:
         name = params.get("name")
         pending_key = params.get("requestState")
         if episode is not None and isinstance(pending_key, str) and pending_key in episode.protocol.pending:
+            if episode.protocol.pending[pending_key].get("fault") == "input_required":
+                return await self._round_answered(ctx, episode, pending_key, params)
             return await self._answered(ctx, episode, pending_key, params)
         if episode is not None and episode.protocol.changed and isinstance(name, str):
             rewritten = await self._through_catalogue(ctx, episode, name, params)
@@ -319,6 +359,10 @@ class ProtocolLayer:
         """What the fault that fired on this call does on the wire."""
         state = episode.protocol
         tool = event.tool
+        if isinstance(
+            fault, StaleListing | NotificationDropped | DiscoverChanged | HandleExpired | InputRequired
+        ):
+            return await self._apply_modern(ctx, episode, tool, fault, result)
         if isinstance(fault, ToolRemoved | ToolRenamed):
             if isinstance(fault, ToolRenamed):
                 state.renamed[fault.renamed(tool)] = tool
@@ -424,18 +468,37 @@ class ProtocolLayer:
             return "stdio"
         return "memory"  # in process there is no wire: nothing to duplicate, a reset is an error
 
-    async def _list_changed(self, ctx: ServerRequestContext[Any], episode: Episode) -> None:
+    async def _list_changed(self, ctx: ServerRequestContext[Any], episode: Episode, copies: int = 1) -> None:
+        """Tell the client its tool list changed, ``copies`` times (0: the notice is lost).
+
+        2026-07-28: on the client's ``subscriptions/listen`` streams, else (it listens on none) on the
+        request's own stream; the handshake era: on the session.
+        """
         # The episode rides along in _meta so a client multiplexing episodes knows whose list changed.
         notification = types.ToolListChangedNotification(
             params=types.NotificationParams(_meta={"mcp-resili/episode": episode.id})
         )
-        try:
-            await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
-            sent = True
-        except Exception as exc:  # a client that went away still meets the changed catalogue
-            logger.debug("could not send tools/list_changed: %r", exc)
-            sent = False
-        await self._record(episode, "notified", "notifications/tools/list_changed", sent=sent)
+        listened = 0
+        sent = False
+        for _ in range(copies):
+            if self._publish is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                listened = await self._publish(ctx)
+                if listened:
+                    sent = True
+                    continue
+            try:
+                await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
+                sent = True
+            except Exception as exc:  # a client that went away still meets the changed catalogue
+                logger.debug("could not send tools/list_changed: %r", exc)
+        await self._record(
+            episode,
+            "notified",
+            "notifications/tools/list_changed",
+            sent=sent,
+            copies=copies,
+            listeners=listened,
+        )
 
     async def _progress(self, ctx: ServerRequestContext[Any], count: int, total: float | None) -> int:
         # On 2026-07-28 in process the callback travels without a token; report_progress knows.
@@ -542,6 +605,145 @@ class ProtocolLayer:
         await self._record(episode, "answered", held["kind"], answer=answer)
         return self._shaped(ctx, dict(held["result"]))
 
+    # --- the 2026-07-28 faults (each with its handshake-era equivalent) ----------------------------------
+
+    async def _apply_modern(
+        self,
+        ctx: ServerRequestContext[Any],
+        episode: Episode,
+        tool: str,
+        fault: StaleListing | NotificationDropped | DiscoverChanged | HandleExpired | InputRequired,
+        result: HandlerResult,
+    ) -> HandlerResult:
+        """What a fault of the modern family does, in the client's era."""
+        state = episode.protocol
+        if isinstance(fault, StaleListing):
+            # Silent: a client that trusts its cached list until ttlMs runs out calls a stale name.
+            if fault.change == "renamed":
+                state.renamed[fault.renamed(tool)] = tool
+            else:
+                state.removed.add(tool)
+            await self._record(
+                episode, "silent_change", "tools/list", change=fault.change, ttl_ms=self.ttl_ms
+            )
+            return result
+        if isinstance(fault, NotificationDropped):
+            state.added[fault.added(tool)] = tool
+            await self._list_changed(
+                ctx, episode, copies=2 if isinstance(fault, NotificationDuplicated) else 0
+            )
+            return result
+        if isinstance(fault, DiscoverChanged):
+            state.discover = fault.change
+            await self._record(episode, "discover_changed", "server/discover", change=fault.change)
+            return result
+        if isinstance(fault, HandleExpired):
+            if self._revoke_handle is not None and self._revoke_handle(episode, fault.unknown):
+                await self._record(episode, "handle_revoked", "tools/call", unknown=fault.unknown)
+                return result  # the refusal the pipeline recorded: an isError naming start_episode
+            # Not in handle mode: the session expires, this era's equivalent.
+            state.expired = REASON_EXPIRED
+            session = _session_id(ctx)
+            if session is not None:
+                self.http.expired[session] = REASON_EXPIRED
+            raise _expired(REASON_EXPIRED)
+        return await self._input_rounds(ctx, episode, fault, result)
+
+    def _changed_discovery(
+        self, ctx: ServerRequestContext[Any], result: HandlerResult, change: str
+    ) -> HandlerResult:
+        """A discovery answer (``server/discover``, or ``initialize``) as `DiscoverChanged` changed it."""
+        answer = _dump(result)
+        if change == "capabilities":
+            capabilities = {
+                k: v for k, v in (answer.get("capabilities") or {}).items() if k not in _DROPPED_CAPABILITIES
+            }
+            if "tools" in capabilities:
+                capabilities["tools"] = {"listChanged": False}
+            answer["capabilities"] = capabilities
+        elif ctx.method == "server/discover":
+            versions = [v for v in answer.get("supportedVersions") or [] if v != NEWER_VERSION]
+            answer["supportedVersions"] = [NEWER_VERSION, *versions]
+        else:
+            # The handshake era's equivalent: the new initialize negotiates another (older) version.
+            asked = answer.get("protocolVersion")
+            answer["protocolVersion"] = next(v for v in HANDSHAKE_PROTOCOL_VERSIONS if v != asked)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return self._shaped(ctx, answer)
+        return answer
+
+    async def _input_rounds(
+        self, ctx: ServerRequestContext[Any], episode: Episode, fault: InputRequired, result: HandlerResult
+    ) -> HandlerResult:
+        """`InputRequired`: ask the client ``rounds`` times before the answer."""
+        if not ctx.session.check_client_capability(
+            types.ClientCapabilities(elicitation=types.ElicitationCapability())
+        ):
+            await self._record(episode, "answered", "input_required", answer="not_supported")
+            return result
+        request = _confirm_request(fault.message)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            held: dict[str, Any] = {"fault": "input_required", "kind": "elicitation", "result": _dump(result)}
+            held |= {"left": fault.rounds, "late": fault.late, "asked": 1, "cap": 3 * fault.rounds}
+            held["message"] = fault.message
+            return await self._ask_round(episode, held, request)
+        good = asked = 0
+        while good < fault.rounds and asked < 3 * fault.rounds:
+            asked += 1
+            answer = await self._elicit_once(ctx, request)
+            await self._record(episode, "answered", "input_required", answer=answer, round=asked)
+            if answer == "accept":
+                good += 1
+            elif answer in ("decline", "cancel") or answer.startswith(("error", "no_answer")):
+                break
+        final = _rounds_ended(fault.rounds - good, answer)
+        await self._record(episode, "answered", "input_required", answer=final, rounds=good)
+        return result
+
+    async def _ask_round(
+        self, episode: Episode, held: dict[str, Any], request: types.ElicitRequest
+    ) -> types.InputRequiredResult:
+        key = secrets.token_hex(8)
+        episode.protocol.pending[key] = held
+        await self._record(episode, "asked", "input_required", round=held["asked"])
+        return types.InputRequiredResult(input_requests={"elicitation": request}, request_state=key)
+
+    async def _elicit_once(self, ctx: ServerRequestContext[Any], request: types.ElicitRequest) -> str:
+        """One handshake-era elicitation round: ``accept`` (well-formed), ``malformed``, or what came."""
+        try:
+            with anyio.fail_after(ANSWER_SECONDS):
+                elicited = await ctx.session.send_request(request, types.ElicitResult, metadata=_related(ctx))
+        except MCPError as exc:
+            return f"error {exc.code}"
+        except TimeoutError:
+            return "no_answer"
+        except Exception as exc:  # an answer that breaks the schema is still the client's answer
+            return f"malformed: {type(exc).__name__}"
+        return _round_answer(elicited.model_dump(mode="json", by_alias=True))
+
+    async def _round_answered(
+        self, ctx: ServerRequestContext[Any], episode: Episode, key: str, params: Mapping[str, Any]
+    ) -> HandlerResult:
+        """A 2026-07-28 retry answering an `InputRequired` round."""
+        held = episode.protocol.pending.pop(key)
+        responses = params.get("inputResponses")
+        response = responses.get("elicitation") if isinstance(responses, dict) else None
+        if held["late"]:
+            held["late"] = False  # the first answer comes after its request state expired
+            answer = "late"
+        else:
+            answer = _round_answer(response)
+        await self._record(episode, "answered", "input_required", answer=answer, round=held["asked"])
+        if answer == "accept":
+            held["left"] -= 1
+        if answer in ("decline", "cancel") or held["left"] == 0 or held["asked"] >= held["cap"]:
+            final = _rounds_ended(held["left"], answer)
+            await self._record(episode, "answered", "input_required", answer=final, asked=held["asked"])
+            return self._shaped(ctx, dict(held["result"]))
+        held["asked"] += 1
+        asking = await self._ask_round(episode, held, _confirm_request(held["message"]))
+        return self._shaped(ctx, _dump(asking))
+
 
 def _related(ctx: ServerRequestContext[Any]) -> Any:
     from mcp.shared.message import ServerMessageMetadata
@@ -576,3 +778,48 @@ def session_error_body(reason: str) -> bytes:
     error = _unauthorized() if reason == REASON_UNAUTHORIZED else _expired(reason)
     body = {"jsonrpc": "2.0", "id": None, "error": error.error.model_dump(mode="json", exclude_none=True)}
     return json.dumps(body).encode()
+
+
+def _confirm_request(message: str = "Please confirm that the operation may continue.") -> types.ElicitRequest:
+    return types.ElicitRequest(
+        params=types.ElicitRequestFormParams(message=message, requested_schema=CONFIRM_SCHEMA)
+    )
+
+
+def _rounds_ended(left: int, last: str) -> str:
+    """How `InputRequired` rounds ended: ``complete``, ``declined`` (a clean refusal), or ``incomplete``."""
+    if left == 0:
+        return "complete"
+    return "declined" if last in ("decline", "cancel") else "incomplete"
+
+
+def _round_answer(response: object) -> str:
+    """An elicitation answer: ``accept`` when it fits `CONFIRM_SCHEMA`, else ``malformed`` or its action."""
+    if not isinstance(response, dict):
+        return "malformed"
+    action = response.get("action")
+    if action in ("decline", "cancel"):
+        return str(action)
+    content = response.get("content")
+    if action == "accept" and isinstance(content, dict) and isinstance(content.get("confirm"), bool):
+        return "accept"
+    return "malformed"
+
+
+def _promised_ttl(plan: Mapping[str, Any] | Any) -> int | None:
+    """The ``ttl_ms`` of the first `StaleListing` in a plan's JSON form, if it holds one."""
+    if isinstance(plan, Mapping):
+        if plan.get("type") == "stale_listing":
+            ttl = plan.get("ttl_ms")
+            default: int = StaleListing.model_fields["ttl_ms"].default
+            return int(ttl) if isinstance(ttl, int) else default
+        for value in plan.values():
+            found = _promised_ttl(value)
+            if found is not None:
+                return found
+    elif isinstance(plan, list | tuple):
+        for value in plan:
+            found = _promised_ttl(value)
+            if found is not None:
+                return found
+    return None

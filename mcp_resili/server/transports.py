@@ -14,6 +14,7 @@ HTTP is locked unless it listens on loopback only: binding any other address nee
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -21,8 +22,9 @@ import logging
 import re
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from http.cookies import CookieError, SimpleCookie
 from typing import Any, BinaryIO, Protocol
 
 import anyio
@@ -40,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_resili.constants import AUTH_TOKEN_ENV
 from mcp_resili.errors import UserError
+from mcp_resili.server.episodes import CLIENT_COOKIE, SCOPE_CLIENT, SCOPE_PRINCIPAL, HandleMint
 from mcp_resili.server.protocol import (
     REASON_UNAUTHORIZED,
     WIRE_ACTIONS,
@@ -190,6 +193,14 @@ def parse_line(line: bytes | OverlongLine) -> types.JSONRPCMessage | types.JSONR
     )
 
 
+def _modern_request(message: object) -> bool:
+    """Whether ``message`` is a request in the 2026-07-28 envelope (``initialize`` never is)."""
+    if not isinstance(message, types.JSONRPCRequest) or message.method == "initialize":
+        return False
+    meta = (message.params or {}).get("_meta")
+    return isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta
+
+
 class _Pending:
     """Ids of the requests read from stdio and not answered yet."""
 
@@ -276,6 +287,8 @@ async def serve_stdio(
     outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage](0)
 
     pending = _Pending()
+    #: The server serves the handshake era only (a proxy of a handshake-era upstream).
+    handshake_only = bool(getattr(server, "handshake_only", False))
     layer = getattr(server, "protocol", None)
     wire = StdioWire() if layer is not None else None
     if layer is not None:
@@ -290,6 +303,13 @@ async def serve_stdio(
                 parsed = parse_line(line)
                 if isinstance(parsed, types.JSONRPCError):
                     await replies.send(SessionMessage(parsed))
+                elif handshake_only and _modern_request(parsed):
+                    # A proxy of a handshake-era server answers a 2026-07-28 request as that server
+                    # would, and leaves the connection's era to the client's next try (initialize).
+                    assert isinstance(parsed, types.JSONRPCRequest)
+                    await replies.send(
+                        SessionMessage(_error(types.METHOD_NOT_FOUND, "Method not found", parsed.id))
+                    )
                 elif parsed is not None:
                     pending.inbound(parsed)
                     await inbound_send.send(SessionMessage(parsed))
@@ -360,23 +380,37 @@ class HttpAccess:
     insecure: bool = False
     #: ``Host`` values accepted besides the bind address's own (``name`` or ``name:port``).
     allowed_hosts: tuple[str, ...] = ()
+    #: Further accepted tokens, each its own principal (episodes and handles are bound to one).
+    more_tokens: tuple[str, ...] = ()
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        """Every accepted bearer token."""
+        return (self.auth_token, *self.more_tokens) if self.auth_token is not None else ()
 
     @classmethod
     def from_options(
         cls,
-        auth_token: str | None,
+        auth_token: str | Sequence[str] | None,
         insecure: bool,
         allowed_hosts: Iterable[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> HttpAccess:
-        """From the command line: ``--auth-token`` else `AUTH_TOKEN_ENV`; `ExposureError` if too short."""
-        token = auth_token or (env if env is not None else {}).get(AUTH_TOKEN_ENV) or None
-        if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
+        """From the command line: ``--auth-token`` (repeatable) else `AUTH_TOKEN_ENV`.
+
+        `ExposureError` for a token that is too short.
+        """
+        given = [auth_token] if isinstance(auth_token, str) else list(auth_token or [])
+        tokens = [t.strip() for t in given if t] or [
+            t.strip() for t in [(env if env is not None else {}).get(AUTH_TOKEN_ENV)] if t
+        ]
+        if any(len(token) < MIN_TOKEN_CHARS for token in tokens):
             raise ExposureError(
                 f"the auth token must have at least {MIN_TOKEN_CHARS} characters "
                 "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
-        return cls(token.strip() if token else None, insecure, tuple(allowed_hosts))
+        first = tokens[0] if tokens else None
+        return cls(first, insecure, tuple(allowed_hosts), tuple(dict.fromkeys(tokens[1:])))
 
 
 def is_loopback(host: str) -> bool:
@@ -434,18 +468,36 @@ def transport_security(host: str, allowed_hosts: Iterable[str] = ()) -> Transpor
     )
 
 
-class BearerTokenMiddleware:
-    """Answers 401 to any HTTP request without ``Authorization: Bearer TOKEN`` (constant-time compare)."""
+def principal_of(token: str) -> str:
+    """The principal a bearer token stands for: a hash (the token itself is never kept with episodes)."""
+    return hashlib.sha256(token.encode()).hexdigest()[:24]
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+
+class BearerTokenMiddleware:
+    """Answers 401 to any HTTP request without ``Authorization: Bearer TOKEN`` (constant-time compare).
+
+    Several tokens may be accepted: each is a principal of its own, left in the request's scope
+    (`SCOPE_PRINCIPAL`) for the episode table, which binds episodes and handles to it.
+    """
+
+    def __init__(self, app: ASGIApp, token: str | Sequence[str]) -> None:
         self.app = app
-        self._token = token.encode()
+        tokens = [token] if isinstance(token, str) else list(token)
+        self._tokens = [(t.encode(), principal_of(t)) for t in tokens]
+
+    def _principal(self, given: bytes) -> str | None:
+        found = None
+        for token, principal in self._tokens:  # every token compared: no early exit to time
+            if hmac.compare_digest(given, token):
+                found = principal
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Check the token, then pass the request on."""
         if scope["type"] == "http":
             scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+            principal = self._principal(given.strip().encode()) if scheme.lower() == "bearer" else None
+            if principal is None:
                 response = JSONResponse(
                     {"error": "unauthorized", "message": "send Authorization: Bearer TOKEN"},
                     status_code=401,
@@ -453,7 +505,61 @@ class BearerTokenMiddleware:
                 )
                 await response(scope, receive, send)
                 return
+            scope[SCOPE_PRINCIPAL] = principal
         await self.app(scope, receive, send)
+
+
+class ClientCookie:
+    """Tells stateless HTTP clients apart: a server-minted cookie, set once, read on every request.
+
+    A 2026-07-28 client has no session id; one that keeps cookies (httpx, the Python SDK, browsers)
+    sends this one back, so the episodes it names are its own (`ClientIdentity`). A value this
+    process did not mint is replaced. A client that keeps no cookies is a stranger on every request:
+    only a server-minted episode handle opens its existing episodes.
+    """
+
+    def __init__(self, app: ASGIApp, mint: HandleMint | None = None) -> None:
+        self.app = app
+        self.mint = mint or HandleMint()
+
+    def __getattr__(self, name: str) -> Any:
+        # Transparent: the app it wraps (the SDK's Starlette app: its router, lifespan) shows through.
+        return getattr(self.app, name)
+
+    def _kept(self, scope: Scope) -> str | None:
+        raw = Headers(scope=scope).get("cookie")
+        if not raw:
+            return None
+        try:
+            morsel = SimpleCookie(raw).get(CLIENT_COOKIE)
+        except CookieError:
+            return None
+        if morsel is None or not self.mint.verify("client", "c-", morsel.value):
+            return None
+        return morsel.value
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Put the client's id in the scope (`SCOPE_CLIENT`); set the cookie when it had none."""
+        if scope["type"] != "http" or SCOPE_CLIENT in scope:
+            # Not HTTP, or an in-process front (never a remote client: it cannot write the ASGI scope)
+            # already said who the client is.
+            await self.app(scope, receive, send)
+            return
+        kept = self._kept(scope)
+        if kept is not None:
+            scope[SCOPE_CLIENT] = kept
+            await self.app(scope, receive, send)
+            return
+        minted = self.mint.mint("client", "c-")
+        scope[SCOPE_CLIENT] = minted
+        cookie = f"{CLIENT_COOKIE}={minted}; Path=/; HttpOnly; SameSite=Strict".encode()
+
+        async def setting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+            await send(message)
+
+        await self.app(scope, receive, setting_send)
 
 
 class ProtocolGuard:
@@ -578,12 +684,12 @@ def http_app(server: Serves, host: str, access: HttpAccess | None = None) -> ASG
         host=host,
         transport_security=transport_security(host, access.allowed_hosts),
     )
-    app = HostCheckHint(app)
+    app = HostCheckHint(ClientCookie(app))
     layer = getattr(server, "protocol", None)
     if isinstance(layer, ProtocolLayer):
         app = ProtocolGuard(app, layer)
     if access.auth_token is not None:
-        app = BearerTokenMiddleware(app, access.auth_token)
+        app = BearerTokenMiddleware(app, access.tokens)
     return app
 
 

@@ -103,8 +103,13 @@ def _execute(client: Client, tool: str, episode: dict[str, Any]) -> Callable[...
 
 
 @contextlib.asynccontextmanager
-async def sample_tools(shared: SharedServer, episode: dict[str, Any]) -> AsyncIterator[list[ToolDef]]:
-    """The sample's tools on ``shared``: inspect tool definitions calling its episode, while open."""
+async def sample_tools(
+    shared: SharedServer, episode: dict[str, Any]
+) -> AsyncIterator[tuple[list[ToolDef], Client]]:
+    """The sample's tools on ``shared``: inspect tool definitions calling its episode, while open.
+
+    Also the sample's client: the episode belongs to its connection, so its trace is taken through it.
+    """
     from inspect_ai.tool import ToolDef
 
     from mcp_resili.client.inprocess import InProcessClient
@@ -116,21 +121,23 @@ async def sample_tools(shared: SharedServer, episode: dict[str, Any]) -> AsyncIt
                 shared.tool_params = [
                     (t.name, t.description or t.name, _parameters(t.input_schema)) for t in listed
                 ]
-        yield [
+        tools = [
             ToolDef(_execute(client, name, episode), name=name, description=description, parameters=params)
             for name, description, params in shared.tool_params
         ]
+        yield tools, client
 
 
-async def take_trace(shared: SharedServer, episode_id: str) -> dict[str, Any]:
-    """Close the episode and take its trace (header and events), through the runner-only method."""
+async def take_trace(client: Client, episode_id: str) -> dict[str, Any]:
+    """Close the episode and take its trace (header and events), through the runner-only method.
+
+    ``client`` is the connection that played the episode (its owner).
+    """
     import mcp_types as types
 
-    from mcp_resili.client.inprocess import InProcessClient
     from mcp_resili.constants import TRACE_METHOD
     from mcp_resili.server.app import EpisodeTraceResult
 
     request = types.Request[dict[str, Any], str](method=TRACE_METHOD, params={"episode": episode_id})
-    async with InProcessClient(shared.server.mcp) as client:
-        result = await client.session.send_request(request, EpisodeTraceResult)
+    result = await client.session.send_request(request, EpisodeTraceResult)
     return {"header": result.header, "events": result.events}

@@ -70,14 +70,16 @@ def episode_header(episode: SampleEpisode) -> str:
     return json.dumps({"id": episode.id, "task": episode.task, "trial": episode.trial, "seed": episode.seed})
 
 
-def mcp_server(episode: SampleEpisode, time_scale: float) -> MCPServer:
-    """The sample's MCP server (nothing starts until a connection is entered)."""
+def mcp_server(episode: SampleEpisode, time_scale: float, cookie: str | None = None) -> MCPServer:
+    """The sample's MCP server (nothing starts until a connection is entered).
+
+    ``cookie``: the client id a shared server minted for this sample (see `client_cookie`).
+    """
     from mcp_resili.constants import EPISODE_HEADER
 
     if episode.server is not None:
-        return mcp_server_http(
-            name=SERVER_NAME, url=episode.server, headers={EPISODE_HEADER: episode_header(episode)}
-        )
+        headers = {EPISODE_HEADER: episode_header(episode), **({"cookie": cookie} if cookie else {})}
+        return mcp_server_http(name=SERVER_NAME, url=episode.server, headers=headers)
     return mcp_server_stdio(
         name=SERVER_NAME, command=sys.executable, args=serve_arguments(episode, time_scale)
     )
@@ -109,12 +111,13 @@ def resili_agent(
             assert episode.faults is not None  # known unless the user's own server (-T server) plays
             key = ServerKey(suite.name, episode.faults, episode.seed, time_scale, episode.max_turns_override)
             shared = shared_server(key)
-            async with sample_tools(shared, json.loads(episode_header(episode))) as tools:
+            async with sample_tools(shared, json.loads(episode_header(episode))) as (tools, client):
                 outcome = await clock.run(lambda: play(state, episode, tools, rules, clock), rules.name)
-            state.store.set(OUTCOME_KEY, outcome.to_store())
-            write_trace(episode, await take_trace(shared, episode.id))
+                state.store.set(OUTCOME_KEY, outcome.to_store())
+                write_trace(episode, await take_trace(client, episode.id))
         else:
-            server = mcp_server(episode, time_scale)
+            cookie = await client_cookie(episode.server) if episode.server is not None else None
+            server = mcp_server(episode, time_scale, cookie)
             async with mcp_connection([server]):
                 # Definitions built once per sample: inspect would rebuild each from its callable at
                 # every model turn and every tool call.
@@ -122,7 +125,7 @@ def resili_agent(
                 outcome = await clock.run(lambda: play(state, episode, tools, rules, clock), rules.name)
             state.store.set(OUTCOME_KEY, outcome.to_store())
             if episode.server is not None:
-                await fetch_trace(episode)
+                await fetch_trace(episode, cookie)
         if outcome.termination == "infrastructure_error":
             raise void_episode(episode, outcome)
         return state
@@ -360,21 +363,49 @@ def _observed_call(episode: SampleEpisode, result: ChatMessageTool, seq: int) ->
     )
 
 
-async def fetch_trace(episode: SampleEpisode) -> None:
+async def client_cookie(url: str) -> str | None:
+    """The client id a shared server mints for this sample, as a ``cookie`` header value.
+
+    An episode belongs to the client that opened it: inspect's connection plays it and ours takes its
+    trace, so both present the same server-minted id. None from a server that mints none.
+    """
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from mcp_resili.server.episodes import CLIENT_COOKIE
+
+    async with (
+        httpx2.AsyncClient(timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        await client.list_tools()
+        value = http.cookies.get(CLIENT_COOKIE)
+    return f"{CLIENT_COOKIE}={value}" if value else None
+
+
+async def fetch_trace(episode: SampleEpisode, cookie: str | None) -> None:
     """Close the episode on the user's server (``-T server``) and write its trace for the scorer.
 
     Our server hands an episode's recorded events over once, through its runner-only method, and
-    refuses any later call to it (so nothing the model does afterwards can reach the episode).
+    refuses any later call to it (so nothing the model does afterwards can reach the episode). Only
+    the episode's client may: ``cookie`` is the id the sample's calls presented.
     """
+    import httpx2
     import mcp_types as types
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     from mcp_resili.constants import TRACE_METHOD
     from mcp_resili.server.app import EpisodeTraceResult
 
     assert episode.server is not None  # only called for a shared server
     request = types.Request[dict[str, Any], str](method=TRACE_METHOD, params={"episode": episode.id})
-    async with Client(episode.server, read_timeout_seconds=60) as client:
+    headers = {"cookie": cookie} if cookie else None
+    async with (
+        httpx2.AsyncClient(timeout=60, headers=headers) as http,
+        Client(streamable_http_client(episode.server, http_client=http)) as client,
+    ):
         result = await client.session.send_request(request, EpisodeTraceResult)
     write_trace(episode, {"header": result.header, "events": result.events})
 

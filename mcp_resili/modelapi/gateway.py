@@ -122,6 +122,10 @@ SLOW_PIECES = 8
 Sleeper = Callable[[float], Awaitable[None]]
 
 
+#: Seconds an idle upstream connection is kept for reuse (below uvicorn's 5 s keep-alive).
+UPSTREAM_KEEPALIVE_SECONDS = 3.0
+
+
 class CallWatch(Protocol):
     """Sees one model call as it happens: every byte its client is sent, then its ledger entry."""
 
@@ -269,7 +273,9 @@ class ModelGateway:
                 total=None, sock_connect=10.0, sock_read=self.settings.upstream_timeout
             )
             self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=1000),
+                # An idle upstream connection is let go before common servers close it (uvicorn, so
+                # vLLM and our model server: 5 s), or a reused one can die under the next request.
+                connector=aiohttp.TCPConnector(limit=1000, keepalive_timeout=UPSTREAM_KEEPALIVE_SECONDS),
                 # A cookie one client's upstream answer set must never ride on another's request.
                 cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=timeout,

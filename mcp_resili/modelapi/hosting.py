@@ -84,6 +84,9 @@ async def serve_app(
         server_header=False,
         date_header=False,
         timeout_graceful_shutdown=2,
+        # Longer than any client's idle reuse (aiohttp keeps 15 s by default): a client never sends on
+        # a connection we are closing.
+        timeout_keep_alive=75,
     )
     server = _Server(config, handle_signals=handle_signals)
     stopped = anyio.Event()

@@ -197,7 +197,7 @@ async def test_the_cost_cap_holds_for_the_whole_run_across_ray_workers_even_with
     assert len(result.rows) + result.budget_stopped + result.skipped == 12
     # Episodes in flight when the cap is reached are budget-stopped: at most one per slot, and none
     # when the call that reached it ended the last episode in flight (a loaded machine's schedule).
-    assert result.budget_stopped <= 4 and result.skipped >= 12 - 4 - len(result.rows)
+    assert result.budget_stopped <= 4
     assert all(r.cost_usd > 0 for r in result.rows)
 
 

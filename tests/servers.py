@@ -70,6 +70,19 @@ def cli_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "mcp_resili", *args]
 
 
+def interruptible(argv: list[str]) -> list[str]:
+    """``argv`` started with Ctrl-C's default restored, so SIGINT stops it as it stops a user's.
+
+    A process started where SIGINT is ignored (a test runner's worker, a shell's background job)
+    passes that on to its children, and Python then installs no KeyboardInterrupt for them.
+    """
+    restore = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-c", restore, *argv]
+
+
 def serve_command(*args: str) -> list[str]:
     """The command line of ``mcp-resili serve ARGS`` run by this interpreter."""
     return [sys.executable, "-m", "mcp_resili", "serve", *args]

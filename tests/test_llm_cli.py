@@ -9,7 +9,7 @@ import anyio
 import openai
 import pytest
 from llm_support import model_server, openai_client, serving
-from servers import START_TIMEOUT, child_env, cli_command, free_port
+from servers import START_TIMEOUT, child_env, cli_command, free_port, interruptible
 
 from mcp_resili.modelapi import TRACE_SUFFIX, read_model_events
 from mcp_resili.modelserver import ModelServer
@@ -29,7 +29,7 @@ async def run(*args: str, **env: str) -> tuple[int, str]:
 @contextlib.asynccontextmanager
 async def started(*args: str) -> AsyncIterator[tuple[str, list[str]]]:
     """``mcp-resili ARGS`` running: yields its URL (from its start line) and its stderr lines so far."""
-    async with await anyio.open_process(cli_command(*args), env=child_env()) as process:
+    async with await anyio.open_process(interruptible(cli_command(*args)), env=child_env()) as process:
         lines: list[str] = []
         buffer = ""
         assert process.stderr is not None
@@ -42,8 +42,12 @@ async def started(*args: str) -> AsyncIterator[tuple[str, list[str]]]:
             yield found.group(1), lines
         finally:
             process.send_signal(signal.SIGINT)
-            with anyio.fail_after(START_TIMEOUT):
+            with anyio.move_on_after(START_TIMEOUT):
                 await process.wait()
+            if process.returncode is None:  # never left running (closing the process would wait on it)
+                process.kill()
+                await process.wait()
+                pytest.fail(f"mcp-resili {args[0]} did not stop on Ctrl-C")
 
 
 async def test_a_bad_upstream_is_one_line_and_exit_2(tmp_path):

@@ -195,7 +195,10 @@ async def test_the_cost_cap_holds_for_the_whole_run_across_ray_workers_even_with
     assert result.stopped == "max_cost" and result.spent_usd is not None
     assert 1.0 <= result.spent_usd < 1.0 + 4 * 0.14
     assert len(result.rows) + result.budget_stopped + result.skipped == 12
-    assert result.budget_stopped >= 1 and all(r.cost_usd > 0 for r in result.rows)
+    # Episodes in flight when the cap is reached are budget-stopped: at most one per slot, and none
+    # when the call that reached it ended the last episode in flight (a loaded machine's schedule).
+    assert result.budget_stopped <= 4
+    assert all(r.cost_usd > 0 for r in result.rows)
 
 
 async def test_sigterm_stops_a_ray_run_in_one_line_and_gives_the_cluster_its_cpus_back(ray_cluster, tmp_path):

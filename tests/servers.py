@@ -70,6 +70,20 @@ def cli_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "mcp_resili", *args]
 
 
+async def accepting(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait until ``proc`` accepts connections on ``port``; fail with its log if it exits first."""
+    with anyio.fail_after(START_TIMEOUT):
+        while True:
+            assert proc.poll() is None, log.read_text(errors="replace")
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                await anyio.sleep(0.05)  # polling another process's socket; nothing is timed
+                continue
+            await stream.aclose()
+            return
+
+
 def interruptible(argv: list[str]) -> list[str]:
     """``argv`` started with Ctrl-C's default restored, so SIGINT stops it as it stops a user's.
 

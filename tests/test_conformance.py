@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from npm_peers import GENERIC_SCENARIOS, node_env, npm_peers, passed, run_conformance
-from servers import START_TIMEOUT, child_env, cli_command, free_port, running_http_server
+from servers import START_TIMEOUT, accepting, child_env, cli_command, free_port, running_http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -41,19 +41,6 @@ def process(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subproc
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-
-
-async def accepting(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    with anyio.fail_after(START_TIMEOUT):
-        while True:
-            assert proc.poll() is None, log.read_text(errors="replace")
-            try:
-                stream = await anyio.connect_tcp("127.0.0.1", port)
-            except OSError:
-                await anyio.sleep(0.05)  # polling another process's socket; nothing is timed
-                continue
-            await stream.aclose()
-            return
 
 
 async def test_the_generic_scenarios_pass_on_serve(tmp_path: Path) -> None:

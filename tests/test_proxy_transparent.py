@@ -23,7 +23,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 from npm_peers import node_env, npm_peers
-from servers import CLI_TIMEOUT, START_TIMEOUT, child_env, cli_command, free_port
+from servers import CLI_TIMEOUT, START_TIMEOUT, accepting, child_env, cli_command, free_port
 
 from mcp_resili.trace import Trace
 
@@ -64,16 +64,7 @@ async def proxied(upstream: str, *args: str, workdir: Path, **env_extra: str) ->
             argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env
         )
         try:
-            with anyio.fail_after(START_TIMEOUT):
-                while True:
-                    assert proc.poll() is None, log.read_text(errors="replace")
-                    try:
-                        stream = await anyio.connect_tcp("127.0.0.1", port)
-                    except OSError:
-                        await anyio.sleep(0.05)  # polling another process's socket; nothing is timed
-                        continue
-                    await stream.aclose()
-                    break
+            await accepting(port, proc, log)
             yield f"http://127.0.0.1:{port}/mcp"
         finally:
             proc.terminate()

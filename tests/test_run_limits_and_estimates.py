@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass, replace
 
 import anyio
+import anyio.lowlevel
 import pytest
 from tiny_suite import suite as tiny_suite
 
@@ -23,6 +24,22 @@ class NeverAnswers:
     async def generate(self, request: ModelRequest) -> ModelResponse:
         await anyio.Event().wait()
         raise AssertionError("unreachable")
+
+
+class HeldPastTheCut:
+    """The harness holds the call past the limit and, like a call in a worker thread, finishes its
+    wait unaware of the cut: the cut takes effect only after the hold has ended, at the next await."""
+
+    name: str = "scripted:oracle"
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        wait = HARNESS_WAIT.get()
+        assert wait is not None
+        with harness_waiting("a rate limit held the call"):
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep_until(wait.deadline + 0.05)
+        await anyio.lowlevel.checkpoint()
+        return ModelResponse(text="all done")
 
 
 class AnswersJustAfterTheLimit:
@@ -73,6 +90,15 @@ async def test_a_late_answer_the_harness_held_is_an_infrastructure_error(tmp_pat
     # the limit is ample here (the model holds until it, so the test takes about this long).
     result = await run_with(AnswersJustAfterTheLimit(held=True), monkeypatch, tmp_path, 2.0)
     assert [(r.termination, r.label) for r in result.rows] == [("infrastructure_error", None)] * 2
+
+
+async def test_a_hold_that_ends_before_its_cut_takes_effect_still_voids_the_episode(tmp_path, monkeypatch):
+    # How the cut is read is decided when it is made: read afterwards, the hold had ended and the
+    # episode was called the agent's time_limit (seen once in a loaded CI run).
+    result = await run_with(HeldPastTheCut(), monkeypatch, tmp_path, 0.05)
+    assert [(r.termination, r.label) for r in result.rows] == [("infrastructure_error", None)] * 2
+    end = Trace.from_lines(result.rows[0].trace.splitlines()).end
+    assert end is not None and "ran out while a rate limit held the call" in end.detail
 
 
 async def test_a_model_that_never_answers_is_an_infrastructure_error_after_the_grace(tmp_path, monkeypatch):

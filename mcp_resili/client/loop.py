@@ -288,6 +288,9 @@ class _LoopState:
     model_call_running: bool = False
     #: Set by `_keep_time` when the limit finds a model call under way; the call sets it on ending.
     model_call_ended: anyio.Event | None = None
+    #: How the episode ends if `_keep_time` cuts it (termination, detail), decided when it cuts: read
+    #: afterwards, the harness wait or model call it cut for may have ended before the cut took effect.
+    cut: tuple[str, str] | None = None
 
 
 async def play_episode(
@@ -315,6 +318,9 @@ async def play_episode(
     limit = episode.time_limit if episode.time_limit is not None else math.inf
     wait = state.wait
     token = HARNESS_WAIT.set(wait)
+    # Whether `_loop` ended the episode itself: a cut delivered after that (at the clock's last
+    # await) must not overturn its verdict.
+    finished = False
     try:
         with anyio.CancelScope() as scope:
             wait.deadline = anyio.current_time() + limit
@@ -322,12 +328,14 @@ async def play_episode(
                 # No model call to let outlast the limit (a scripted agent): one timer, no watchdog.
                 scope.deadline = wait.deadline
                 await _loop(client, model, episode, definitions, rules, state, recorded)
+                finished = True
             else:
                 failure: Exception | None = None
                 async with anyio.create_task_group() as clock:
-                    clock.start_soon(_keep_time, scope, state, _grace(episode))
+                    clock.start_soon(_keep_time, scope, state, episode)
                     try:
                         await _loop(client, model, episode, definitions, rules, state, recorded)
+                        finished = True
                     except Exception as exc:  # raised below, outside the group (no exception group)
                         failure = exc
                     clock.cancel_scope.cancel()
@@ -336,18 +344,9 @@ async def play_episode(
     finally:
         HARNESS_WAIT.reset(token)
     definitions = tool_definitions(state.tools)
-    if scope.cancelled_caught and wait.reason is not None:
-        # The clock ran out on the harness (a provider being retried, the run's rate limits): void.
-        state.termination = "infrastructure_error"
-        state.detail = f"the time limit of {episode.time_limit}s ran out while {wait.reason}"
-    elif scope.cancelled_caught and state.model_call_running:
-        state.termination = "infrastructure_error"
-        state.detail = (
-            f"the model gave no answer within {_grace(episode):g}s after the time limit of "
-            f"{episode.time_limit}s ran out during its call (a hung model API is not the agent's doing)"
-        )
-    elif scope.cancelled_caught:
-        state.termination, state.detail = "time_limit", f"episode exceeded {episode.time_limit}s"
+    if scope.cancelled_caught and not finished:
+        # No watchdog (the scope's own deadline): a harness wait it cut short is still marked.
+        state.termination, state.detail = state.cut or _ran_out(state, episode)
     if recorded is not None and recorded.at_end is not None:
         try:
             final = await recorded.at_end(episode.id)
@@ -426,23 +425,42 @@ def _grace(episode: EpisodeSpec) -> float:
     return min(LATE_ANSWER_GRACE, limit)
 
 
-async def _keep_time(scope: anyio.CancelScope, state: _LoopState, grace: float) -> None:
+async def _keep_time(scope: anyio.CancelScope, state: _LoopState, episode: EpisodeSpec) -> None:
     """End the episode (``scope``) when its time runs out, but never cut a model call at the limit.
 
     Cut there, a model API that hangs would count as the agent running out of time. A call under way
-    may finish within ``grace`` (`_generate` then ends the episode on its late answer); one that gives
-    no answer by then is cancelled, which `play_episode` reads as the harness's failure. A harness
-    wait (a retry, a rate limit) under way at the limit is cut at once: it was never the agent's.
-    One timer per episode: nothing is rescheduled per turn.
+    may finish within the grace (`_generate` then ends the episode on its late answer); one that gives
+    no answer by then is cancelled and voids the episode. A harness wait (a retry, a rate limit) under
+    way at the limit is cut at once, and voids it too: it was never the agent's. One timer per
+    episode: nothing is rescheduled per turn.
     """
     await anyio.sleep_until(state.wait.deadline)
-    if state.model_call_running and state.wait.reason is None:
+    if state.wait.reason is not None or not state.model_call_running:
+        state.cut = _ran_out(state, episode)
+    else:
+        grace = _grace(episode)
         state.model_call_ended = anyio.Event()
         with anyio.move_on_after(grace):
             await state.model_call_ended.wait()
         if not state.model_call_running:
             return  # answered (or failed) within the grace: `_loop` ends the episode itself
+        state.cut = (
+            "infrastructure_error",
+            f"the model gave no answer within {grace:g}s after the time limit of {episode.time_limit}s "
+            "ran out during its call (a hung model API is not the agent's doing)",
+        )
     scope.cancel()
+
+
+def _ran_out(state: _LoopState, episode: EpisodeSpec) -> tuple[str, str]:
+    """How an episode whose time ran out ends: void if the harness was waiting, else ``time_limit``."""
+    if state.wait.reason is not None:
+        # The clock ran out on the harness (a provider being retried, the run's rate limits).
+        return (
+            "infrastructure_error",
+            f"the time limit of {episode.time_limit}s ran out while {state.wait.reason}",
+        )
+    return "time_limit", f"episode exceeded {episode.time_limit}s"
 
 
 async def _generate(model: Model, request: ModelRequest, state: _LoopState) -> ModelResponse:

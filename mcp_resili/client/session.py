@@ -16,7 +16,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import jsonschema
 import mcp_types as types
@@ -168,7 +168,32 @@ class EpisodeResult:
     reflection: Reflection | None = None
 
 
-class EpisodeSession:
+class StackedResources:
+    """An async context whose resources an exit stack holds: `_open` enters them, leaving closes them.
+
+    A failure while opening closes what was already opened before it propagates.
+    """
+
+    _stack: AsyncExitStack
+
+    async def __aenter__(self) -> Self:
+        self._stack = AsyncExitStack()
+        await self._stack.__aenter__()
+        try:
+            await self._open()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def _open(self) -> None:
+        raise NotImplementedError
+
+
+class EpisodeSession(StackedResources):
     """Clients, tools and models for playing the episodes of one run (enter with ``async with``)."""
 
     def __init__(
@@ -190,25 +215,12 @@ class EpisodeSession:
         self.prices: PriceTable = load_price_table(plan.config.prices)
         self._model_factory = model_factory
         self._model_options = dict(model_options or {})
-        self._stack = AsyncExitStack()
         self.clients: dict[str, Client] = {}
         #: Per fault configuration, where the loop reads the server's own record of each call.
         self.recorded: dict[str, RecordedEvents] = {}
         self.tools: dict[str, list[types.Tool]] = {}
         self.plans: dict[str, dict[str, Any]] = {}
         self.models: dict[str, Model] = {}
-
-    async def __aenter__(self) -> EpisodeSession:
-        await self._stack.__aenter__()
-        try:
-            await self._open()
-        except BaseException:
-            await self._stack.aclose()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
 
     async def _open(self) -> None:
         config = self.config

@@ -21,7 +21,6 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +31,7 @@ from mcp_resili.agents.model import Reflection
 from mcp_resili.client.limits import UNLIMITED, Allowance
 from mcp_resili.client.plan import PlannedEpisode, RunPlan, agent_argv, episode_id
 from mcp_resili.client.pricing import PriceTable, load_price_table
-from mcp_resili.client.session import EpisodeResult
+from mcp_resili.client.session import EpisodeResult, StackedResources
 from mcp_resili.constants import COMPLETION_PHRASES
 from mcp_resili.harness.contract import EpisodeEndpoints, agent_environment, redact, secrets_in
 from mcp_resili.harness.mcp_front import PREFIX, McpFront, new_token
@@ -149,7 +148,7 @@ async def _serve(group: TaskGroup, front: McpFront) -> str:
     return urls[0]
 
 
-class AgentSession:
+class AgentSession(StackedResources):
     """Servers, model API and agent programs for the episodes of one run (enter with ``async with``).
 
     Takes `EpisodeSession`'s arguments (``model_factory`` and ``model_options`` are unused: the
@@ -178,21 +177,8 @@ class AgentSession:
         self.argv = agent_argv(plan.config.agent_cmd)
         self._environ = dict(os.environ if environ is None else environ)
         self._secrets = secrets_in(self._environ)
-        self._stack = AsyncExitStack()
         self._mcp: dict[str, _McpSide] = {}
         self.model_api: ModelApiHost | None = None
-
-    async def __aenter__(self) -> AgentSession:
-        await self._stack.__aenter__()
-        try:
-            await self._open()
-        except BaseException:
-            await self._stack.aclose()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
 
     async def _open(self) -> None:
         plan, config = self.plan, self.config

@@ -26,7 +26,6 @@ import contextvars
 import json
 import logging
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +39,7 @@ from mcp_resili.client.limits import Allowance, BudgetExhaustedError
 from mcp_resili.client.plan import RunPlan
 from mcp_resili.client.pricing import CHARS_PER_TOKEN, PriceTable
 from mcp_resili.client.providers import provider_of
+from mcp_resili.client.session import StackedResources
 from mcp_resili.constants import EPISODE_HEADER
 from mcp_resili.faults.model_api import ModelFaultPlan
 from mcp_resili.modelapi.formats import Api, ApiError, api_error, api_of
@@ -245,7 +245,7 @@ _CURRENT_WATCH: contextvars.ContextVar[list[_Watch] | None] = contextvars.Contex
 )
 
 
-class ModelApiHost:
+class ModelApiHost(StackedResources):
     """The model server, gateways and front of one run's session (see the module docstring).
 
     Enter it in the task that leaves it (it holds a task group).
@@ -278,24 +278,11 @@ class ModelApiHost:
         self.front_url: str | None = None
         self._by_id: dict[str, EpisodeLink] = {}
         self._by_token: dict[str, EpisodeLink] = {}
-        self._stack = AsyncExitStack()
 
     @property
     def offline(self) -> bool:
         """Whether every model is the model server's (no real API, so no real key is needed)."""
         return all(u == MODEL_SERVER for u in self.upstreams.values())
-
-    async def __aenter__(self) -> ModelApiHost:
-        await self._stack.__aenter__()
-        try:
-            await self._open()
-        except BaseException:
-            await self._stack.aclose()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
 
     async def _open(self) -> None:
         group = await self._stack.enter_async_context(anyio.create_task_group())

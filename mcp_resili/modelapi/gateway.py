@@ -122,7 +122,7 @@ SLOW_PIECES = 8
 Sleeper = Callable[[float], Awaitable[None]]
 
 
-#: Seconds an idle upstream connection is kept for reuse (below uvicorn's 5 s keep-alive).
+#: Seconds an idle upstream connection is kept for reuse (below uvicorn's default 5 s keep-alive).
 UPSTREAM_KEEPALIVE_SECONDS = 3.0
 
 
@@ -273,8 +273,8 @@ class ModelGateway:
                 total=None, sock_connect=10.0, sock_read=self.settings.upstream_timeout
             )
             self._http = aiohttp.ClientSession(
-                # An idle upstream connection is let go before common servers close it (uvicorn, so
-                # vLLM and our model server: 5 s), or a reused one can die under the next request.
+                # An idle upstream connection is let go before common servers close it (uvicorn's
+                # default, so vLLM's: 5 s), or a reused one can die under the next request.
                 connector=aiohttp.TCPConnector(limit=1000, keepalive_timeout=UPSTREAM_KEEPALIVE_SECONDS),
                 # A cookie one client's upstream answer set must never ride on another's request.
                 cookie_jar=aiohttp.DummyCookieJar(),

@@ -497,9 +497,6 @@ async def _first(*events: anyio.Event) -> None:
             group.start_soon(wait, event)
 
 
-__all__ = ["BINDING_KEY", "FINISH_TOOL", "EnvironmentError_", "FixtureError", "TaskEnvironment", "namespaced"]
-
-
 def _relative_to_slot(message: str, slot: Slot) -> str:
     """A server's error as the agent's own relative paths name it, whichever slot the episode ran in.
 
@@ -511,3 +508,6 @@ def _relative_to_slot(message: str, slot: Slot) -> str:
             message = message.replace(f"{root}{os.sep}", "" if shown == "." else f"{shown}/")
             message = message.replace(root, shown)
     return message
+
+
+__all__ = ["BINDING_KEY", "FINISH_TOOL", "EnvironmentError_", "FixtureError", "TaskEnvironment", "namespaced"]

@@ -102,9 +102,24 @@ def server_argv(name: str, server: ServerDef, locks: Locks | None = None) -> lis
     if server.prepare:
         own_venv = server.pypi is not None and server.venv == "own"
         python = Path(argv[0]).parent / "python" if own_venv else Path(sys.executable)
-        prepare = [part.replace("{python}", str(python)) for part in server.prepare]
-        _run(prepare, f"server {name!r}'s prepare command", "its prepare command")
+        _prepare(name, [part.replace("{python}", str(python)) for part in server.prepare])
     return argv
+
+
+def _prepare(name: str, command: Sequence[str]) -> None:
+    """Run a server's prepare command, its output kept aside; a failure is one line naming the server."""
+    try:
+        proc = subprocess.run(
+            list(command), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=INSTALL_TIMEOUT
+        )
+    except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        raise InstallError(f"server {name!r}: its prepare command could not run: {exc}") from None
+    if proc.returncode != 0:
+        lines = [line.strip() for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+        said = lines[-1] if lines else "(no output)"
+        raise InstallError(
+            f"server {name!r}: its prepare command failed (exit {proc.returncode}): {said[:300]}"
+        )
 
 
 def _installed_argv(name: str, server: ServerDef, locks: Locks) -> list[str]:

@@ -417,9 +417,25 @@ window.addEventListener('load', function(){
     }
     for(const e of document.querySelectorAll('h1,h2,h3,p,li,td,th,pre,div,label,figure,section,nav')){
       if(e.closest('svg') || !e.getClientRects().length || e.clientWidth === 0) continue;
+      if(getComputedStyle(e).overflowX === 'auto') continue;  // a wide table's box: it scrolls
       if(e.scrollWidth > e.clientWidth + 1)
         out.overflow.push(e.tagName + ' ' + e.textContent.slice(0, 60) + ' ' + e.scrollWidth + '>' +
           e.clientWidth);
+    }
+    // A word of a table cell drawn on two lines was broken mid-way ("neithe/r"): words are runs of
+    // letters, digits and colons (a long name may still wrap at its hyphens, dots or spaces).
+    out.broken = [];
+    for(const cell of document.querySelectorAll('td,th')){
+      if(cell.closest('svg')) continue;
+      const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+      for(let node = walker.nextNode(); node; node = walker.nextNode()){
+        for(const m of node.data.matchAll(/[\p{L}\p{N}:]+/gu)){
+          const range = document.createRange();
+          range.setStart(node, m.index); range.setEnd(node, m.index + m[0].length);
+          const tops = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+          if(tops.size > 1) out.broken.push(m[0]);
+        }
+      }
     }
     out.page_overflow = document.documentElement.scrollWidth - window.innerWidth;
     out.headings = [...document.querySelectorAll('h2,h3')].map(h => h.tagName + ' ' + h.textContent);
@@ -465,6 +481,7 @@ def assert_nothing_clipped(seen):
     assert seen["invisible"] == [], "a chart mark with no visible box (a zero drawn as nothing?)"
     assert seen["overflow"] == [], "text wider than its box"
     assert seen["page_overflow"] <= 0, "the page is wider than the window"
+    assert seen["broken"] == [], "words of table cells broken mid-way"
     assert len(seen["headings"]) == len(set(seen["headings"]))
 
 

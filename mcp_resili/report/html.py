@@ -47,8 +47,8 @@ h1{font-size:22px;margin:8px 0}
 h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:28px}
 h3{font-size:14px;margin:14px 0 6px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px;max-width:100%}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
-th{background:#f3f3f3}td.num{text-align:right}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top;overflow-wrap:break-word}
+th{background:#f3f3f3}td.num{text-align:right}.table-box{overflow-x:auto;max-width:100%}
 tr.ep{cursor:pointer}tr.ep:hover{background:#eef5ff}tr.ep.open{background:#dbeaff}
 th button{all:unset;cursor:pointer;font-weight:bold}th[aria-sort=ascending] button::after{content:" ▲"}
 th[aria-sort=descending] button::after{content:" ▼"}
@@ -258,7 +258,11 @@ _JS = r"""
 def _table(block: TableBlock) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in block.columns)
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in block.rows)
-    return f"<h3>{escape(block.title)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # Words are never broken inside a cell ("neithe/r"); a table wider than the page scrolls in its box.
+    return (
+        f'<h3>{escape(block.title)}</h3><div class="table-box"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def _sections(report: Report) -> str:

@@ -264,6 +264,41 @@ def test_hostile_episode_text_is_shown_not_run_in_chromium(tmp_path, chromium):
     assert "&lt;/script&gt;&lt;script&gt;document.title" in view
 
 
+def test_the_episode_view_shows_numbers_for_people_not_float_noise(tmp_path, chromium):
+    from mcp_resili.store import EpisodeRow
+
+    db = tmp_path / "n.db"
+    store = Store(db)
+    store.add_run("run1", "2026-01-01T00:00:00", "elsewhere", 0, {})
+    noisy = 0.1 * 7.2  # 0.7200000000000001
+    assert repr(noisy) == "0.7200000000000001"
+    store.add_episode(
+        EpisodeRow(
+            run_id="run1",
+            episode_id="run1/m1/t1/0",
+            model="m1",
+            faults="none",
+            variant="baseline",
+            task_id="t1",
+            trial=0,
+            termination="completed",
+            label="partial",
+            value=noisy,
+            score={"reasons": [], "components": {"share": 0.1 + 0.2, "calls": 3}},
+            trace=synthetic_trace("run1/m1/t1/0", "ok"),
+        )
+    )
+    store.close()
+    page = tmp_path / "numbers.html"
+    assert main(["report", "run1", "--db", str(db), "--html", str(page)]) == 0
+    url = f"{page.as_uri()}#episode={quote('run1/m1/t1/0', safe='')}"
+    dom = headless(chromium, tmp_path, "--virtual-time-budget=5000", "--dump-dom", url).stdout
+    view = dom.split('<div id="episode"', 1)[1].split('<div class="pager">', 1)[0]
+    assert "outcome: partial (0.72)" in view
+    assert 'score components: {"share":0.3,"calls":3}' in html_unescape(view)
+    assert "0000000" not in view
+
+
 LONG_MODEL = "anthropic:claude-sonnet-4-5-20250929-served-through-a-very-long-named-gateway-deployment"
 
 

@@ -44,6 +44,21 @@ def _truncate(value: Any) -> Any:
     return value if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + f"… ({len(text)} chars)"
 
 
+#: Decimals kept of the scores' numbers shown to people (0.72, not 0.7200000000000001).
+SHOWN_DECIMALS = 4
+
+
+def for_people(value: Any) -> Any:
+    """``value`` with every float rounded to `SHOWN_DECIMALS` (in lists and objects too): what is shown."""
+    if isinstance(value, float):
+        return round(value, SHOWN_DECIMALS)
+    if isinstance(value, dict):
+        return {key: for_people(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [for_people(item) for item in value]
+    return value
+
+
 def episode_detail(row: EpisodeRow, workflow: Mapping[str, float | int | None] | None) -> dict[str, Any]:
     """One episode for the episode view: outcome, judge reasons, workflow metrics, every event."""
     events: list[dict[str, Any]] = []
@@ -73,10 +88,10 @@ def episode_detail(row: EpisodeRow, workflow: Mapping[str, float | int | None] |
         "trial": row.trial,
         "termination": row.termination,
         "label": row.label,
-        "value": row.value,
+        "value": for_people(row.value),
         "reasons": list(score.get("reasons", [])),
-        "components": score.get("components", {}),
-        "workflow": None if workflow is None else dict(workflow),
+        "components": for_people(score.get("components", {})),
+        "workflow": None if workflow is None else for_people(dict(workflow)),
         "events": events,
     }
 

@@ -90,6 +90,8 @@ _JS = r"""
     if(text !== undefined) n.textContent = text; return n;}
   function pre(value){
     return el('pre', null, typeof value === 'string' ? value : JSON.stringify(value, null, 1));}
+  // Numbers for people: at most four decimals, no float noise (0.72, never 0.7200000000000001).
+  function num(v){return typeof v === 'number' && !Number.isInteger(v) ? String(+v.toFixed(4)) : String(v);}
   function outcome(label){return label === null ? 'infrastructure error' : label;}
   function facet(ep, key){return key === 'label' ? outcome(ep.label) : ep[key];}
   function load(src){
@@ -202,13 +204,14 @@ _JS = r"""
       ep.faults + ' · ' + ep.variant + ' · task ' + ep.task + ' · trial ' + ep.trial +
       ' · termination ' + ep.termination));
     view.append(el('div', ep.label || 'infra', 'outcome: ' + outcome(ep.label) +
-      (ep.value === null ? '' : ' (' + ep.value + ')')));
+      (ep.value === null ? '' : ' (' + num(ep.value) + ')')));
     const reasons = el('div', 'reasons'); reasons.append(el('b', null, 'Judge reasons: '));
     reasons.append(document.createTextNode(ep.reasons.length ? ep.reasons.join('; ') : 'none'));
     view.append(reasons);
     if(ep.workflow){view.append(el('div', 'meta', 'workflow: ' + Object.entries(ep.workflow)
-      .map(([k, v]) => k + ' ' + (v === null ? 'undefined' : v)).join(', ')));}
-    view.append(el('div', 'meta', 'score components: ' + JSON.stringify(ep.components)));
+      .map(([k, v]) => k + ' ' + (v === null ? 'undefined' : num(v))).join(', ')));}
+    view.append(el('div', 'meta', 'score components: ' + JSON.stringify(ep.components,
+      (k, v) => typeof v === 'number' ? +v.toFixed(4) : v)));
     for(const ev of ep.events){
       let box;
       if(ev.event === 'model_turn'){

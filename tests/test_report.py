@@ -36,6 +36,55 @@ def tiny_db(tmp_path_factory):
     return db
 
 
+def test_levels_sort_in_their_natural_order_not_alphabetically():
+    from mcp_resili.report.summary import summarize
+    from mcp_resili.store import EpisodeRow
+    from mcp_resili.suites.resilibench.report import resilibench_sections
+    from mcp_resili.tasks.order import natural_sorted
+
+    assert natural_sorted(["hard", "easy", "medium"]) == ["easy", "medium", "hard"]
+    assert natural_sorted(["L10", "L2", "L1"]) == ["L1", "L2", "L10"]
+    assert natural_sorted(["protocol:heavy", "none", "protocol:light", "protocol:medium"]) == [
+        "none",
+        "protocol:light",
+        "protocol:medium",
+        "protocol:heavy",
+    ]
+    complexity = {"t1": "hard", "t2": "easy", "t3": "medium"}
+    rows = [
+        EpisodeRow(
+            "r",
+            f"r/{task}/{faults}",
+            "m",
+            faults,
+            "baseline",
+            task,
+            0,
+            "completed",
+            "full",
+            1.0,
+            {"components": {}, "reasons": []},
+            "",
+        )
+        for task in complexity
+        for faults in ("protocol:medium", "protocol:heavy", "protocol:light")
+    ]
+    groups = summarize(rows, ["complexity"], lambda task: {"complexity": complexity[task]})
+    assert [(g.faults, g.breakdown["complexity"]) for g in groups[:3]] == [
+        ("protocol:light", "easy"),
+        ("protocol:light", "medium"),
+        ("protocol:light", "hard"),
+    ]
+    assert [g.faults for g in groups[::3]] == ["protocol:light", "protocol:medium", "protocol:heavy"]
+
+    class Known:
+        def __init__(self, task_id):
+            self.task_type, self.complexity = "t", complexity[task_id]
+
+    (section,) = resilibench_sections(rows, Known)
+    assert list(section.data["by_complexity"]) == ["m · easy", "m · medium", "m · hard"]
+
+
 def test_mcnemar_exact_by_hand():
     pairs = [(True, True)] * 9 + [(False, True)] * 7
     test = mcnemar_exact(pairs)

@@ -92,6 +92,15 @@ _JS = r"""
     return el('pre', null, typeof value === 'string' ? value : JSON.stringify(value, null, 1));}
   // Numbers for people: at most four decimals, no float noise (0.72, never 0.7200000000000001).
   function num(v){return typeof v === 'number' && !Number.isInteger(v) ? String(+v.toFixed(4)) : String(v);}
+  // Levels in their order (full before partial, easy before medium before hard), numbers by value.
+  const RANK = new Map([['none', 0], ['full', 1], ['easy', 1], ['low', 1], ['light', 1], ['partial', 2],
+    ['medium', 2], ['moderate', 2], ['failure', 3], ['hard', 3], ['high', 3], ['heavy', 3], ['severe', 3],
+    ['infrastructure error', 4]]);
+  function natural(a, b){
+    const x = String(a), y = String(b), rx = RANK.get(x), ry = RANK.get(y);
+    if(rx !== undefined && ry !== undefined && rx !== ry) return rx - ry;
+    return x.localeCompare(y, undefined, {numeric: true});
+  }
   function outcome(label){return label === null ? 'infrastructure error' : label;}
   function facet(ep, key){return key === 'label' ? outcome(ep.label) : ep[key];}
   function load(src){
@@ -133,7 +142,7 @@ _JS = r"""
       if(key === 'run' && !hasRun) continue;
       const select = el('select'); select.dataset.facet = key;
       select.append(new Option('all (' + episodes.length + ')', ''));
-      for(const [v, c] of [...counts].sort((a, b) => String(a[0]).localeCompare(String(b[0]))))
+      for(const [v, c] of [...counts].sort((a, b) => natural(a[0], b[0])))
         select.append(new Option(v + ' (' + c + ')', v));
       select.addEventListener('change', () => {wanted[key] = select.value; page = 0; update();});
       const label = el('label', 'facet', title + ' '); label.append(select); box.append(label);
@@ -147,7 +156,7 @@ _JS = r"""
       if(x === null || y === null) return (x === null) - (y === null) || a.pos - b.pos;  // blanks last
       return (x - y) * sortDir || a.pos - b.pos;
     }
-    return String(x).localeCompare(String(y)) * sortDir || a.pos - b.pos;
+    return natural(x, y) * sortDir || a.pos - b.pos;
   }
 
   function update(){

@@ -15,6 +15,7 @@ from mcp_resili.report.clustered import RATE_METHOD, clustered_rate
 from mcp_resili.report.svg import Bar
 from mcp_resili.scoring.passk import Z95, wilson
 from mcp_resili.store import EpisodeRow
+from mcp_resili.tasks.order import natural_key
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -289,7 +290,9 @@ def summarize(
             group = groups[key] = _Group(columns)
         group.add(row, columns)
     summaries = []
-    for (model, architecture, faults, variant, *extra), group in sorted(groups.items()):
+    for (model, architecture, faults, variant, *extra), group in sorted(
+        groups.items(), key=lambda item: [natural_key(part) for part in item[0]]
+    ):
         n = group.scored
         summaries.append(
             GroupSummary(

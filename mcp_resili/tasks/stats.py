@@ -19,6 +19,7 @@ import networkx as nx
 from networkx.algorithms import bipartite
 
 from mcp_resili.tasks.model import Task, Workflow
+from mcp_resili.tasks.order import natural_sorted
 
 ALL = "all"
 
@@ -94,7 +95,7 @@ def level_statistics(tasks: Iterable[Task]) -> list[LevelStats]:
     by_level: dict[str, list[Task]] = {}
     for task in every:
         by_level.setdefault(str(getattr(task, "level", task.complexity)), []).append(task)
-    rows = [_row(level, by_level[level]) for level in sorted(by_level)]
+    rows = [_row(level, by_level[level]) for level in natural_sorted(by_level)]
     if len(rows) > 1:
         rows.append(_row(ALL, every))
     return rows

@@ -13,6 +13,7 @@ from mcp_resili.report.summary import LEVELS, rate_by_task, variant_flaw
 from mcp_resili.report.svg import Bar, bar_chart, stacked_levels
 from mcp_resili.store import EpisodeRow
 from mcp_resili.tasks.model import Task
+from mcp_resili.tasks.order import natural_key
 
 
 def flaw_type(row: EpisodeRow) -> str | None:
@@ -30,7 +31,7 @@ def _levels_by(
         if name is not None:
             groups.setdefault(name, []).append(row)
     out = []
-    for name, members in sorted(groups.items()):
+    for name, members in sorted(groups.items(), key=lambda item: natural_key(item[0])):
         scored = [r for r in members if r.label is not None]
         # Trials of a task are correlated: intervals clustered by task.
         levels = {lv: rate_by_task((r.task_id, r.label == lv) for r in scored).to_dict() for lv in LEVELS}

@@ -16,6 +16,7 @@ from mcp_resili.scoring.passk import Z95
 from mcp_resili.store import EpisodeRow
 from mcp_resili.suites.toolmaze.faults import MODES
 from mcp_resili.suites.toolmaze.scoring import aggregate
+from mcp_resili.tasks.order import natural_sorted
 
 #: Columns of the metrics table, terminal and HTML alike (the terminal adds the composite).
 METRIC_COLUMNS = (
@@ -238,8 +239,8 @@ def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
             for e in data
             if (e["model"], e["variant"]) == (model, variant) and "all" not in (e["mode"], e["level"])
         ]
-        modes = sorted({e["mode"] for e in grid})
-        levels = sorted({e["level"] for e in grid})
+        modes = natural_sorted({e["mode"] for e in grid})
+        levels = natural_sorted({e["level"] for e in grid})
         values = {(e["mode"], e["level"]): e["tsr"]["rate"] for e in grid}
         blocks.append(
             ChartBlock(

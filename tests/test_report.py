@@ -516,7 +516,8 @@ window.addEventListener('load', function(){
         for(const m of node.data.matchAll(/[\p{L}\p{N}:]+/gu)){
           const range = document.createRange();
           range.setStart(node, m.index); range.setEnd(node, m.index + m[0].length);
-          const tops = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+          const boxes = [...range.getClientRects()].filter(r => r.width > 0);
+          const tops = new Set(boxes.map(r => Math.round(r.top)));
           if(tops.size > 1) out.broken.push(m[0]);
         }
       }

@@ -7,7 +7,6 @@ tiny suite (tests/tiny_suite/synthetic.py).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import shutil
@@ -21,7 +20,7 @@ from tiny_suite.synthetic import write_synthetic_run
 from mcp_resili.cli import main
 from mcp_resili.registry.loader import find_suite
 from mcp_resili.report.build import load_report
-from mcp_resili.report.episodes import CHUNK_SIZE
+from mcp_resili.report.episodes import CHUNK_SIZE, unpack
 from mcp_resili.report.html import write_folder
 
 
@@ -44,9 +43,9 @@ def source_of(folder: Path) -> str:
 
 def episode_ids(index_js: bytes) -> list[str]:
     """The episode ids in an ``index.js``, in the browser's order."""
-    found = re.fullmatch(r"mcpResiliIndex\((.*)\);\n", index_js.decode(), re.S)
+    found = re.fullmatch(r'mcpResiliIndex\("([A-Za-z0-9+/=]*)"\);\n', index_js.decode(), re.S)
     assert found is not None
-    index = json.loads(found.group(1))
+    index = unpack(found.group(1))
     return [row[index["fields"].index("id")] for row in index["rows"]]
 
 
@@ -63,9 +62,9 @@ def loaded(folder: Path) -> dict[str, bytes]:
     for n in range(-(-len(ids) // CHUNK_SIZE)):
         name = f"{source}chunk-{n:05d}.js"
         files[name] = (folder / name).read_bytes()
-        chunk = re.fullmatch(r"mcpResiliChunk\((\d+),(.*)\);\n", files[name].decode(), re.S)
+        chunk = re.fullmatch(r'mcpResiliChunk\((\d+),"([A-Za-z0-9+/=]*)"\);\n', files[name].decode(), re.S)
         assert chunk is not None and int(chunk.group(1)) == n
-        details.extend(d["id"] for d in json.loads(chunk.group(2)))
+        details.extend(d["id"] for d in unpack(chunk.group(2)))
     assert details == ids  # the index and the chunks belong to one report
     return files
 

@@ -32,11 +32,14 @@ from html import escape
 from pathlib import Path
 
 from mcp_resili.report.build import Report, ReportError
-from mcp_resili.report.episodes import CHUNK_SIZE, BrowserIndex, detail_chunks, script_json
+from mcp_resili.report.episodes import CHUNK_SIZE, BrowserIndex, detail_chunks, pack
 from mcp_resili.report.section import ChartBlock, NoteBlock, TableBlock
 
 #: Largest page (bytes) the report writes as one file; the folder form has no limit.
 PAGE_LIMIT = 10_000_000
+
+#: The type of the inline script elements holding packed data (`pack`): data, never run.
+PACKED_TYPE = "application/x-mcp-resili-packed"
 
 #: Nothing may load from anywhere but the report's own folder.
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src data:"
@@ -103,6 +106,14 @@ _JS = r"""
   }
   function outcome(label){return label === null ? 'infrastructure error' : label;}
   function facet(ep, key){return key === 'label' ? outcome(ep.label) : ep[key];}
+  // The index and the chunks come packed (JSON, gzip, base64: mcp_resili.report.episodes.pack).
+  async function unpack(text){
+    const bytes = Uint8Array.from(atob(text.trim()), c => c.charCodeAt(0));
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    return JSON.parse(await new Response(stream).text());
+  }
+  function failed(error){status.textContent = 'Could not read the episodes: ' + error +
+    (typeof DecompressionStream === 'undefined' ? ' (this browser has no DecompressionStream)' : '');}
   function load(src){
     const s = document.createElement('script'); s.src = src;
     s.onerror = () => {status.textContent = 'Could not load ' + src +
@@ -110,7 +121,8 @@ _JS = r"""
     document.head.append(s);
   }
 
-  window.mcpResiliIndex = function(data){
+  window.mcpResiliIndex = function(packed){unpack(packed).then(showIndex, failed);};
+  function showIndex(data){
     chunkSize = data.chunk_size;
     episodes = data.rows.map((row, pos) => {
       const ep = {pos};
@@ -122,16 +134,22 @@ _JS = r"""
     });
     byId = new Map(episodes.map(e => [e.id, e]));
     facets(); update(); fromHash();
+  }
+  window.mcpResiliChunk = function(n, packed){
+    unpack(packed).then(entries => {
+      chunks.set(n, entries); const then = waiting.get(n) || []; waiting.delete(n); then.forEach(f => f());
+    }, failed);
   };
-  window.mcpResiliChunk = function(n, entries){
-    chunks.set(n, entries); const then = waiting.get(n) || []; waiting.delete(n); then.forEach(f => f());};
 
   function withChunk(n, then){
     if(chunks.has(n)) return then();
-    const inline = document.getElementById('chunk-' + n);
-    if(inline){chunks.set(n, JSON.parse(inline.textContent)); return then();}
-    if(!waiting.has(n)){waiting.set(n, []); load(source + 'chunk-' + String(n).padStart(5, '0') + '.js');}
+    const first = !waiting.has(n);
+    if(first) waiting.set(n, []);
     waiting.get(n).push(then);
+    if(!first) return;
+    const inline = document.getElementById('chunk-' + n);
+    if(inline) window.mcpResiliChunk(n, inline.textContent);
+    else load(source + 'chunk-' + String(n).padStart(5, '0') + '.js');
   }
 
   function facets(){
@@ -262,7 +280,7 @@ _JS = r"""
   function fromHash(){const m = location.hash.match(/^#episode=(.+)$/); if(m) open(decodeURIComponent(m[1]));}
   window.addEventListener('hashchange', fromHash);
   const inline = document.getElementById('episode-index');
-  if(inline) window.mcpResiliIndex(JSON.parse(inline.textContent)); else load(source + 'index.js');
+  if(inline) window.mcpResiliIndex(inline.textContent); else load(source + 'index.js');
 })();
 """
 
@@ -372,7 +390,7 @@ def render_html(report: Report) -> str:
     for n, chunk in enumerate(detail_chunks(report)):
         for detail in chunk:
             index.add(detail)
-        blocks.append(f'<script type="application/json" id="chunk-{n}">{script_json(chunk)}</script>')
+        blocks.append(f'<script type="{PACKED_TYPE}" id="chunk-{n}">{pack(chunk)}</script>')
         size += len(blocks[-1].encode())
         if size > PAGE_LIMIT:
             raise ReportError(
@@ -380,7 +398,7 @@ def render_html(report: Report) -> str:
                 f"{PAGE_LIMIT // 1_000_000} MB: write a folder instead "
                 "(--html DIR: index.html, plus episodes loaded on demand)"
             )
-    data = f'<script type="application/json" id="episode-index">{script_json(index.to_dict())}</script>'
+    data = f'<script type="{PACKED_TYPE}" id="episode-index">{pack(index.to_dict())}</script>'
     page = _page(report, data + "\n" + "\n".join(blocks), source="")
     if len(page.encode()) > PAGE_LIMIT:
         raise ReportError(
@@ -432,8 +450,8 @@ def _write_generation(report: Report, folder: Path) -> str:
     for n, chunk in enumerate(detail_chunks(report)):
         for detail in chunk:
             index.add(detail)
-        put(f"chunk-{n:05d}.js", f"mcpResiliChunk({n},{script_json(chunk)});\n")
-    put("index.js", f"mcpResiliIndex({script_json(index.to_dict())});\n")
+        put(f"chunk-{n:05d}.js", f'mcpResiliChunk({n},"{pack(chunk)}");\n')
+    put("index.js", f'mcpResiliIndex("{pack(index.to_dict())}");\n')
     return digest.hexdigest()[:GENERATION_DIGITS]
 
 

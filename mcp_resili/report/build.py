@@ -11,10 +11,10 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from mcp_resili.errors import UserError
 from mcp_resili.report.clustered import PAIRED_METHOD, RATE_METHOD, clustered_mean_interval
@@ -42,7 +42,7 @@ from mcp_resili.report.summary import (
 )
 from mcp_resili.report.svg import Bar, bar_chart, stacked_levels
 from mcp_resili.scoring.passk import LEARNING_ARCHITECTURES
-from mcp_resili.store import EpisodeRow, RunRow, Store
+from mcp_resili.store import EpisodeRow, RunRow, Store, StoredRows
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import Trace, TraceError, trace_lines
 from mcp_resili.workflow import METRIC_BOUNDS, METRICS, PerturbationError, episode_workflow_scores
@@ -87,13 +87,15 @@ class ReportError(UserError):
 class Report:
     """Everything the renderers need: the run (or the runs compared), sections and the episodes.
 
-    ``rows`` are kept as stored (traces included) so the HTML writer can turn them into browser
-    chunks one at a time; ``workflow`` holds each scored episode's workflow metrics.
+    ``rows`` are the episodes as stored (traces included) for the HTML writer to turn into browser
+    chunks one at a time: a report loaded from a store reads them from it when gone through
+    (`StoredRows`), so no report holds a run's traces; ``workflow`` holds each scored episode's
+    workflow metrics.
     """
 
     runs: tuple[RunRow, ...]
     sections: tuple[ReportSection, ...]
-    rows: tuple[EpisodeRow, ...] = ()
+    rows: Sequence[EpisodeRow] = ()
     workflow: Mapping[str, Mapping[str, float | int | None]] = field(default_factory=dict)
 
     @property
@@ -158,6 +160,44 @@ def load_runs(db: Path, run_ids: Sequence[str | None]) -> list[tuple[RunRow, lis
         store.close()
 
 
+class RowsOfRuns(Sequence[EpisodeRow]):
+    """Several runs' rows one after the other, as one sequence (each run's read when gone through)."""
+
+    def __init__(self, parts: Sequence[Sequence[EpisodeRow]]) -> None:
+        self.parts = tuple(parts)
+
+    def __iter__(self) -> Iterator[EpisodeRow]:
+        return itertools.chain.from_iterable(self.parts)
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+    @overload
+    def __getitem__(self, index: int) -> EpisodeRow: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[EpisodeRow]: ...
+
+    def __getitem__(self, index: int | slice) -> EpisodeRow | list[EpisodeRow]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        position = index + len(self) if index < 0 else index
+        for part in self.parts:
+            if 0 <= position < len(part):
+                return part[position]
+            position -= len(part)
+        raise IndexError(index)
+
+
+def stored_runs(db: Path, run_ids: Sequence[str | None]) -> list[RunRow]:
+    """Each run (``None``: the latest) of ``db``; an unknown run lists the recent ones."""
+    store = open_store(db)
+    try:
+        return [store.require_run(run_id) for run_id in run_ids]
+    finally:
+        store.close()
+
+
 def load_report(
     db: Path,
     run_id: str | None = None,
@@ -172,8 +212,13 @@ def load_report(
     ``baseline``: the fault spec degradation is measured from (default: see
     `mcp_resili.report.degradation`).
     """
-    ((run, rows),) = load_runs(db, [run_id])
-    return build_report(run, rows, by, find_suite(run.suite), baseline)
+    (run,) = stored_runs(db, [run_id])
+    # Streamed from the store: the summaries go through the rows without traces, a few times; the
+    # workflow metrics and the episode browser through the traces once each. Nothing is held.
+    rows = StoredRows(db, run.id)
+    return build_report(
+        run, rows, by, find_suite(run.suite), baseline, traced=StoredRows(db, run.id, traces=True)
+    )
 
 
 def _trace(row: EpisodeRow) -> Trace | None:
@@ -519,13 +564,16 @@ def build_report(
     by: Sequence[str] = (),
     suite: ReportedSuite | None = None,
     baseline: str | None = None,
+    *,
+    traced: Sequence[EpisodeRow] | None = None,
 ) -> Report:
     """All sections of one run: the outcome table, degradation, the suite's sections, the generic ones.
 
     ``suite``: the run's suite, handed down (None: generic sections only); ``baseline``: the fault spec
-    degradation is measured from (a run with two fault specs or more).
+    degradation is measured from (a run with two fault specs or more); ``traced``: the same rows with
+    their traces, when ``rows`` come without (a store's `StoredRows`).
     """
-    scores = workflow_scores(rows, suite)
+    scores = workflow_scores(rows if traced is None else traced, suite)
     try:
         outcomes = outcomes_section(
             rows,
@@ -558,4 +606,9 @@ def build_report(
     curves = robustness(rows)
     if curves is not None:
         sections.insert(1, robustness_section(curves))
-    return Report(runs=(run,), sections=tuple(sections), rows=tuple(rows), workflow=scores)
+    return Report(
+        runs=(run,),
+        sections=tuple(sections),
+        rows=tuple(rows) if traced is None else traced,
+        workflow=scores,
+    )

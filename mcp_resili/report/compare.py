@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcp_resili.report.build import Report, SuiteFinder, load_runs, no_suite, workflow_scores
+from mcp_resili.report.build import Report, RowsOfRuns, SuiteFinder, no_suite, stored_runs, workflow_scores
 from mcp_resili.report.clustered import PAIRED_METHOD, RATE_METHOD
 from mcp_resili.report.degradation import degradation_from_runs, degradation_section, pooled_rows
 from mcp_resili.report.noise import (
@@ -37,7 +37,7 @@ from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, Tabl
 from mcp_resili.report.summary import GroupSummary, episode_rate, summarize
 from mcp_resili.report.svg import PALETTE, grouped_bar_chart
 from mcp_resili.scoring.passk import LEARNING_ARCHITECTURES
-from mcp_resili.store import EpisodeRow, RunRow
+from mcp_resili.store import EpisodeRow, RunRow, StoredRows
 
 Cell = tuple[str, str, str]
 
@@ -49,7 +49,15 @@ def load_comparison(
 
     ``find_suite`` and ``baseline`` as for `mcp_resili.report.build.load_report`.
     """
-    return build_comparison(load_runs(db, list(run_ids)), find_suite, baseline)
+    runs = stored_runs(db, list(run_ids))
+    # The sections pair episodes across runs: their rows are kept, without traces. The traces are
+    # read from the store when gone through (workflow metrics, the episode browser).
+    return build_comparison(
+        [(run, list(StoredRows(db, run.id))) for run in runs],
+        find_suite,
+        baseline,
+        traced=[StoredRows(db, run.id, traces=True) for run in runs],
+    )
 
 
 def runs_section(runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]]) -> ReportSection:
@@ -334,15 +342,18 @@ def build_comparison(
     runs: Sequence[tuple[RunRow, Sequence[EpisodeRow]]],
     find_suite: SuiteFinder = no_suite,
     baseline: str | None = None,
+    *,
+    traced: Sequence[Sequence[EpisodeRow]] | None = None,
 ) -> Report:
     """The comparison report of two or more runs (with their stored episodes).
 
     ``find_suite`` finds each run's suite by name (handed down by the caller; generic sections only
     without it); ``baseline`` is the fault spec degradation is measured from, when the runs' episodes
-    have two specs or more.
+    have two specs or more; ``traced``: each run's rows with their traces, when ``runs`` come without.
     """
+    with_traces = [rows for _, rows in runs] if traced is None else list(traced)
     workflow: dict[str, dict[str, float | int | None]] = {}
-    for run, rows in runs:
+    for (run, _), rows in zip(runs, with_traces, strict=True):
         workflow.update(workflow_scores(rows, find_suite(run.suite)))
     sections = [
         runs_section(runs),
@@ -360,6 +371,6 @@ def build_comparison(
     return Report(
         runs=tuple(run for run, _ in runs),
         sections=tuple(sections),
-        rows=tuple(row for _, rows in runs for row in rows),
+        rows=RowsOfRuns(with_traces),
         workflow=workflow,
     )

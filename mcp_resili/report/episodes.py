@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +46,8 @@ CATEGORICAL = ("run", "model", "faults", "variant", "label", "termination")
 
 
 def _truncate(value: Any) -> Any:
-    text = json.dumps(value, default=str)
+    # Measured as compact JSON: a field of a trace line no longer than RESULT_CHARS is never cut.
+    text = json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False)
     return value if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + f"… ({len(text)} chars)"
 
 
@@ -65,26 +66,57 @@ def for_people(value: Any) -> Any:
     return value
 
 
-def episode_detail(row: EpisodeRow, workflow: Mapping[str, float | int | None] | None) -> dict[str, Any]:
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class EpisodeDetail:
+    """One episode for the episode view: its fields, and its events each as JSON text.
+
+    A trace line short enough to need no cut is its own event's JSON: it goes into the chunk as it
+    was stored (parsed to check it, never written again), which is most of a report's bytes.
+    """
+
+    fields: dict[str, Any]
+    events: tuple[str, ...]
+    faults_met: int
+
+    def to_json(self) -> str:
+        """The detail as the page reads it: the fields plus ``events``, a list of event objects."""
+        return _compact(self.fields)[:-1] + ',"events":[' + ",".join(self.events) + "]}"
+
+
+def episode_detail(row: EpisodeRow, workflow: Mapping[str, float | int | None] | None) -> EpisodeDetail:
     """One episode for the episode view: outcome, judge reasons, workflow metrics, every event."""
-    events: list[dict[str, Any]] = []
+    events: list[str] = []
+    faults = 0
     for line in trace_lines(row.trace)[1:]:
-        if not line.strip():
+        line = line.strip()
+        if not line:
             continue
         try:
             event = json.loads(line)
         except json.JSONDecodeError:
-            events.append({"event": "unreadable", "text": line[:200]})
+            event = None
+        if not isinstance(event, dict):
+            events.append(_compact({"event": "unreadable", "text": line[:200]}))
+            continue
+        kind = event.get("event")
+        if kind == "tool_call" and event.get("fault"):
+            faults += 1
+        if len(line) <= RESULT_CHARS:  # no field of it can be longer: nothing to cut
+            events.append(line)
             continue
         # Results and arguments can be whole documents; the view shows the start of each.
-        if event.get("event") == "tool_call":
+        if kind == "tool_call":
             event["arguments"] = _truncate(event.get("arguments"))
             event["result"] = _truncate(event.get("result"))
-        elif event.get("event") == "model_turn":
+        elif kind == "model_turn":
             event["tool_calls"] = [_truncate(call) for call in event.get("tool_calls", [])]
-        events.append(event)
+        events.append(_compact(event))
     score = row.score or {}
-    return {
+    fields = {
         "id": row.episode_id,
         "run": row.run_id,
         "model": row.model,
@@ -98,13 +130,8 @@ def episode_detail(row: EpisodeRow, workflow: Mapping[str, float | int | None] |
         "reasons": list(score.get("reasons", [])),
         "components": for_people(score.get("components", {})),
         "workflow": None if workflow is None else for_people(dict(workflow)),
-        "events": events,
     }
-
-
-def faults_met(detail: Mapping[str, Any]) -> int:
-    """How many of the episode's tool calls had a fault injected."""
-    return sum(1 for e in detail["events"] if e.get("event") == "tool_call" and e.get("fault"))
+    return EpisodeDetail(fields, tuple(events), faults)
 
 
 @dataclass
@@ -117,15 +144,16 @@ class BrowserIndex:
         default_factory=lambda: {name: {} for name in CATEGORICAL}
     )
 
-    def add(self, detail: Mapping[str, Any]) -> None:
+    def add(self, detail: EpisodeDetail) -> None:
         """Append one episode (its detail as `episode_detail` made it)."""
-        workflow = detail["workflow"]
+        fields = detail.fields
+        workflow = fields["workflow"]
         entry = {
-            **{name: detail[name] for name in ("id", "run", "model", "faults", "variant", "task", "trial")},
-            "label": detail["label"],
-            "faults_met": faults_met(detail),
+            **{name: fields[name] for name in ("id", "run", "model", "faults", "variant", "task", "trial")},
+            "label": fields["label"],
+            "faults_met": detail.faults_met,
             "chain_f1": None if workflow is None else round(float(workflow["chain_f1"]), 3),
-            "termination": detail["termination"],
+            "termination": fields["termination"],
         }
         self.rows.append(
             [self._code(name, entry[name]) if name in CATEGORICAL else entry[name] for name in INDEX_FIELDS]
@@ -149,9 +177,9 @@ class BrowserIndex:
         }
 
 
-def detail_chunks(report: Report) -> Iterator[list[dict[str, Any]]]:
+def detail_chunks(report: Report) -> Iterator[list[EpisodeDetail]]:
     """The episodes' details, `CHUNK_SIZE` at a time, in the report's row order."""
-    chunk: list[dict[str, Any]] = []
+    chunk: list[EpisodeDetail] = []
     for row in report.rows:
         chunk.append(episode_detail(row, report.workflow.get(row.episode_id)))
         if len(chunk) == CHUNK_SIZE:
@@ -171,8 +199,18 @@ def pack(value: Any) -> str:
     No timestamp in the gzip header, so the same value packs the same. Safe in a script element or a
     JavaScript string: base64 has no ``<``, quote or backslash.
     """
-    data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return pack_json(_compact(value))
+
+
+def pack_json(text: str) -> str:
+    """JSON text packed as `pack` packs a value."""
+    data = text.encode("utf-8")
     return base64.b64encode(gzip.compress(data, compresslevel=PACK_LEVEL, mtime=0)).decode("ascii")
+
+
+def chunk_json(chunk: Sequence[EpisodeDetail]) -> str:
+    """A chunk of details as the JSON list the page reads."""
+    return "[" + ",".join(detail.to_json() for detail in chunk) + "]"
 
 
 def unpack(text: str) -> Any:

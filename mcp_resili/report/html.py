@@ -32,7 +32,7 @@ from html import escape
 from pathlib import Path
 
 from mcp_resili.report.build import Report, ReportError
-from mcp_resili.report.episodes import CHUNK_SIZE, BrowserIndex, detail_chunks, pack
+from mcp_resili.report.episodes import CHUNK_SIZE, BrowserIndex, chunk_json, detail_chunks, pack, pack_json
 from mcp_resili.report.section import ChartBlock, NoteBlock, TableBlock
 
 #: Largest page (bytes) the report writes as one file; the folder form has no limit.
@@ -390,7 +390,7 @@ def render_html(report: Report) -> str:
     for n, chunk in enumerate(detail_chunks(report)):
         for detail in chunk:
             index.add(detail)
-        blocks.append(f'<script type="{PACKED_TYPE}" id="chunk-{n}">{pack(chunk)}</script>')
+        blocks.append(f'<script type="{PACKED_TYPE}" id="chunk-{n}">{pack_json(chunk_json(chunk))}</script>')
         size += len(blocks[-1].encode())
         if size > PAGE_LIMIT:
             raise ReportError(
@@ -450,7 +450,7 @@ def _write_generation(report: Report, folder: Path) -> str:
     for n, chunk in enumerate(detail_chunks(report)):
         for detail in chunk:
             index.add(detail)
-        put(f"chunk-{n:05d}.js", f'mcpResiliChunk({n},"{pack(chunk)}");\n')
+        put(f"chunk-{n:05d}.js", f'mcpResiliChunk({n},"{pack_json(chunk_json(chunk))}");\n')
     put("index.js", f'mcpResiliIndex("{pack(index.to_dict())}");\n')
     return digest.hexdigest()[:GENERATION_DIGITS]
 

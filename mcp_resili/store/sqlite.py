@@ -61,6 +61,10 @@ _PLACEHOLDERS = ", ".join("?" for _ in _COLUMNS.split(","))
 _LIGHT_COLUMNS = _COLUMNS.replace("trace, ", "'', ")
 
 
+#: Distinct score texts `Store.iter_episodes` keeps parsed when sharing them.
+_SHARED_SCORES = 4096
+
+
 @dataclass(frozen=True)
 class RunRow:
     """One run as stored."""
@@ -256,17 +260,31 @@ class Store:
         """All stored episodes of a run, in a stable order."""
         return list(self.iter_episodes(run_id))
 
-    def iter_episodes(self, run_id: str, *, traces: bool = True) -> Iterator[EpisodeRow]:
+    def iter_episodes(
+        self, run_id: str, *, traces: bool = True, shared_scores: bool = False
+    ) -> Iterator[EpisodeRow]:
         """The stored episodes of a run one at a time, in the order of `episodes` (for big runs).
 
-        Without ``traces`` each row's trace is left empty and never read (summaries need none).
+        Without ``traces`` each row's trace is left empty and never read (summaries need none). With
+        ``shared_scores`` rows whose stored scores are the same text share one score object, parsed
+        once (most of a scripted run's are): for readers that do not change them.
         """
         cursor = self._db.execute(
             f"SELECT {_COLUMNS if traces else _LIGHT_COLUMNS} FROM episodes WHERE run_id = ? "
             "ORDER BY model, architecture, faults, variant, task_id, trial",
             (run_id,),
         )
+        parsed: dict[str, dict[str, Any]] = {}
         for r in cursor:
+            score: dict[str, Any] | None = None
+            if r[10] is not None:
+                score = parsed.get(r[10]) if shared_scores else None
+                if score is None:
+                    score = self._score(r[10], r[1])
+                    if shared_scores:
+                        if len(parsed) >= _SHARED_SCORES:
+                            parsed.clear()
+                        parsed[r[10]] = score
             yield EpisodeRow(
                 run_id=r[0],
                 episode_id=r[1],
@@ -278,7 +296,7 @@ class Store:
                 termination=r[7],
                 label=r[8],
                 value=r[9],
-                score=None if r[10] is None else self._score(r[10], r[1]),
+                score=score,
                 trace=r[11],
                 input_tokens=r[12],
                 output_tokens=r[13],
@@ -385,6 +403,7 @@ class StoredRows(Sequence[EpisodeRow]):
 
     Nothing is held: a summary that goes through it once (or a few times) takes the same memory for
     ten episodes or 200,000. Without ``traces`` (the default) traces are neither read nor shown.
+    Rows with the same stored score share one score object: read, never change, a row's score.
     """
 
     def __init__(self, db: Path, run_id: str, *, traces: bool = False) -> None:
@@ -396,7 +415,7 @@ class StoredRows(Sequence[EpisodeRow]):
     def __iter__(self) -> Iterator[EpisodeRow]:
         store = Store(self.db, read_only=True)
         try:
-            yield from store.iter_episodes(self.run_id, traces=self.traces)
+            yield from store.iter_episodes(self.run_id, traces=self.traces, shared_scores=True)
         finally:
             store.close()
 

@@ -74,13 +74,22 @@ def resilibench_sections(
         ],
     )
 
+    # Each task is looked up once (building one from the full list costs a decompression and a parse).
+    known: dict[str, tuple[str, str] | None] = {}
+
+    def info(task_id: str) -> tuple[str, str] | None:
+        if task_id not in known:
+            task = task_lookup(task_id)
+            known[task_id] = None if task is None else (task.task_type, task.complexity)
+        return known[task_id]
+
     def task_type(row: EpisodeRow) -> str | None:
-        task = task_lookup(row.task_id)
-        return None if task is None else f"{row.model} · {task.task_type}"
+        found = info(row.task_id)
+        return None if found is None else f"{row.model} · {found[0]}"
 
     def complexity(row: EpisodeRow) -> str | None:
-        task = task_lookup(row.task_id)
-        return None if task is None else f"{row.model} · {task.complexity}"
+        found = info(row.task_id)
+        return None if found is None else f"{row.model} · {found[1]}"
 
     by_type = _levels_by(rows, task_type)
     by_complexity = _levels_by(rows, complexity)

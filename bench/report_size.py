@@ -147,16 +147,24 @@ def main() -> int:
     print(f"this / baseline: bytes {ratios[0]:.3f}, CPU {ratios[1]:.2f}, peak RSS {ratios[2]:.2f}")
     if args.write_docs:
         source = "synthetic ResiliBench-shaped run" if args.synthetic else "scripted ResiliBench sweep"
+        how = (
+            "`suites/resilibench/synthetic.py`"
+            if args.synthetic
+            else "`run --model scripted:oracle --limit N/4 --variant "
+            + " --variant ".join(VARIANTS)
+            + " --trials 1`"
+        )
+        machine = f"Python {platform.python_version()}, {os.cpu_count()} shared cores"
         lines = [
             START,
             f"## Report size and build cost at {episodes:,} episodes (`bench/report_size.py`)",
             "",
             f"`mcp-resili report RUN --html DIR` (the folder form) of one {source} "
-            f"({'`suites/resilibench/synthetic.py`' if args.synthetic else '`run --model scripted:oracle --limit N/4 --variant ' + ' --variant '.join(VARIANTS) + ' --trials 1`'}), "
+            f"({how}), "
             "built by each side from its own source tree in a fresh process, measured from outside "
             "(bytes of every file in DIR; the child's user + system CPU, start-up included; its "
             f"`ru_maxrss`). {args.rounds} round(s), the lower CPU of each side shown. "
-            f"{datetime.now(UTC):%Y-%m-%d}, Python {platform.python_version()}, {os.cpu_count()} shared cores.",
+            f"{datetime.now(UTC):%Y-%m-%d}, {machine}.",
             "",
             "| revision | episodes | on disk | bytes per episode | files | CPU s | peak RSS MiB |",
             "|---|---:|---:|---:|---:|---:|---:|",
@@ -168,14 +176,18 @@ def main() -> int:
                 f"| {b.files:,} | {b.cpu:.1f} | {b.peak_mib:.0f} |"
             )
         cpu_20k = this.cpu * 20_000 / this.episodes
+
+        def met(ok: bool) -> str:
+            return "**met**" if ok else "**not met**"
+
         lines += [
             "",
-            f"This ÷ baseline: bytes **{ratios[0]:.3f}**, CPU **{ratios[1]:.2f}**, peak RSS **{ratios[2]:.2f}**. "
-            f"Goals (issue 37): under {GOAL_BYTES:,} bytes per episode "
-            f"(**{'met' if this.per_episode < GOAL_BYTES else 'not met'}**), peak RSS under {GOAL_RSS_MIB} MiB "
-            f"(**{'met' if this.peak_mib < GOAL_RSS_MIB else 'not met'}** at this size), under "
-            f"{GOAL_CPU_20K:.0f} s of CPU for 20,000 episodes ({cpu_20k:.1f} s scaled linearly from this run: "
-            f"**{'met' if cpu_20k < GOAL_CPU_20K else 'not met'}**).",
+            f"This ÷ baseline: bytes **{ratios[0]:.3f}**, CPU **{ratios[1]:.2f}**, "
+            f"peak RSS **{ratios[2]:.2f}**. Goals (issue 37): under {GOAL_BYTES:,} bytes per episode "
+            f"({met(this.per_episode < GOAL_BYTES)}), peak RSS under {GOAL_RSS_MIB} MiB "
+            f"({met(this.peak_mib < GOAL_RSS_MIB)} at this size), under {GOAL_CPU_20K:.0f} s of CPU "
+            f"for 20,000 episodes ({cpu_20k:.1f} s scaled linearly from this run: "
+            f"{met(cpu_20k < GOAL_CPU_20K)}).",
             END,
         ]
         write_section("\n".join(lines), START, END)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -74,8 +75,11 @@ def make_store(db: Path, episodes: int, synthetic: bool) -> tuple[str, int]:
     done = subprocess.run(argv, cwd=db.parent, env=tree_env(ROOT), capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"the scripted run failed: {done.stderr.strip().splitlines()[-1:]}")
-    import sqlite3
+    return stored_run(db)
 
+
+def stored_run(db: Path) -> tuple[str, int]:
+    """The biggest run in ``db``: (run id, episodes)."""
     connection = sqlite3.connect(db)
     try:
         run_id, count = connection.execute(
@@ -114,6 +118,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=2_000)
     parser.add_argument("--base", default=None, help="baseline revision (default: git merge-base HEAD main)")
+    parser.add_argument("--this", default=".", help="the revision measured (default: this checkout as it is)")
+    parser.add_argument("--store", type=Path, help="keep the run's database here (reused when it exists)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
         "--synthetic", action="store_true", help="a synthetic store instead of a scripted run"
@@ -124,11 +130,11 @@ def main() -> int:
     results: dict[str, list[Built]] = {"base": [], "this": []}
     with tempfile.TemporaryDirectory(prefix="mcp-resili-report-size-") as tmp:
         work = Path(tmp)
-        db = work / "run.db"
+        db = args.store.resolve() if args.store else work / "run.db"
         started = time.perf_counter()
-        run_id, episodes = make_store(db, args.episodes, args.synthetic)
+        run_id, episodes = stored_run(db) if db.exists() else make_store(db, args.episodes, args.synthetic)
         print(f"store: {episodes:,} episodes in {time.perf_counter() - started:.0f} s", flush=True)
-        with checkout(base_rev) as base_tree, checkout(".") as ours:
+        with checkout(base_rev) as base_tree, checkout(args.this) as ours:
             names = {"base": f"baseline `{base_rev[:10]}`", "this": f"this ({revision_of(ours)})"}
             for n in range(args.rounds):
                 for side, tree in (("base", base_tree), ("this", ours)):

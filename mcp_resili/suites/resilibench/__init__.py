@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 
-from mcp_resili.registry.suites import Suite, UnknownTaskError
+from mcp_resili.registry.suites import Suite
 from mcp_resili.report.section import ReportSection
 from mcp_resili.report.summary import ComponentColumn
 from mcp_resili.store import EpisodeRow
@@ -23,6 +23,7 @@ from mcp_resili.suites.resilibench.scoring import score
 from mcp_resili.suites.resilibench.stop_rules import RESILIBENCH_STOP_RULES
 from mcp_resili.suites.resilibench.tasks import default_tasks, full_tasks
 from mcp_resili.suites.resilibench.world import initial_state
+from mcp_resili.tasks.lazy import TaskSummary
 from mcp_resili.tasks.model import Task
 
 __all__ = ["ResiliBenchFaults", "resilibench_library", "suite"]
@@ -30,13 +31,6 @@ __all__ = ["ResiliBenchFaults", "resilibench_library", "suite"]
 
 def _render(task: Task, variant: str) -> str:
     return render_prompt(task, variant, discovery=True)
-
-
-def _task_or_none(task_id: str) -> Task | None:
-    try:
-        return suite().task(task_id)
-    except UnknownTaskError:
-        return None
 
 
 #: The bounds as extra columns of the outcome table: bound (ii), the share of episodes an agent
@@ -48,9 +42,15 @@ BOUND_COLUMNS = (
 )
 
 
+def _kind_or_none(task_id: str) -> TaskSummary | None:
+    """A task's type and complexity from the suite's index (no task is built), None when unknown."""
+    info = suite().task_info(task_id)
+    return TaskSummary(task_id, info["task_type"], info["complexity"]) if info else None
+
+
 def report_sections(rows: Sequence[EpisodeRow]) -> list[ReportSection]:
     """ResiliBench's sections of ``mcp-resili report``."""
-    return resilibench_sections(rows, _task_or_none)
+    return resilibench_sections(rows, _kind_or_none)
 
 
 @cache

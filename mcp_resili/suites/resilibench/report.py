@@ -7,13 +7,25 @@ Task type and complexity come from the suite's task data; the flaw type and seve
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from mcp_resili.report.section import ChartBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.summary import LEVELS, rate_by_task, variant_flaw
 from mcp_resili.report.svg import Bar, bar_chart, stacked_levels
 from mcp_resili.store import EpisodeRow
-from mcp_resili.tasks.model import Task
 from mcp_resili.tasks.order import natural_key
+
+
+class TaskKind(Protocol):
+    """What the sections need of a task (a `Task` is one; so is the suite's index entry)."""
+
+    @property
+    def task_type(self) -> str:
+        """The task's type."""
+
+    @property
+    def complexity(self) -> str:
+        """easy, medium or hard."""
 
 
 def flaw_type(row: EpisodeRow) -> str | None:
@@ -61,7 +73,7 @@ def _blocks(
 
 
 def resilibench_sections(
-    rows: Sequence[EpisodeRow], task_lookup: Callable[[str], Task | None]
+    rows: Sequence[EpisodeRow], task_lookup: Callable[[str], TaskKind | None]
 ) -> list[ReportSection]:
     """Levels by model × variant (stacked), by model × task type, complexity and flaw type."""
     by_variant = _levels_by(rows, lambda r: f"{r.model} · {r.variant}")

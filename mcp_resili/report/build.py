@@ -327,12 +327,15 @@ def workflow_scores(
     # big run repeat a sequence already seen (an oracle always runs the golden one): compute each
     # (task, sequence) once. 20,000 episodes take seconds instead of a minute.
     seen: dict[tuple[str, tuple[str, ...]], dict[str, float | int | None] | None] = {}
+    # Many tasks share their golden workflows' shape (step ids, tools, edges: all the metrics see of
+    # a task): each (shape, sequence) is evaluated once across tasks too.
+    by_shape: dict[tuple[object, tuple[str, ...]], dict[str, float | int | None] | None] = {}
     for row in rows:
         if row.label is None:
             continue  # infrastructure errors say nothing about the agent's workflow
         key = (row.task_id, _executed_tools(row.trace))
         if key not in seen:
-            seen[key] = _workflow_of(row, suite)
+            seen[key] = _workflow_of(row, suite, key[1], by_shape)
         if (scores := seen[key]) is not None:
             out[row.episode_id] = scores
     return out
@@ -352,12 +355,27 @@ def _executed_tools(trace: str) -> tuple[str, ...]:
     return tuple(tools)
 
 
-def _workflow_of(row: EpisodeRow, suite: ReportedSuite) -> dict[str, float | int | None] | None:
+def _workflow_of(
+    row: EpisodeRow,
+    suite: ReportedSuite,
+    tools: tuple[str, ...],
+    by_shape: dict[tuple[object, tuple[str, ...]], dict[str, float | int | None] | None],
+) -> dict[str, float | int | None] | None:
     trace = _trace(row)
     if trace is None:
         return None
     try:
-        return episode_workflow_scores(suite.task(row.task_id), trace).to_dict()
+        task = suite.task(row.task_id)
+        shape = (
+            tuple(
+                (tuple((step.id, step.tool) for step in golden.steps), golden.edges)
+                for golden in task.golden_workflows()
+            ),
+            tools,
+        )
+        if shape not in by_shape:
+            by_shape[shape] = episode_workflow_scores(task, trace).to_dict()
+        return by_shape[shape]
     except (KeyError, PerturbationError, ValueError):
         return None
 

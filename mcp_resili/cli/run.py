@@ -270,7 +270,6 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 
 
 def _new_config(args: argparse.Namespace) -> RunConfig:
-    from mcp_resili.client.providers import DEFAULT_MODELS
     from mcp_resili.client.runner import RunConfig, RunConfigError
 
     if args.ladder and args.faults:
@@ -279,7 +278,8 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         )
     if args.first and args.limit is None:
         raise RunConfigError("--first goes with --limit N (take the first N tasks instead of a sample)")
-    default_models = AGENT_CMD_MODELS if args.agent_cmd is not None else DEFAULT_MODELS
+    # No --model: the agent program's default, else the suite's own defaults (`with_suite_models`).
+    default_models = AGENT_CMD_MODELS if args.agent_cmd is not None else ()
     return RunConfig(
         suite=suite_argument(args.suite or DEFAULT_SUITE),
         models=tuple(args.models or default_models),
@@ -311,6 +311,15 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         agent_cmd=args.agent_cmd,
         llm_faults=args.llm_faults,
     )
+
+
+def with_suite_models(config: RunConfig, suite: Suite) -> RunConfig:
+    """``config``, playing the suite's default models when it names none (else the generic pair)."""
+    from mcp_resili.client.providers import DEFAULT_MODELS
+
+    if config.models:
+        return config
+    return replace(config, models=suite.default_models or DEFAULT_MODELS)
 
 
 def ladder_specs(families: Sequence[str]) -> tuple[str, ...]:
@@ -353,6 +362,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     config = run_config(args)
     suite = get_suite(config.suite)  # the top: the suite is resolved once, here, and handed down
+    config = with_suite_models(config, suite)
     check_baseline(args.baseline, config.faults or (suite.default_faults,))
     if args.estimate:
         from mcp_resili.cli.estimate import describe_extras, estimate_extras

@@ -377,6 +377,8 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     executor = make_executor(args)
     err = Console(stderr=True, markup=False)  # specs and paths are text, never markup
+    err.soft_wrap = not err.is_terminal  # a log or a pipe gets each line whole, never cut at 80 columns
+    _say_if_faults_wait(config, suite, err)
     run_ids: list[str] = []
     with sigterm_stops_like_ctrl_c() as terminated:
         try:
@@ -405,6 +407,34 @@ def run_command(args: argparse.Namespace) -> int:
             ) from None
     _print_summary(config, suite, result, args, err)
     return _exit_status(result, err)
+
+
+def _say_if_faults_wait(config: RunConfig, suite: Suite, err: Console) -> None:
+    """One line before the run when its faults wait in real time and ``--time-scale 0`` would not."""
+    from mcp_resili.faults import parse_fault_spec
+    from mcp_resili.faults.waits import waits_in_real_time
+
+    if config.time_scale == 0 or config.server is not None:  # an outside server keeps its own time
+        return
+    if config.fault_plans:  # a resumed run plays the plans it froze when it started
+        plans = {spec: json.loads(plan) for spec, plan in config.fault_plans}
+    else:
+        try:
+            plans = {
+                spec: parse_fault_spec(spec, suite.spec_scope).model_dump(mode="json")
+                for spec in config.faults or (suite.default_faults,)
+            }
+        except UserError:  # the plan refuses it in a line of its own, before anything runs
+            return
+    waiting = [spec for spec, plan in plans.items() if waits_in_real_time(plan)]
+    if waiting:
+        err.print(
+            f"note: {', '.join(waiting)} {'delays or holds' if len(waiting) == 1 else 'delay or hold'} "
+            "answers in real time (a held call waits for the agent's timeout), so episodes can take "
+            "minutes; --time-scale 0 makes injected waits instant",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def check_baseline(baseline: str | None, faults: tuple[str, ...]) -> None:

@@ -1,5 +1,6 @@
 """A run that names no model plays the suite's own default agents, or the generic pair for a suite
-that declares none (a third party's, the tiny suite)."""
+that declares none (a third party's, the tiny suite). What ToolMaze's defaults print is checked against
+the README's example by tests/test_readme_commands.py."""
 
 import dataclasses
 import json
@@ -27,17 +28,6 @@ def test_a_suite_with_malformed_default_models_is_refused_when_built(bad):
 def _run_json(capsys, tmp_path, *argv):
     assert main(["run", *argv, "--trials", "1", "--json", "--db", str(tmp_path / "r.db")]) == 0
     return json.loads(capsys.readouterr().out)
-
-
-def test_toolmaze_run_without_models_plays_its_defaults_and_tells_them_apart(capsys, tmp_path):
-    summary = _run_json(
-        capsys, tmp_path, "--suite", "toolmaze", "--faults", "toolmaze:P3", "--first", "--limit", "4"
-    )
-    full = {g["model"]: g["levels"]["full"]["rate"] for g in summary["groups"]}
-    assert set(full) == {"scripted:retry", "scripted:switch"}
-    # P3 corrupts records without an error: the generic oracle and naive agents (which check no data)
-    # both score 0 here; these two notice it, and recover differently.
-    assert full["scripted:retry"] == 1.0 and full["scripted:switch"] < 1.0
 
 
 def test_a_suite_without_defaults_plays_the_generic_pair_and_named_models_win(capsys, tmp_path):

@@ -416,16 +416,16 @@ def _say_if_faults_wait(config: RunConfig, suite: Suite, err: Console) -> None:
 
     if config.time_scale == 0 or config.server is not None:  # an outside server keeps its own time
         return
-    if config.fault_plans:  # a resumed run plays the plans it froze when it started
-        plans = {spec: json.loads(plan) for spec, plan in config.fault_plans}
-    else:
-        try:
+    try:
+        if config.fault_plans:  # a resumed run plays the plans it froze when it started
+            plans = {spec: json.loads(plan) for spec, plan in config.fault_plans}
+        else:
             plans = {
                 spec: parse_fault_spec(spec, suite.spec_scope).model_dump(mode="json")
                 for spec in config.faults or (suite.default_faults,)
             }
-        except UserError:  # the plan refuses it in a line of its own, before anything runs
-            return
+    except (UserError, ValueError):  # resolving the run refuses it in a line of its own, before it starts
+        return
     waiting = [spec for spec, plan in plans.items() if waits_in_real_time(plan)]
     if waiting:
         err.print(

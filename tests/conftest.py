@@ -79,6 +79,7 @@ LONGEST_FILES = (
     "test_proxy_transparent.py",
     "test_third_party_suite.py",
     "test_harnesses.py",
+    "test_readme_commands.py",
     "test_validator.py",
     "test_taskfiles.py",
     "test_proxy_third_party.py",

@@ -117,3 +117,37 @@ def test_a_schema_json_would_change_is_compiled_afresh_and_checked_as_given():
     assert compiled(reordered) is not compiled(dict(reversed(reordered.items())))
     assert compiled(schema).is_valid({"n": 2}) and not compiled(schema).is_valid({"n": 3})
     assert schema_error({"type": "object", "minProperties": -1}) is not None
+
+
+def _jsonschema_error(schema):
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as error:
+        return error
+    return None
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "pattern": "^[a-z]+$"},
+        {"type": "string", "pattern": "("},  # no regex: the Rust metaschema check asserts no formats
+        {"type": "string", "pattern": "\\p{L}"},  # ECMA, not Python
+        {"type": "string", "pattern": "(?<x>a)"},
+        {"type": "object", "patternProperties": {"(": {}}},
+        {"type": "object", "properties": {"pattern": {"type": "string"}}},  # a property named pattern
+        {"type": "object", "properties": {"q": {"const": {"pattern": "("}}}},  # no keyword, yet slow path
+        {"type": "strin"},
+        {"type": "object", "minProperties": -1},
+        {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "[0-9]+"}]},
+    ],
+)
+def test_a_schema_check_gives_jsonschemas_verdict_and_error_on_the_fast_path_too(schema):
+    theirs, ours = _jsonschema_error(schema), schema_error(schema)
+    assert (ours is None) == (theirs is None)
+    assert ours is None or ours.message == theirs.message
+
+
+def test_every_suite_schema_checks_as_jsonschema_checks_it():
+    for schema in schemas():
+        assert (schema_error(schema) is None) == (_jsonschema_error(schema) is None)

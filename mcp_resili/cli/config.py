@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import stat
 import sys
@@ -45,6 +46,20 @@ def default_path(client: str) -> Path:
         "vscode": Path(".vscode/mcp.json"),
         "cursor": Path(".cursor/mcp.json"),
     }[client]
+
+
+def default_trace_dir() -> Path:
+    """Where a configured server writes its traces unless told otherwise: a per-user state directory.
+
+    A client starts the server with no working directory of its own choosing, so the path is absolute
+    and the same each time: ``mcp-resili score`` finds an episode there afterwards.
+    """
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "mcp-resili" / "traces"
+    if sys.platform == "win32":
+        return Path(os.environ.get("LOCALAPPDATA", Path.home())) / "mcp-resili" / "traces"
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state_home) / "mcp-resili" / "traces"
 
 
 def server_entry(
@@ -185,7 +200,11 @@ def register(commands: Commands) -> None:
     config.add_argument("--name", default="mcp-resili", help="the server's name in the client")
     config.add_argument("--upstream", help="configure `proxy --upstream UPSTREAM` instead of `serve`")
     config.add_argument("--faults", help="fault SPEC for the server")
-    config.add_argument("--trace-dir", type=Path, help="where the server writes traces")
+    config.add_argument(
+        "--trace-dir",
+        type=Path,
+        help=f"where the server writes one trace per episode (default: {default_trace_dir()})",
+    )
     config.add_argument(
         "--url", help="configure a running HTTP server (serve --transport http) at this URL instead"
     )
@@ -213,16 +232,23 @@ def config_command(args: argparse.Namespace) -> int:
     else:
         if args.faults is not None:
             _check_faults(args.faults, proxied=args.upstream is not None)
-        entry = server_entry(upstream=args.upstream, faults=args.faults, trace_dir=args.trace_dir)
+        trace_dir = (args.trace_dir or default_trace_dir()).resolve()
+        entry = server_entry(upstream=args.upstream, faults=args.faults, trace_dir=trace_dir)
     if not args.write:
         if args.path is not None or args.replace:
             raise ClientConfigError(
                 "--path and --replace need --write (without it the config is only printed)"
             )
         print(json.dumps(render_config(args.client, args.name, entry), indent=2))
-        return 0
-    path = write_config(args.client, args.name, entry, args.path, replace=args.replace)
-    print(f"wrote server {args.name!r} into {path}", file=sys.stderr)
+    else:
+        path = write_config(args.client, args.name, entry, args.path, replace=args.replace)
+        print(f"wrote server {args.name!r} into {path}", file=sys.stderr)
+    if args.url is None:  # on stderr: stdout is the config itself, which may go into a file
+        where = shlex.quote(entry["args"][entry["args"].index("--trace-dir") + 1])
+        print(
+            f"traces go to {where}; score an episode with: mcp-resili score {where}/EPISODE.jsonl",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -270,7 +270,6 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 
 
 def _new_config(args: argparse.Namespace) -> RunConfig:
-    from mcp_resili.client.providers import DEFAULT_MODELS
     from mcp_resili.client.runner import RunConfig, RunConfigError
 
     if args.ladder and args.faults:
@@ -279,7 +278,8 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         )
     if args.first and args.limit is None:
         raise RunConfigError("--first goes with --limit N (take the first N tasks instead of a sample)")
-    default_models = AGENT_CMD_MODELS if args.agent_cmd is not None else DEFAULT_MODELS
+    # No --model: the agent program's default, else the suite's own defaults (`with_suite_models`).
+    default_models = AGENT_CMD_MODELS if args.agent_cmd is not None else ()
     return RunConfig(
         suite=suite_argument(args.suite or DEFAULT_SUITE),
         models=tuple(args.models or default_models),
@@ -311,6 +311,15 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         agent_cmd=args.agent_cmd,
         llm_faults=args.llm_faults,
     )
+
+
+def with_suite_models(config: RunConfig, suite: Suite) -> RunConfig:
+    """``config``, playing the suite's default models when it names none (else the generic pair)."""
+    from mcp_resili.client.providers import DEFAULT_MODELS
+
+    if config.models:
+        return config
+    return replace(config, models=suite.default_models or DEFAULT_MODELS)
 
 
 def ladder_specs(families: Sequence[str]) -> tuple[str, ...]:
@@ -353,6 +362,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     config = run_config(args)
     suite = get_suite(config.suite)  # the top: the suite is resolved once, here, and handed down
+    config = with_suite_models(config, suite)
     check_baseline(args.baseline, config.faults or (suite.default_faults,))
     if args.estimate:
         from mcp_resili.cli.estimate import describe_extras, estimate_extras
@@ -367,6 +377,8 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     executor = make_executor(args)
     err = Console(stderr=True, markup=False)  # specs and paths are text, never markup
+    err.soft_wrap = not err.is_terminal  # a log or a pipe gets each line whole, never cut at 80 columns
+    _say_if_faults_wait(config, suite, err)
     run_ids: list[str] = []
     with sigterm_stops_like_ctrl_c() as terminated:
         try:
@@ -395,6 +407,34 @@ def run_command(args: argparse.Namespace) -> int:
             ) from None
     _print_summary(config, suite, result, args, err)
     return _exit_status(result, err)
+
+
+def _say_if_faults_wait(config: RunConfig, suite: Suite, err: Console) -> None:
+    """One line before the run when its faults wait in real time and ``--time-scale 0`` would not."""
+    from mcp_resili.faults import parse_fault_spec
+    from mcp_resili.faults.waits import waits_in_real_time
+
+    if config.time_scale == 0 or config.server is not None:  # an outside server keeps its own time
+        return
+    try:
+        if config.fault_plans:  # a resumed run plays the plans it froze when it started
+            plans = {spec: json.loads(plan) for spec, plan in config.fault_plans}
+        else:
+            plans = {
+                spec: parse_fault_spec(spec, suite.spec_scope).model_dump(mode="json")
+                for spec in config.faults or (suite.default_faults,)
+            }
+    except (UserError, ValueError):  # resolving the run refuses it in a line of its own, before it starts
+        return
+    waiting = [spec for spec, plan in plans.items() if waits_in_real_time(plan)]
+    if waiting:
+        err.print(
+            f"note: {', '.join(waiting)} {'delays or holds' if len(waiting) == 1 else 'delay or hold'} "
+            "answers in real time (a held call waits for the agent's timeout), so episodes can take "
+            "minutes; --time-scale 0 makes injected waits instant",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def check_baseline(baseline: str | None, faults: tuple[str, ...]) -> None:

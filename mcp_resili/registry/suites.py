@@ -99,6 +99,9 @@ class Suite:
     fault_specs: Mapping[str, FaultSpecParser] = field(default_factory=dict, repr=False)
     #: The suite's own scripted agents, run as ``scripted:NAME`` (beside the generic oracle and naive).
     agents: Mapping[str, Callable[[], Model]] = field(default_factory=dict, repr=False)
+    #: The models (SPECs such as ``scripted:retry``) a run plays when it names none: the agents that
+    #: show what the suite measures. (): the generic ``scripted:oracle`` and ``scripted:naive``.
+    default_models: tuple[str, ...] = ()
     #: Where calls go when the suite's tools are real MCP servers (None: the library's simulators): a
     #: factory of an `mcp_resili.registry.environment.EpisodeEnvironment`, entered before serving.
     environment: Callable[[], EpisodeEnvironment] | None = field(default=None, repr=False)
@@ -152,6 +155,10 @@ class Suite:
             isinstance(column, ComponentColumn) for column in self.summary_columns
         ):
             raise wrong("summary_columns", "a tuple of ComponentColumn", self.summary_columns)
+        if not isinstance(self.default_models, tuple) or not all(
+            isinstance(model, str) and model for model in self.default_models
+        ):
+            raise wrong("default_models", "a tuple of model SPECs", self.default_models)
         if isinstance(self.variants, str) or not isinstance(self.variants, Sequence):
             raise wrong("variants", "a tuple of names", self.variants)
         for variant in self.variants:

@@ -39,4 +39,7 @@ def suite() -> Suite:
             "abort": abort_agent,
             "trusting": trusting_agent,
         },
+        # The generic oracle and naive agents check no data, so a perturbation that corrupts records
+        # fails them both alike; these two recover, each its own way (TSR/PRR/RC tell them apart).
+        default_models=("scripted:retry", "scripted:switch"),
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -111,7 +112,49 @@ def _cache_key(schema: Mapping[str, Any]) -> str | None:
     return key if json.loads(key) == schema else None
 
 
+#: Keywords whose values ``jsonschema`` checks as URIs when an optional URI library is installed; a
+#: schema using one is checked by ``jsonschema`` alone.
+_URI_KEYWORDS = frozenset({"$id", "$schema", "$ref", "$dynamicRef", "$vocabulary"})
+
+
+def _fast_meta_valid(schema: Any) -> bool:
+    """Whether ``jsonschema_rs`` finds ``schema`` valid and nothing it does not check could differ.
+
+    ``jsonschema_rs`` walks the metaschema in a fraction of ``jsonschema``'s time, but it does not
+    compile ``pattern`` regexes as Python does (``jsonschema`` asserts the ``regex`` format there):
+    every pattern is compiled here, and a schema with a URI keyword is left to ``jsonschema``.
+    """
+    if _rs is None or not isinstance(schema, Mapping):
+        return False
+    try:
+        if not _rs.meta.is_valid(dict(schema)):
+            return False
+    except (ValueError, TypeError):  # not JSON-shaped
+        return False
+    pending: list[Any] = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Mapping):
+            if not _URI_KEYWORDS.isdisjoint(node):
+                return False
+            patterns = [node.get("pattern")]
+            if isinstance(node.get("patternProperties"), Mapping):
+                patterns.extend(node["patternProperties"])
+            try:
+                for pattern in patterns:
+                    if isinstance(pattern, str):
+                        re.compile(pattern)
+            except re.error:
+                return False
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return True
+
+
 def _check(schema: Mapping[str, Any]) -> SchemaError | None:
+    if _fast_meta_valid(schema):
+        return None
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except SchemaError as error:

@@ -134,10 +134,11 @@ class LazyTaskList(Sequence[Task]):
         Raises `InvalidTaskError` in one line when the JSON, the set's header, or any task's id, type
         or complexity is invalid. The rest of each task is validated when it is first built.
 
-        ``canonical`` is the file's promise that it is a `TaskSet` dump of validated tasks
-        (``model_dump_json(exclude=...computed fields)``, as a suite's generator writes it): each
-        task's text is then what the task dumps as, and a listing may copy it without building the
-        task (`mcp_resili.tasks.listing`). A suite that says so tests it.
+        ``canonical`` is the file's promise that each task's text is exactly what the task built
+        from it dumps as, computed fields excluded (``model_dump_json(exclude=...)`` of tasks read
+        from JSON: one built in Python may differ, an int in a float field dumps as ``300`` and
+        reads back as ``300.0``). A listing may then copy the text without building the task
+        (`mcp_resili.tasks.listing`). A suite that says so tests it (tests/test_listings.py).
         """
         indexed = _index_fast(data)
         if indexed is not None:

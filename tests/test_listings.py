@@ -21,6 +21,8 @@ from mcp_resili.tasks.lazy import LazyTaskList
 from mcp_resili.tasks.listing import copied_listing, model_listing
 from mcp_resili.tasks.model import Task, TaskSet
 from mcp_resili.tools import validator
+from mcp_resili.tools.library import ToolLibrary
+from mcp_resili.tools.spec import ToolSpec
 from mcp_resili.tools.validator import schema_error
 
 #: What a suite's generator leaves out of its task file (scripts/regenerate_default_tasks.py).
@@ -210,3 +212,26 @@ def test_help_imports_none_of_the_run_machinery():
         [sys.executable, "-m", "mcp_resili", "serve", "--help"], capture_output=True, text=True, timeout=60
     )
     assert "resilibench" in proc.stdout and "toolmaze" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "dependencies, cyclic",
+    [
+        ({"a": (), "b": ("a",), "c": ("a", "b")}, False),
+        ({"a": ("c",), "b": ("a",), "c": ("b",)}, True),
+        ({"a": ("a",), "b": ()}, True),
+    ],
+)
+def test_a_library_with_cyclic_tool_dependencies_is_refused(dependencies, cyclic):
+    # Checked with graphlib at load (networkx is imported only for `dependency_graph`).
+    specs = tuple(
+        ToolSpec(name=name, description=name, input_schema={"type": "object"}, dependencies=deps)
+        for name, deps in dependencies.items()
+    )
+    simulators = dict.fromkeys(dependencies, lambda arguments, state: {})
+    if cyclic:
+        with pytest.raises(ValueError, match="has cyclic tool dependencies"):
+            ToolLibrary("lib", specs, simulators)
+    else:
+        library = ToolLibrary("lib", specs, simulators)
+        assert sorted(library.dependency_graph.edges) == [("a", "b"), ("a", "c"), ("b", "c")]

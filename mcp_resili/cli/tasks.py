@@ -104,9 +104,6 @@ def suites_command(args: argparse.Namespace) -> int:
 
 def tasks_list_command(args: argparse.Namespace) -> int:
     """A suite's tasks as a table, or as JSON task objects."""
-    from rich.table import Table
-
-    from mcp_resili.cli.common import stdout_console
     from mcp_resili.registry.loader import get_suite
     from mcp_resili.tasks.listing import copied_listing, model_listing
 
@@ -129,6 +126,10 @@ def tasks_list_command(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(model_listing(tasks) + b"\n")
         sys.stdout.buffer.flush()
         return 0
+    from rich.table import Table
+
+    from mcp_resili.cli.common import stdout_console
+
     table = Table(title=f"{suite.name}: {len(tasks)} tasks", title_justify="left")
     for column in ("id", "type", "complexity", "tools", "description"):
         table.add_column(column)

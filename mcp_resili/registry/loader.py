@@ -22,7 +22,8 @@ from mcp_resili.faults.spec import FaultSpecParser, FaultSpecScope
 from mcp_resili.registry.entries import BUILTIN_DISTRIBUTION as BUILTIN_DISTRIBUTION
 from mcp_resili.registry.entries import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from mcp_resili.registry.entries import SuiteEntry as SuiteEntry
-from mcp_resili.registry.entries import registered_suites, suite_names
+from mcp_resili.registry.entries import registered_suites as registered_suites
+from mcp_resili.registry.entries import suite_names as suite_names
 from mcp_resili.registry.suites import Suite, SuiteLoadError, UnknownSuiteError
 
 if TYPE_CHECKING:

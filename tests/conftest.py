@@ -71,6 +71,28 @@ _loader.registered_suites.cache_clear()  # in case anything listed the suites be
 _loader.get_suite.cache_clear()
 
 
+#: The files that take longest (summed over their tests, measured with ``--durations=0``), started
+#: first: pytest-xdist hands out whole files (``--dist loadfile``) in collection order, and one of these
+#: started last keeps one core busy while the other idles. Order only; every file still runs.
+LONGEST_FILES = (
+    "test_ray.py",
+    "test_proxy_transparent.py",
+    "test_third_party_suite.py",
+    "test_harnesses.py",
+    "test_validator.py",
+    "test_taskfiles.py",
+    "test_proxy_third_party.py",
+    "test_handles.py",
+    "test_transports.py",
+    "test_protocol_real_clients.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: n for n, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _OWN_SITE:  # the process that made it removes it, after its workers are done
         shutil.rmtree(TINY_SITE, ignore_errors=True)

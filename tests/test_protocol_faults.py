@@ -503,3 +503,31 @@ async def test_injected_http_resets_and_duplicates_leave_no_traceback_on_the_ser
     assert outcomes[1] in ([2], [2, 2])  # a stream carries it twice; a JSON body once
     assert outcomes[2] == [3]
     assert "Traceback" not in stderr and "Exception in ASGI" not in stderr and "ERROR" not in stderr
+
+
+@pytest.mark.anyio
+async def test_a_reset_after_the_answers_headers_fails_that_call_not_the_run(tmp_path: Path) -> None:
+    """The reset drops a JSON answer's body after its headers went out: the SDK met that outside any
+    request, and `run --server URL` under protocol:heavy ended in a traceback (found trying it)."""
+    from servers import running_http_server
+
+    plan = {"kind": "protocol", "rules": [{"fault": {"type": "transport_reset"}, "at_call": [1]}]}
+    faults = tmp_path / "faults.json"
+    faults.write_text(json.dumps(plan), encoding="utf-8")
+    serve_args = ("--suite", "tiny", "--faults", str(faults), "--time-scale", "0")
+    async with running_http_server(*serve_args, workdir=tmp_path) as server:
+        config = RunConfig(
+            suite="tiny",
+            server=server.url,
+            models=("scripted:oracle",),
+            trials=1,
+            limit=3,
+            db=tmp_path / "runs.db",
+        )
+        result = await execute(config)
+    assert len(result.rows) == 3  # the run went on: every episode stored
+    for row in result.rows:
+        events = Trace.from_lines(row.trace.splitlines()).events
+        first = next(e for e in events if isinstance(e, ToolCallEvent))
+        assert first.is_error and first.error_code == "CONNECTION_RESET"  # that call failed, alone
+        assert row.termination != "infrastructure_error"

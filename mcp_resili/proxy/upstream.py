@@ -563,20 +563,38 @@ class AnswerLostConnections(httpx2.AsyncBaseTransport):
         self.armed = False
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        """Send ``request``; once armed, a broken POST comes back as a 502 with a JSON-RPC error."""
-        try:
+        """Send ``request``; once armed, a broken POST comes back as a 502 with a JSON-RPC error.
+
+        A JSON answer is read here, whole: the connection can also break after its headers (a reset
+        mid-body), which the SDK would meet outside any request. An event stream is left to stream:
+        the SDK resolves a request whose stream breaks.
+        """
+        if not self.armed or request.method != "POST":
             return await self.inner.handle_async_request(request)
+        try:
+            response = await self.inner.handle_async_request(request)
+            if not response.headers.get("content-type", "").lower().startswith("application/json"):
+                return response
+            try:
+                body = b"".join([chunk async for chunk in response.aiter_raw()])
+            finally:
+                await response.aclose()
         except httpx2.TransportError as exc:
-            if not self.armed or request.method != "POST":
-                raise
             error = {
                 "code": types.CONNECTION_CLOSED,
                 "message": f"Connection closed: {_transport_error(exc)}",
             }
-            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+            answer = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
             return httpx2.Response(
-                502, headers={"content-type": "application/json"}, content=body, request=request
+                502, headers={"content-type": "application/json"}, content=answer, request=request
             )
+        return httpx2.Response(
+            response.status_code,
+            headers=response.headers,
+            content=body,
+            request=request,
+            extensions=response.extensions,
+        )
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""

@@ -2,7 +2,7 @@
 
 ResiliBench's full list has 5,040 tasks: parsed at once into `Task` models they hold ~100 MB for the
 whole process. A `LazyTaskList` keeps each task's JSON, compressed in blocks of `BLOCK_TASKS` tasks
-(12 MB of text: ~1 MB), plus a light index (`TaskSummary`: id, task type, complexity, which is what
+(12 MB of text: ~1.3 MB), plus a light index (`TaskSummary`: id, task type, complexity, which is what
 the planner's stratified sample and the reports need), and builds a task when it is asked for. Tasks
 still in use somewhere (by an episode in flight) are found again through a weak cache, so both ends
 of an episode share one object; the last few hundred built are kept.
@@ -227,7 +227,7 @@ def _pack(parts: Sequence[bytes]) -> tuple[list[bytes], array[int], array[int]]:
             block_starts.append(offset)
             offset += len(part)
             block_ends.append(offset)
-        # Level 3: a third of the default level's time for 15% more bytes (1.3 MB for ResiliBench).
+        # Level 3: about a third of the default level's time for 17% more bytes (1.3 MB for ResiliBench).
         blocks.append(zlib.compress(b"".join(block), COMPRESS_LEVEL))
     return blocks, block_starts, block_ends
 

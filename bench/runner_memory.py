@@ -6,9 +6,11 @@ into its own database, and prints its summary (``--json``). Measured from outsid
 peak resident set (``ru_maxrss`` of the child) and its CPU. Rounds alternate baseline and this
 checkout, so other jobs on the machine weigh on both alike.
 
-    python bench/runner_memory.py [--base REV] [--tasks N] [--rounds R] [--write-docs]
+    python bench/runner_memory.py [--base REV] [--tasks N] [--trials T] [--rounds R] [--write-docs]
 
-``--tasks N`` plays the first N tasks of the list instead of all of them (a quicker look).
+``--tasks N`` plays the first N tasks of the list instead of all of them (a quicker look); ``--trials 10``
+plays the sweep ten times over (201,600 episodes); ``--base none`` measures this checkout alone (a
+baseline that keeps every row would need gigabytes there).
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ class Measured:
     wall: float
 
 
-def command(db: Path, tasks: int | None) -> list[str]:
+def command(db: Path, tasks: int | None, trials: int) -> list[str]:
     """The run both sides play."""
-    argv = [sys.executable, "-m", "mcp_resili", "run", "--model", "scripted:oracle", "--trials", "1"]
+    argv = [sys.executable, "-m", "mcp_resili", "run", "--model", "scripted:oracle", "--trials", str(trials)]
     argv += ["--concurrency", "16", "--json", "--db", str(db)]
     argv += ["--limit", str(tasks)] if tasks else ["--all-tasks"]
     for variant in VARIANTS:
@@ -52,13 +54,17 @@ def command(db: Path, tasks: int | None) -> list[str]:
     return argv
 
 
-def play(tree: Path, tasks: int | None) -> Measured:
+def play(tree: Path, tasks: int | None, trials: int = 1) -> Measured:
     """Play the sweep from ``tree`` in a child process: its episodes, peak RSS, CPU and wall time."""
     with tempfile.TemporaryDirectory(prefix="mcp-resili-memory-") as tmp:
         started = time.perf_counter()
         with open(Path(tmp) / "out.json", "w+") as out, open(Path(tmp) / "err.txt", "w+") as err:
             proc = subprocess.Popen(
-                command(Path(tmp) / "run.db", tasks), cwd=tmp, env=tree_env(tree), stdout=out, stderr=err
+                command(Path(tmp) / "run.db", tasks, trials),
+                cwd=tmp,
+                env=tree_env(tree),
+                stdout=out,
+                stderr=err,
             )
             _, status, usage = os.wait4(proc.pid, 0)
             wall = time.perf_counter() - started
@@ -75,9 +81,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default=DEFAULT_BASE, help="the baseline revision")
     parser.add_argument("--tasks", type=int, default=None, help="first N tasks only (default: all 5,040)")
+    parser.add_argument("--trials", type=int, default=1, help="trials per task and variant")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--write-docs", action="store_true", help="rewrite its section of docs/benchmarks.md")
     args = parser.parse_args()
+    if args.base == "none":
+        with checkout(".") as ours:
+            got = play(ours, args.tasks, args.trials)
+        print(
+            f"this ({revision_of(ours)}) {got.episodes:,} episodes: peak RSS {got.peak_mib:.0f} MiB, "
+            f"CPU {got.cpu:.0f} s ({1000 * got.cpu / got.episodes:.2f} ms per episode), wall {got.wall:.0f} s"
+        )
+        return 0
     results: dict[str, list[Measured]] = {"base": [], "this": []}
     with checkout(args.base) as base_tree, checkout(".") as ours:
         names = {
@@ -86,7 +101,7 @@ def main() -> int:
         }
         for _ in range(args.rounds):
             for side, tree in (("base", base_tree), ("this", ours)):
-                got = play(tree, args.tasks)
+                got = play(tree, args.tasks, args.trials)
                 results[side].append(got)
                 print(
                     f"{names[side]:40} {got.episodes:,} episodes: peak RSS {got.peak_mib:.0f} MiB, "

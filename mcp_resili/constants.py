@@ -40,3 +40,9 @@ COMPLETION_PHRASES = (
     "successfully completed the task",
     "task has been completed",
 )
+
+#: The report's optional grouping keys beyond (model, architecture, faults, variant). ``task_type`` and
+#: ``complexity`` come from the task (via ``task_info``); ``flaw`` and ``severity`` from a
+#: ``flawed:TYPE[:SEVERITY]`` variant ("none" for other variants; the severity defaults to severe, as in
+#: the prompts).
+BREAKDOWN_KEYS = ("task_type", "complexity", "flaw", "severity")

@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 
-from mcp_resili.tasks.model import Task
+if TYPE_CHECKING:
+    from mcp_resili.tasks.model import Task
 
 #: Agent architectures the runner supports: ReAct (the plain tool loop), or Reflexion (Shinn et al.,
 #: 2023): after a failed trial the model writes a reflection that the next trials of the same task

@@ -12,7 +12,7 @@ from mcp_resili.cli.common import Commands
 
 def register(commands: Commands) -> None:
     """Add ``report``."""
-    from mcp_resili.report.summary import BREAKDOWN_KEYS
+    from mcp_resili.constants import BREAKDOWN_KEYS
 
     report = commands.add_parser(
         "report",

@@ -216,7 +216,7 @@ def _add_limit_options(run: argparse.ArgumentParser) -> None:
 
 def _add_output_options(run: argparse.ArgumentParser) -> None:
     """Storage, resume, estimate and what is printed."""
-    from mcp_resili.report.summary import BREAKDOWN_KEYS
+    from mcp_resili.constants import BREAKDOWN_KEYS
 
     run.add_argument("--db", type=Path, default=Path("mcp-resili.db"), help="results database (SQLite)")
     run.add_argument(

@@ -16,7 +16,7 @@ import anyio
 from mcp_resili.cli.common import Commands, add_seed, announce
 from mcp_resili.constants import AUTH_TOKEN_ENV, DEFAULT_SUITE
 from mcp_resili.errors import UserError
-from mcp_resili.registry.loader import suite_names
+from mcp_resili.registry.entries import suite_names
 
 if TYPE_CHECKING:
     from mcp_resili.server.transports import HttpAccess

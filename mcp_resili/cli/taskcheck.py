@@ -32,20 +32,6 @@ from mcp_resili.taskfiles.verify import judge
 from mcp_resili.trace import ToolCallEvent, Trace
 
 
-def add_check_parser(tasks_sub: Any) -> None:
-    """Add ``tasks check``."""
-    check = tasks_sub.add_parser(
-        "check",
-        help="validate task files and solve every task with its ground truth on the real servers (no faults)",
-    )
-    check.add_argument("path", help="a directory of task files (with its suite.toml), or one task file")
-    check.add_argument(
-        "--task", action="append", dest="tasks", metavar="ID", help="repeatable: check only these"
-    )
-    check.add_argument("--json", action="store_true", help="one JSON object per task")
-    check.set_defaults(handler=tasks_check_command)
-
-
 @dataclass(frozen=True)
 class NothingAgent:
     """Says it is done at once: a task it passes proves nothing."""
@@ -180,4 +166,4 @@ def tasks_check_command(args: argparse.Namespace) -> int:
     return 1 if refused else 0
 
 
-__all__ = ["FINISH_TOOL", "ToolCallEvent", "add_check_parser", "check_suite", "tasks_check_command"]
+__all__ = ["FINISH_TOOL", "ToolCallEvent", "check_suite", "tasks_check_command"]

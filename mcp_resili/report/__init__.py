@@ -1,15 +1,37 @@
-"""Reports read stored results; they never write."""
+"""Reports read stored results; they never write.
 
-from mcp_resili.report.summary import (
-    BREAKDOWN_KEYS,
-    GroupSummary,
-    Rate,
-    rate,
-    summarize,
-    variant_flaw,
-    wilson_interval,
-)
-from mcp_resili.report.terminal import summary_table
+Names load on first use (PEP 562): the command line imports `mcp_resili.report.ladder` to name the
+fault ladders in its help, which must not pay for the summaries and rich tables.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp_resili.report.summary import (
+        BREAKDOWN_KEYS,
+        GroupSummary,
+        Rate,
+        rate,
+        summarize,
+        variant_flaw,
+        wilson_interval,
+    )
+    from mcp_resili.report.terminal import summary_table
+
+#: Public name -> the module that defines it (imported on first use).
+_HOMES = {
+    "BREAKDOWN_KEYS": "mcp_resili.report.summary",
+    "GroupSummary": "mcp_resili.report.summary",
+    "Rate": "mcp_resili.report.summary",
+    "rate": "mcp_resili.report.summary",
+    "summarize": "mcp_resili.report.summary",
+    "variant_flaw": "mcp_resili.report.summary",
+    "wilson_interval": "mcp_resili.report.summary",
+    "summary_table": "mcp_resili.report.terminal",
+}
 
 __all__ = [
     "BREAKDOWN_KEYS",
@@ -21,3 +43,17 @@ __all__ = [
     "variant_flaw",
     "wilson_interval",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first use, then keep it here."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'mcp_resili.report' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

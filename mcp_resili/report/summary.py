@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from mcp_resili.constants import BREAKDOWN_KEYS as BREAKDOWN_KEYS  # defined there for the CLI's help
 from mcp_resili.report.clustered import RATE_METHOD, clustered_rate
 from mcp_resili.report.svg import Bar
 from mcp_resili.scoring.passk import Z95, wilson
@@ -168,12 +169,6 @@ class GroupSummary:
 
 
 LEVELS = ("full", "partial", "failure")
-
-
-#: Optional grouping keys beyond (model, architecture, faults, variant). ``task_type`` and ``complexity`` come
-#: from the task (via ``task_info``); ``flaw`` and ``severity`` from a ``flawed:TYPE[:SEVERITY]``
-#: variant ("none" for other variants; the severity defaults to severe, as in the prompts).
-BREAKDOWN_KEYS = ("task_type", "complexity", "flaw", "severity")
 
 
 def variant_flaw(variant: str) -> tuple[str, str]:

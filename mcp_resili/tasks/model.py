@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 class InputBinding(BaseModel):
@@ -94,6 +96,8 @@ class Workflow(BaseModel):
 
     def graph(self) -> nx.DiGraph[str]:
         """The workflow as a networkx DAG over step ids."""
+        import networkx as nx  # on use: most commands never draw a workflow's graph
+
         graph: nx.DiGraph[str] = nx.DiGraph()
         graph.add_nodes_from(s.id for s in self.steps)
         graph.add_edges_from(self.edges)

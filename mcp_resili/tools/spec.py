@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mcp_resili.tools.validator import schema_error
 
 #: MCP tool names (SEP-986): letters, digits, dot, underscore and dash, 1 to 128 characters.
 TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -48,7 +49,9 @@ class ToolSpec(BaseModel):
     def _valid_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
         if schema is None:
             return None
-        jsonschema.Draft202012Validator.check_schema(schema)
+        error = schema_error(schema)  # jsonschema's check_schema, the verdict cached per schema
+        if error is not None:
+            raise error
         if schema.get("type") != "object":
             raise ValueError("tool schemas must have an object root (MCP and Anthropic require it)")
         return schema

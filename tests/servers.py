@@ -70,6 +70,24 @@ def cli_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "mcp_resili", *args]
 
 
+@contextlib.contextmanager
+def process(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``argv`` with its output in ``log``; on exit stop it (terminate, then kill)."""
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env
+        )
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=START_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 async def accepting(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
     """Wait until ``proc`` accepts connections on ``port``; fail with its log if it exits first."""
     with anyio.fail_after(START_TIMEOUT):

@@ -8,15 +8,12 @@ it does against server-everything directly.
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 from npm_peers import GENERIC_SCENARIOS, node_env, npm_peers, passed, run_conformance
-from servers import START_TIMEOUT, accepting, child_env, cli_command, free_port, running_http_server
+from servers import accepting, child_env, cli_command, free_port, process, running_http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -24,23 +21,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@contextmanager
-def process(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env
-        )
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=START_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 async def test_the_generic_scenarios_pass_on_serve(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ exit 2; a hung one meets the proxy's own timeout.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,7 +22,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 from npm_peers import node_env, npm_peers
-from servers import CLI_TIMEOUT, START_TIMEOUT, accepting, child_env, cli_command, free_port
+from servers import CLI_TIMEOUT, accepting, child_env, cli_command, free_port, process
 
 from mcp_resili.trace import Trace
 
@@ -59,20 +58,9 @@ async def proxied(upstream: str, *args: str, workdir: Path, **env_extra: str) ->
         *args,
     )
     log = workdir / f"proxy-{port}.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env
-        )
-        try:
-            await accepting(port, proc, log)
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=START_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with process(argv, env, log) as proc:
+        await accepting(port, proc, log)
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 def stdio(command: list[str]) -> StdioServerParameters:

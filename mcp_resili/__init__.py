@@ -16,10 +16,10 @@ A suite (the ``mcp_resili.suites`` entry point returns one)::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mcp_resili.constants import VERSION as __version__
+from mcp_resili.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mcp_resili.agents.model import (
@@ -309,15 +309,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Load a public name from its home on first use (PEP 562), then keep it here."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'mcp_resili' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

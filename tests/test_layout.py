@@ -23,6 +23,7 @@ PACKAGE = Path(mcp_resili.__file__).parent
 FLOORS = {
     "errors": 0,
     "constants": 0,
+    "lazy": 0,
     "tools": 1,
     "tasks": 1,
     "agents": 2,

@@ -43,7 +43,7 @@ print(json.dumps({"on_import": on_import, "loaded": loaded}))
 """
 
 
-def test_importing_the_package_loads_only_its_constants_and_no_name_loads_a_benchmark():
+def test_importing_the_package_loads_only_its_constants_and_loader_and_no_name_loads_a_benchmark():
     proc = subprocess.run(
         [sys.executable, "-c", PROBE],
         env=child_env(),
@@ -55,7 +55,7 @@ def test_importing_the_package_loads_only_its_constants_and_no_name_loads_a_benc
     )
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
-    assert seen["on_import"] == ["mcp_resili", "mcp_resili.constants"]
+    assert seen["on_import"] == ["mcp_resili", "mcp_resili.constants", "mcp_resili.lazy"]
     # Loading every public name loads the framework, never a benchmark: suites join from outside.
     assert len(seen["loaded"]) > 20
     assert not [m for m in seen["loaded"] if m.startswith("mcp_resili.suites.")]

@@ -6,8 +6,9 @@ fault ladders in its help, which must not pay for the summaries and rich tables.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mcp_resili.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mcp_resili.report.summary import (
@@ -45,15 +46,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Load a public name from its module on first use, then keep it here."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'mcp_resili.report' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

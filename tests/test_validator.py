@@ -60,10 +60,10 @@ def instances(schema):
 def test_the_compiled_validator_gives_jsonschemas_verdict_and_errors_on_every_suite_schema(schema):
     compiled, reference = CompiledSchema(schema), jsonschema.Draft202012Validator(schema)
     for instance in instances(schema):
-        assert compiled.is_valid(instance) == reference.is_valid(instance), instance
-        assert [e.message for e in compiled.iter_errors(instance)] == [
-            e.message for e in reference.iter_errors(instance)
-        ], instance
+        # jsonschema's verdict is "no errors": one pass of the reference gives both.
+        expected = [e.message for e in reference.iter_errors(instance)]
+        assert compiled.is_valid(instance) == (not expected), instance
+        assert [e.message for e in compiled.iter_errors(instance)] == expected, instance
 
 
 @pytest.mark.xfail(

@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
+from mcp import Client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcp_resili.faults import BasePlan
@@ -79,15 +80,7 @@ async def run_proxy(
         _sigterm() as terminations,
         connect_upstream(target, read_timeout_seconds=connect_timeout, **relay.client_options()) as upstream,
     ):
-        try:
-            with anyio.fail_after(connect_timeout):
-                proxy = await ProxyServer.create(
-                    upstream.client, plan, upstream=target, relay=relay, **options
-                )
-        except TimeoutError:
-            raise UpstreamError(f"the server {target!r} did not list its tools in time") from None
-        # A rule whose tool pattern matches none of the upstream's tools would never fire: refused.
-        check_rule_tools(plan, proxy.tools, "(the proxy's --faults)", f"the upstream {target!r}")
+        proxy = await _create(upstream.client, plan, target, connect_timeout, relay=relay, **options)
         await _serve_until_stopped(proxy, serve, terminations)
         if upstream.closed.is_set():
             raise upstream.lost()
@@ -140,16 +133,22 @@ async def _start(
             connect_timeout=connect_timeout,
             max_sessions=max_sessions,
         )
-        try:
-            with anyio.fail_after(connect_timeout):
-                proxy = await ProxyServer.create(
-                    probe.client, plan, upstream=target, sessions=sessions, **options
-                )
-        except TimeoutError:
-            raise UpstreamError(f"the server {target!r} did not list its tools in time") from None
+        proxy = await _create(probe.client, plan, target, connect_timeout, sessions=sessions, **options)
+    return sessions, proxy
+
+
+async def _create(
+    client: Client, plan: BasePlan, target: str, connect_timeout: float, **options: Any
+) -> ProxyServer:
+    """The proxy over ``client``, its tools listed within ``connect_timeout`` and its rules checked."""
+    try:
+        with anyio.fail_after(connect_timeout):
+            proxy = await ProxyServer.create(client, plan, upstream=target, **options)
+    except TimeoutError:
+        raise UpstreamError(f"the server {target!r} did not list its tools in time") from None
     # A rule whose tool pattern matches none of the upstream's tools would never fire: refused.
     check_rule_tools(plan, proxy.tools, "(the proxy's --faults)", f"the upstream {target!r}")
-    return sessions, proxy
+    return proxy
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

@@ -1,4 +1,4 @@
-"""Peak memory of `mcp-resili run --executor ray` with two workers, against a baseline revision in the same run.
+"""Peak memory of `mcp-resili run --executor ray --ray-workers 2`, against a baseline revision, same run.
 
 Each side plays the same scripted ResiliBench sweep as ``bench/runner_memory.py`` (``scripted:oracle``,
 four prompt variants, 16 episodes in flight) from its own source tree in a fresh process, on a Ray
@@ -206,9 +206,8 @@ def main() -> int:
     with checkout("." if args.base == "none" else args.base) as base_tree, checkout(".") as ours:
         sides = [("this", ours)] if args.base == "none" else [("base", base_tree), ("this", ours)]
         for side, tree in sides:
-            names[side] = f"this ({revision_of(tree)})" if side == "this" else (
-                f"baseline `{args.base}` ({revision_of(tree)})"
-            )
+            revision = revision_of(tree)
+            names[side] = f"this ({revision})" if side == "this" else f"baseline `{args.base}` ({revision})"
             got = results[side] = play(tree, args.tasks, args.trials)
             print(line(names[side], got), flush=True)
             print(f"  resident set along the way: {trend(got)}", flush=True)
@@ -221,8 +220,9 @@ def main() -> int:
         for side, got in results.items():
             workers = " / ".join(f"{peak:.0f}" for peak in got.worker_peaks.values())
             rows.append(
-                f"| {names[side]} | {got.episodes:,} | {got.driver_peak:.0f} | {workers} | {got.ray_peak:.0f} "
-                f"| {got.tree_peak:.0f} | {got.cpu:.0f} | {1000 * got.cpu / got.episodes:.2f} |"
+                f"| {names[side]} | {got.episodes:,} | {got.driver_peak:.0f} | {workers} "
+                f"| {got.ray_peak:.0f} | {got.tree_peak:.0f} | {got.cpu:.0f} "
+                f"| {1000 * got.cpu / got.episodes:.2f} |"
             )
         this = results["this"]
         biggest = max([this.driver_peak, *this.worker_peaks.values()])

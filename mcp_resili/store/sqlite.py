@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from mcp_resili.errors import UserError
+from mcp_resili.fastjson import loads
 
 DEFAULT_DB = Path("mcp-resili.db")
 
@@ -237,7 +238,7 @@ class Store:
     def _json(self, text: str, what: str) -> dict[str, Any]:
         """A stored JSON object; a damaged one is a `StoreError` naming it, not a traceback."""
         try:
-            value = json.loads(text)
+            value = loads(text)
             if not isinstance(value, dict):
                 raise TypeError(f"a JSON {type(value).__name__}, not an object")
             return value

@@ -151,7 +151,7 @@ def main() -> int:
                     sides[key].opened_ms.append(float(seen["ms"]))  # type: ignore[arg-type]
                     sides[key].seen = seen
                     print(f"{sides[key].name:28} opened in {seen['ms']:.0f} ms: {seen['info']}", flush=True)
-    base, this = sides["base"], sides["this"]
+    this = sides["this"]
     medians = {key: statistics.median(s.opened_ms) for key, s in sides.items()}
     ratio = medians["this"] / medians["base"]
     print(f"this / baseline: opening {ratio:.2f}")
@@ -165,15 +165,18 @@ def main() -> int:
             "",
             f"`mcp-resili report R1 … R{args.runs} --html DIR` over {args.runs} runs of {per_run:,} episodes "
             f"each ({total:,} in all). One scripted ResiliBench sweep (`run --model scripted:oracle`, four "
-            "variants, one trial) was played once and **its rows copied nine more times with SQL**, varying "
-            "nothing but the run id and the episode ids (prefixed with the copy's number): the ten runs are "
-            "identical in content. Each side builds the folder from its own source tree; then "
-            f"{version} (headless) opens each over the DevTools protocol, starting on about:blank. The time is "
-            "the page's own `performance.now()` when the episode browser shows its first page and two frames "
+            "variants, one trial) was played once and **its rows copied nine more times with SQL**, "
+            "varying nothing but the run id and the episode ids (prefixed with the copy's number): "
+            "the ten runs are identical in content. Each side builds the folder from its own source "
+            "tree; then "
+            f"{version} (headless) opens each over the DevTools protocol, starting on about:blank. "
+            "The time is the page's own `performance.now()` when the episode browser shows its first "
+            "page and two frames "
             f"have been painted after it; {args.rounds} openings per side, alternating, median shown. "
             f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {machine}.",
             "",
-            "| revision | folder MB | build CPU s | build peak RSS MiB | opened in ms (median) | openings ms |",
+            "| revision | folder MB | build CPU s | build peak RSS MiB | opened in ms (median) "
+            "| openings ms |",
             "|---|---:|---:|---:|---:|---|",
         ]
         for key, s in sides.items():

@@ -202,6 +202,12 @@ def stored_runs(db: Path, run_ids: Sequence[str | None]) -> list[RunRow]:
         store.close()
 
 
+#: Episodes of a run whose rows (without traces) a report keeps in memory after its first pass, so
+#: that its dozen summaries do not each read the store again: about 2.5 KB each (50 MB at 20,000);
+#: a bigger run is read at every pass, and its memory does not grow with it.
+HELD_ROWS = 25_000
+
+
 def load_report(
     db: Path,
     run_id: str | None = None,
@@ -219,9 +225,10 @@ def load_report(
     (`workflow_scores`), e.g. the HTML writer's `mcp_resili.report.episodes.DetailSpool`.
     """
     (run,) = stored_runs(db, [run_id])
-    # Streamed from the store: the summaries go through the rows without traces, a few times; the
-    # workflow metrics and the episode browser through the traces once each. Nothing is held.
-    rows = StoredRows(db, run.id)
+    # Streamed from the store: the summaries go through the rows without traces, a dozen times (held
+    # after the first up to `HELD_ROWS`); the workflow metrics and the episode browser through the
+    # traces once, together. No trace is held.
+    rows = StoredRows(db, run.id, hold=HELD_ROWS)
     return build_report(
         run,
         rows,

@@ -67,9 +67,9 @@ def report_command(args: argparse.Namespace) -> int:
     if len(runs) > 1 and args.by:
         raise ReportError("--by breaks down one run's outcome table; drop it to compare runs")
     # The HTML's episode details are made in the same pass over the traces as the workflow metrics.
-    spool = DetailSpool() if args.html is not None and len(runs) <= 1 else None
+    spool = DetailSpool() if args.html is not None else None
     report = (
-        load_comparison(args.db, runs, find_suite, args.baseline)
+        load_comparison(args.db, runs, find_suite, args.baseline, spool)
         if len(runs) > 1
         else load_report(
             args.db,

@@ -16,8 +16,12 @@ resident set (``ru_maxrss``).
 from __future__ import annotations
 
 import argparse
+import base64
+import gzip
+import hashlib
 import os
 import platform
+import re
 import sqlite3
 import subprocess
 import sys
@@ -45,6 +49,7 @@ class Built:
     cpu: float
     peak_mib: float
     wall: float
+    content: str
 
     @property
     def per_episode(self) -> float:
@@ -96,6 +101,24 @@ def disk_usage(folder: Path) -> tuple[int, int]:
     return sum(sizes), len(sizes)
 
 
+_PACKED = re.compile(r'"([A-Za-z0-9+/=]{16,})"')
+_GENERATION = re.compile(r"episodes/[0-9a-f]{16}/")
+
+
+def content_digest(folder: Path) -> str:
+    """A digest of what the report says, not of how it is packed: every file with its packed data
+    unpacked (gzip level, and so the generation folder's name, left out)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file():
+            continue
+        text = _GENERATION.sub("episodes/GEN/", path.read_text(encoding="utf-8"))
+        digest.update(path.name.encode() + b"\0")
+        for n, part in enumerate(_PACKED.split(text)):
+            digest.update(gzip.decompress(base64.b64decode(part)) if n % 2 else part.encode())
+    return digest.hexdigest()[:16]
+
+
 def build(tree: Path, db: Path, run_id: str, episodes: int, out: Path) -> Built:
     """``report RUN --html OUT`` from ``tree`` in a child process, measured from outside."""
     argv = [sys.executable, "-m", "mcp_resili", "report", run_id, "--db", str(db), "--html", str(out)]
@@ -111,7 +134,8 @@ def build(tree: Path, db: Path, run_id: str, episodes: int, out: Path) -> Built:
             raise SystemExit(f"the report of {tree} failed: {err.read().decode().strip().splitlines()[-1:]}")
     size, files = disk_usage(out)
     # Linux reports ru_maxrss in KiB.
-    return Built(episodes, size, files, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, wall)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Built(episodes, size, files, cpu, usage.ru_maxrss / 1024, wall, content_digest(out))
 
 
 def main() -> int:
@@ -145,12 +169,14 @@ def main() -> int:
                     print(
                         f"{names[side]:28} {got.bytes_on_disk / 1e6:8.1f} MB on disk "
                         f"({got.per_episode:,.0f} B per episode, {got.files:,} files), CPU {got.cpu:.1f} s, "
-                        f"peak RSS {got.peak_mib:.0f} MiB, wall {got.wall:.1f} s",
+                        f"peak RSS {got.peak_mib:.0f} MiB, wall {got.wall:.1f} s, content {got.content}",
                         flush=True,
                     )
     base, this = (min(results[side], key=lambda b: b.cpu) for side in ("base", "this"))
     ratios = (this.per_episode / base.per_episode, this.cpu / base.cpu, this.peak_mib / base.peak_mib)
     print(f"this / baseline: bytes {ratios[0]:.3f}, CPU {ratios[1]:.2f}, peak RSS {ratios[2]:.2f}")
+    same = base.content == this.content
+    print(f"content (packed data unpacked) the same as the baseline's: {same}")
     if args.write_docs:
         source = "synthetic ResiliBench-shaped run" if args.synthetic else "scripted ResiliBench sweep"
         how = (
@@ -193,7 +219,8 @@ def main() -> int:
             f"({met(this.per_episode < GOAL_BYTES)}), peak RSS under {GOAL_RSS_MIB} MiB "
             f"({met(this.peak_mib < GOAL_RSS_MIB)} at this size), under {GOAL_CPU_20K:.0f} s of CPU "
             f"for 20,000 episodes ({cpu_20k:.1f} s scaled linearly from this run: "
-            f"{met(cpu_20k < GOAL_CPU_20K)}).",
+            f"{met(cpu_20k < GOAL_CPU_20K)}). What the two folders say (every file, packed data "
+            f"unpacked) is {'the same' if same else '**not** the same'} on both sides.",
             END,
         ]
         write_section("\n".join(lines), START, END)

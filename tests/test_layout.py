@@ -24,6 +24,7 @@ FLOORS = {
     "errors": 0,
     "constants": 0,
     "lazy": 0,
+    "fastjson": 0,
     "tools": 1,
     "tasks": 1,
     "agents": 2,

@@ -56,6 +56,7 @@ def report_command(args: argparse.Namespace) -> int:
     from mcp_resili.registry.loader import find_suite
     from mcp_resili.report.build import ReportError, load_report
     from mcp_resili.report.compare import load_comparison
+    from mcp_resili.report.episodes import DetailSpool
     from mcp_resili.report.html import write_figures, write_html
     from mcp_resili.report.terminal import section_summaries, section_tables
 
@@ -65,11 +66,18 @@ def report_command(args: argparse.Namespace) -> int:
         raise ReportError(f"a run is named twice in {' '.join(runs)}: compare different runs")
     if len(runs) > 1 and args.by:
         raise ReportError("--by breaks down one run's outcome table; drop it to compare runs")
+    # The HTML's episode details are made in the same pass over the traces as the workflow metrics.
+    spool = DetailSpool() if args.html is not None else None
     report = (
-        load_comparison(args.db, runs, find_suite, args.baseline)
+        load_comparison(args.db, runs, find_suite, args.baseline, spool)
         if len(runs) > 1
         else load_report(
-            args.db, runs[0] if runs else None, by=args.by, find_suite=find_suite, baseline=args.baseline
+            args.db,
+            runs[0] if runs else None,
+            by=args.by,
+            find_suite=find_suite,
+            baseline=args.baseline,
+            observer=spool,
         )
     )
     if args.html is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, overload
 
 from mcp_resili.errors import UserError
+from mcp_resili.fastjson import loads
 from mcp_resili.report.clustered import PAIRED_METHOD, RATE_METHOD, clustered_mean_interval
 from mcp_resili.report.coping import coping_section
 from mcp_resili.report.degradation import degradation, degradation_section
@@ -97,6 +98,9 @@ class Report:
     sections: tuple[ReportSection, ...]
     rows: Sequence[EpisodeRow] = ()
     workflow: Mapping[str, Mapping[str, float | int | None]] = field(default_factory=dict)
+    #: What saw every episode's trace in the report's one pass over them (the HTML writer's spooled
+    #: episode details, `mcp_resili.report.episodes.DetailSpool`), when one was handed to the build.
+    observer: TraceObserver | None = None
 
     @property
     def run(self) -> RunRow:
@@ -198,26 +202,41 @@ def stored_runs(db: Path, run_ids: Sequence[str | None]) -> list[RunRow]:
         store.close()
 
 
+#: Episodes of a run whose rows (without traces) a report keeps in memory after its first pass, so
+#: that its dozen summaries do not each read the store again: about 2.5 KB each (50 MB at 20,000);
+#: a bigger run is read at every pass, and its memory does not grow with it.
+HELD_ROWS = 25_000
+
+
 def load_report(
     db: Path,
     run_id: str | None = None,
     by: Sequence[str] = (),
     find_suite: SuiteFinder = no_suite,
     baseline: str | None = None,
+    observer: TraceObserver | None = None,
 ) -> Report:
     """The report of ``run_id`` (default: the latest run) in the database ``db``.
 
     ``by``: extra breakdown keys of the outcome table (`mcp_resili.report.summary.BREAKDOWN_KEYS`);
     ``find_suite``: the run's suite by name, for its own sections (``mcp_resili.find_suite``);
     ``baseline``: the fault spec degradation is measured from (default: see
-    `mcp_resili.report.degradation`).
+    `mcp_resili.report.degradation`); ``observer``: sees each trace in the workflow metrics' pass
+    (`workflow_scores`), e.g. the HTML writer's `mcp_resili.report.episodes.DetailSpool`.
     """
     (run,) = stored_runs(db, [run_id])
-    # Streamed from the store: the summaries go through the rows without traces, a few times; the
-    # workflow metrics and the episode browser through the traces once each. Nothing is held.
-    rows = StoredRows(db, run.id)
+    # Streamed from the store: the summaries go through the rows without traces, a dozen times (held
+    # after the first up to `HELD_ROWS`); the workflow metrics and the episode browser through the
+    # traces once, together. No trace is held.
+    rows = StoredRows(db, run.id, hold=HELD_ROWS)
     return build_report(
-        run, rows, by, find_suite(run.suite), baseline, traced=StoredRows(db, run.id, traces=True)
+        run,
+        rows,
+        by,
+        find_suite(run.suite),
+        baseline,
+        traced=StoredRows(db, run.id, traces=True),
+        observer=observer,
     )
 
 
@@ -226,6 +245,47 @@ def _trace(row: EpisodeRow) -> Trace | None:
         return Trace.from_lines(trace_lines(row.trace), origin=f"episode {row.episode_id}")
     except TraceError:
         return None
+
+
+#: A trace's lines after its header, each stripped, with its JSON value (None: not JSON).
+ParsedLines = Sequence[tuple[str, Any]]
+
+
+class TraceObserver(Protocol):
+    """Sees each episode's trace, parsed once, in the pass that computes the workflow metrics."""
+
+    def __call__(
+        self, row: EpisodeRow, workflow: Mapping[str, float | int | None] | None, lines: ParsedLines
+    ) -> None:
+        """One row, its workflow metrics (None: unscored) and its trace's lines (`parse_trace`)."""
+
+
+def parse_trace(trace: str) -> tuple[tuple[str, ...], list[tuple[str, Any]]]:
+    """A stored trace read once: the tools of its successful calls in order, and its parsed lines.
+
+    The lines are those after the header, stripped, blank ones left out, each with its JSON value
+    (None when it is not JSON); the tools are what `_executed_tools` finds.
+    """
+    lines = trace_lines(trace)
+    tools = list(_executed_tools(lines[0])) if lines and '"tool_call"' in lines[0] else []
+    parsed: list[tuple[str, Any]] = []
+    for line in lines[1:]:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            event = loads(line)
+        except json.JSONDecodeError:
+            event = None
+        parsed.append((line, event))
+        if (
+            '"tool_call"' in line
+            and isinstance(event, dict)
+            and event.get("event") == "tool_call"
+            and not event.get("is_error")
+        ):
+            tools.append(str(event.get("tool")))
+    return tuple(tools), parsed
 
 
 def _cell(row: EpisodeRow) -> str:
@@ -317,11 +377,15 @@ def outcomes_section(
 
 
 def workflow_scores(
-    rows: Sequence[EpisodeRow], suite: ReportedSuite | None
+    rows: Sequence[EpisodeRow], suite: ReportedSuite | None, observer: TraceObserver | None = None
 ) -> dict[str, dict[str, float | int | None]]:
-    """Episode id → workflow metrics of its executed tool sequence against the task's golden DAG."""
+    """Episode id → workflow metrics of its executed tool sequence against the task's golden DAG.
+
+    ``observer`` sees every row (scored or not) with its workflow metrics and its trace's lines,
+    parsed in this same pass (`parse_trace`): one pass over the traces serves both.
+    """
     out: dict[str, dict[str, float | int | None]] = {}
-    if suite is None:
+    if suite is None and observer is None:
         return out
     # The metrics depend only on the task and the executed tool names in order, and most episodes of a
     # big run repeat a sequence already seen (an oracle always runs the golden one): compute each
@@ -331,23 +395,26 @@ def workflow_scores(
     # a task): each (shape, sequence) is evaluated once across tasks too.
     by_shape: dict[tuple[object, tuple[str, ...]], dict[str, float | int | None] | None] = {}
     for row in rows:
-        if row.label is None:
-            continue  # infrastructure errors say nothing about the agent's workflow
-        key = (row.task_id, _executed_tools(row.trace))
-        if key not in seen:
-            seen[key] = _workflow_of(row, suite, key[1], by_shape)
-        if (scores := seen[key]) is not None:
-            out[row.episode_id] = scores
+        tools, lines = parse_trace(row.trace) if observer is not None else (None, ())
+        # Infrastructure errors say nothing about the agent's workflow.
+        if suite is not None and row.label is not None:
+            key = (row.task_id, _executed_tools(row.trace) if tools is None else tools)
+            if key not in seen:
+                seen[key] = _workflow_of(row, suite, key[1], by_shape)
+            if (scores := seen[key]) is not None:
+                out[row.episode_id] = scores
+        if observer is not None:
+            observer(row, out.get(row.episode_id), lines)
     return out
 
 
-def _executed_tools(trace: str) -> tuple[str, ...]:
-    """The tools of the successful calls of a stored trace, in order (read without validating)."""
+def _executed_tools(trace: str | list[str]) -> tuple[str, ...]:
+    """The tools of the successful calls of a stored trace (or its lines), in order, unvalidated."""
     tools = []
-    for line in trace_lines(trace):
+    for line in trace_lines(trace) if isinstance(trace, str) else trace:
         if '"tool_call"' in line:
             try:
-                event = json.loads(line)
+                event = loads(line)
             except json.JSONDecodeError:
                 continue
             if event.get("event") == "tool_call" and not event.get("is_error"):
@@ -584,14 +651,15 @@ def build_report(
     baseline: str | None = None,
     *,
     traced: Sequence[EpisodeRow] | None = None,
+    observer: TraceObserver | None = None,
 ) -> Report:
     """All sections of one run: the outcome table, degradation, the suite's sections, the generic ones.
 
     ``suite``: the run's suite, handed down (None: generic sections only); ``baseline``: the fault spec
     degradation is measured from (a run with two fault specs or more); ``traced``: the same rows with
-    their traces, when ``rows`` come without (a store's `StoredRows`).
+    their traces, when ``rows`` come without (a store's `StoredRows`); ``observer``: see `load_report`.
     """
-    scores = workflow_scores(rows if traced is None else traced, suite)
+    scores = workflow_scores(rows if traced is None else traced, suite, observer)
     try:
         outcomes = outcomes_section(
             rows,
@@ -629,4 +697,5 @@ def build_report(
         sections=tuple(sections),
         rows=tuple(rows) if traced is None else traced,
         workflow=scores,
+        observer=observer,
     )

@@ -20,7 +20,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcp_resili.report.build import Report, RowsOfRuns, SuiteFinder, no_suite, stored_runs, workflow_scores
+from mcp_resili.report.build import (
+    Report,
+    RowsOfRuns,
+    SuiteFinder,
+    TraceObserver,
+    no_suite,
+    stored_runs,
+    workflow_scores,
+)
 from mcp_resili.report.clustered import PAIRED_METHOD, RATE_METHOD
 from mcp_resili.report.degradation import degradation_from_runs, degradation_section, pooled_rows
 from mcp_resili.report.noise import (
@@ -43,11 +51,15 @@ Cell = tuple[str, str, str]
 
 
 def load_comparison(
-    db: Path, run_ids: Sequence[str], find_suite: SuiteFinder = no_suite, baseline: str | None = None
+    db: Path,
+    run_ids: Sequence[str],
+    find_suite: SuiteFinder = no_suite,
+    baseline: str | None = None,
+    observer: TraceObserver | None = None,
 ) -> Report:
     """The comparison of the runs ``run_ids`` (at least two, all in ``db``).
 
-    ``find_suite`` and ``baseline`` as for `mcp_resili.report.build.load_report`.
+    ``find_suite``, ``baseline`` and ``observer`` as for `mcp_resili.report.build.load_report`.
     """
     runs = stored_runs(db, list(run_ids))
     # The sections pair episodes across runs: their rows are kept, without traces. The traces are
@@ -57,6 +69,7 @@ def load_comparison(
         find_suite,
         baseline,
         traced=[StoredRows(db, run.id, traces=True) for run in runs],
+        observer=observer,
     )
 
 
@@ -344,17 +357,19 @@ def build_comparison(
     baseline: str | None = None,
     *,
     traced: Sequence[Sequence[EpisodeRow]] | None = None,
+    observer: TraceObserver | None = None,
 ) -> Report:
     """The comparison report of two or more runs (with their stored episodes).
 
     ``find_suite`` finds each run's suite by name (handed down by the caller; generic sections only
     without it); ``baseline`` is the fault spec degradation is measured from, when the runs' episodes
-    have two specs or more; ``traced``: each run's rows with their traces, when ``runs`` come without.
+    have two specs or more; ``traced``: each run's rows with their traces, when ``runs`` come without;
+    ``observer``: sees each trace in the workflow metrics' pass (as for `load_report`), runs in order.
     """
     with_traces = [rows for _, rows in runs] if traced is None else list(traced)
     workflow: dict[str, dict[str, float | int | None]] = {}
     for (run, _), rows in zip(runs, with_traces, strict=True):
-        workflow.update(workflow_scores(rows, find_suite(run.suite)))
+        workflow.update(workflow_scores(rows, find_suite(run.suite), observer))
     sections = [
         runs_section(runs),
         side_by_side_section(runs, find_suite),
@@ -373,4 +388,5 @@ def build_comparison(
         sections=tuple(sections),
         rows=RowsOfRuns(with_traces),
         workflow=workflow,
+        observer=observer,
     )

@@ -32,7 +32,7 @@ from html import escape
 from pathlib import Path
 
 from mcp_resili.report.build import Report, ReportError
-from mcp_resili.report.episodes import CHUNK_SIZE, BrowserIndex, chunk_json, detail_chunks, pack, pack_json
+from mcp_resili.report.episodes import CHUNK_SIZE, pack, packed_details
 from mcp_resili.report.section import ChartBlock, NoteBlock, TableBlock
 
 #: Largest page (bytes) the report writes as one file; the folder form has no limit.
@@ -384,13 +384,11 @@ its turns, tool calls, injected faults and the judge's reasons (or open this pag
 
 def render_html(report: Report) -> str:
     """The whole report as one self-contained page; `ReportError` past `PAGE_LIMIT` bytes."""
-    index = BrowserIndex()
+    index, packed = packed_details(report)
     blocks = []
     size = 0
-    for n, chunk in enumerate(detail_chunks(report)):
-        for detail in chunk:
-            index.add(detail)
-        blocks.append(f'<script type="{PACKED_TYPE}" id="chunk-{n}">{pack_json(chunk_json(chunk))}</script>')
+    for n, chunk in enumerate(packed):
+        blocks.append(f'<script type="{PACKED_TYPE}" id="chunk-{n}">{chunk}</script>')
         size += len(blocks[-1].encode())
         if size > PAGE_LIMIT:
             raise ReportError(
@@ -446,11 +444,9 @@ def _write_generation(report: Report, folder: Path) -> str:
         digest.update(data)
         (folder / name).write_bytes(data)
 
-    index = BrowserIndex()
-    for n, chunk in enumerate(detail_chunks(report)):
-        for detail in chunk:
-            index.add(detail)
-        put(f"chunk-{n:05d}.js", f'mcpResiliChunk({n},"{pack_json(chunk_json(chunk))}");\n')
+    index, packed = packed_details(report)
+    for n, chunk in enumerate(packed):
+        put(f"chunk-{n:05d}.js", f'mcpResiliChunk({n},"{chunk}");\n')
     put("index.js", f'mcpResiliIndex("{pack(index.to_dict())}");\n')
     return digest.hexdigest()[:GENERATION_DIGITS]
 

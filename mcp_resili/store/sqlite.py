@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from mcp_resili.errors import UserError
+from mcp_resili.fastjson import loads
 
 DEFAULT_DB = Path("mcp-resili.db")
 
@@ -237,7 +238,7 @@ class Store:
     def _json(self, text: str, what: str) -> dict[str, Any]:
         """A stored JSON object; a damaged one is a `StoreError` naming it, not a traceback."""
         try:
-            value = json.loads(text)
+            value = loads(text)
             if not isinstance(value, dict):
                 raise TypeError(f"a JSON {type(value).__name__}, not an object")
             return value
@@ -406,18 +407,33 @@ class StoredRows(Sequence[EpisodeRow]):
     Rows with the same stored score share one score object: read, never change, a row's score.
     """
 
-    def __init__(self, db: Path, run_id: str, *, traces: bool = False) -> None:
+    def __init__(self, db: Path, run_id: str, *, traces: bool = False, hold: int = 0) -> None:
+        """The rows of ``run_id`` in the store at ``db`` (with their traces when ``traces``).
+
+        ``hold``: a run of at most this many episodes is kept in memory once gone through whole (read
+        from the store once, not at every pass); a bigger one is read at every pass.
+        """
         self.db = db
         self.run_id = run_id
         self.traces = traces
+        self.hold = hold
         self._count: int | None = None
+        self._held: list[EpisodeRow] | None = None
 
     def __iter__(self) -> Iterator[EpisodeRow]:
+        if self._held is not None:
+            yield from self._held
+            return
+        keep: list[EpisodeRow] | None = [] if self.hold and len(self) <= self.hold else None
         store = Store(self.db, read_only=True)
         try:
-            yield from store.iter_episodes(self.run_id, traces=self.traces, shared_scores=True)
+            for row in store.iter_episodes(self.run_id, traces=self.traces, shared_scores=True):
+                if keep is not None:
+                    keep.append(row)
+                yield row
         finally:
             store.close()
+        self._held = keep  # only a pass gone through to its end is kept
 
     def __len__(self) -> int:
         if self._count is None:

@@ -1,4 +1,4 @@
-"""`lone_surrogate`: its quick look (a surrogate escape in ``repr``) never hides one the walk finds."""
+"""`lone_surrogate`: its quick look (does it encode as UTF-8 JSON?) never hides one the walk finds."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from mcp_resili.server.strings import _first, lone_surrogate
         ({"a": "\\ud800", "b": "\\udfff"}, None),  # the escape's text, not a surrogate: the walk decides
         ({"a": ("\ud83d",)}, "a/0"),
         ({}, None),
+        ({"a": float("nan"), "b": object()}, None),  # no JSON (encoding fails): the walk decides
+        ({"a": {"b": ["\ud800"], 1: "ok"}}, "a/b/0"),
     ],
 )
 def test_the_quick_look_agrees_with_the_walk(arguments: dict[str, Any], path: str | None) -> None:

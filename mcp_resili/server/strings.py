@@ -10,8 +10,6 @@ import pydantic_core
 
 #: A UTF-16 surrogate code point: in a Python string only from a JSON ``\ud800`` escape left unpaired.
 _SURROGATE = re.compile("[\ud800-\udfff]")
-#: A surrogate as `repr` writes it (a literal backslash-u text also matches: the walk then decides).
-_SURROGATE_IN_REPR = re.compile(r"\\ud[89a-f][0-9a-f]{2}")
 
 
 def lone_surrogate(value: Any) -> str | None:
@@ -20,11 +18,13 @@ def lone_surrogate(value: Any) -> str | None:
     JSON parsers take ``"\ud800"`` (valid JSON), but no UTF-8 text, trace or reply can carry it:
     a tool's arguments that hold one are refused before any tool runs, like on stdio.
     """
-    # A look at C speed first: `repr` writes every surrogate (not printable) as a ``\udXXX`` escape,
-    # so arguments whose repr has none hold none; the path-building walk runs only when it may find one.
-    if _SURROGATE_IN_REPR.search(repr(value)) is None:
-        return None
-    return _first(value, "")
+    # A look at C speed first: encoding to UTF-8 JSON fails on any lone surrogate (in a key too), so
+    # arguments that encode hold none; the path-building walk runs only when encoding fails.
+    try:
+        pydantic_core.to_json(value)
+    except (pydantic_core.PydanticSerializationError, ValueError, RecursionError):
+        return _first(value, "")
+    return None
 
 
 def lone_surrogate_problem(tool: str, path: str) -> str:

@@ -200,7 +200,10 @@ def client_identity(ctx: ServerRequestContext[Any]) -> ClientIdentity:
         )
     lifespan = ctx.lifespan_context
     if isinstance(lifespan, dict):
-        return ClientIdentity(channel=str(lifespan.setdefault(_LIFESPAN_CLIENT, f"conn:{uuid.uuid4().hex}")))
+        channel = lifespan.get(_LIFESPAN_CLIENT)
+        if channel is None:  # this connection's first request: it names itself once
+            channel = lifespan[_LIFESPAN_CLIENT] = f"conn:{uuid.uuid4().hex}"
+        return ClientIdentity(channel=str(channel))
     return ClientIdentity()
 
 

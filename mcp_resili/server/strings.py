@@ -18,7 +18,13 @@ def lone_surrogate(value: Any) -> str | None:
     JSON parsers take ``"\ud800"`` (valid JSON), but no UTF-8 text, trace or reply can carry it:
     a tool's arguments that hold one are refused before any tool runs, like on stdio.
     """
-    return _first(value, "")
+    # A look at C speed first: encoding to UTF-8 JSON fails on any lone surrogate (in a key too), so
+    # arguments that encode hold none; the path-building walk runs only when encoding fails.
+    try:
+        pydantic_core.to_json(value)
+    except (pydantic_core.PydanticSerializationError, ValueError, RecursionError):
+        return _first(value, "")
+    return None
 
 
 def lone_surrogate_problem(tool: str, path: str) -> str:

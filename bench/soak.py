@@ -92,7 +92,7 @@ class Plan:
     ending: str  # fetch | finish | session | abandon | whole (every call, then gone)
 
 
-#: Then, the issue's pattern: a few long episodes whose every call carries 3 MB.
+#: And the issue's pattern: a few long episodes whose every call carries 3 MB, left unfinished.
 HEAVY_EPISODES, HEAVY_CALLS, HEAVY_BYTES = 4, 25, 3 * 1024 * 1024
 
 
@@ -111,8 +111,13 @@ def traffic(calls: int, seed: int) -> list[Plan]:
         "create_ticket",
         {"customer_id": "C-1", "subject": "big", "description": description, "priority": "low"},
     )
-    for k in range(HEAVY_EPISODES):
-        plans.append(Plan(f"heavy-{k}", [heavy] * HEAVY_CALLS, "whole"))
+    # Spread through the run (at 1/5, 2/5, ... of it), not played last: RSS at the end then says
+    # whether the memory of what came before was given back, not only what the last episodes hold.
+    ordinary = len(plans)
+    for k in reversed(range(HEAVY_EPISODES)):
+        plans.insert(
+            (k + 1) * ordinary // (HEAVY_EPISODES + 1), Plan(f"heavy-{k}", [heavy] * HEAVY_CALLS, "whole")
+        )
     return plans
 
 
@@ -397,7 +402,9 @@ def main() -> None:
                 f"calls in {len(plans):,} episodes ({sent / 2**20:.0f} MiB of arguments: 70% of calls "
                 "carry 512 B, 25% "
                 "16 KiB, 5% 512 KiB; tickets written, searched, updated and listed, so each episode's state "
-                "and results grow). Episodes end as clients end them: 40% finish and fetch their trace, "
+                "and results grow), and 4 episodes of 25 calls carrying 3 MiB each, left unfinished, "
+                "spread through the run (at 1/5 to 4/5 of it). Episodes end as clients end them: 40% "
+                "finish and fetch their trace, "
                 "20% finish and leave, 20% (HTTP) delete their session or (stdio) leave unfinished, 20% stop "
                 "mid-way. The same traffic against the baseline revision and this one, one server process "
                 "each; RSS of the server process sampled as the calls go (MiB). *End ÷ half*: RSS after "

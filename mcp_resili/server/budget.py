@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import pydantic_core
 
 from mcp_resili.server.episode import Episode, EpisodeUsage
+from mcp_resili.server.heap import HeapTrimmer, default_trimmer
 from mcp_resili.trace.codes import EPISODE_MEMORY_LIMIT, SERVER_MEMORY_LIMIT
 
 MIB = 1024 * 1024
@@ -171,10 +172,15 @@ class MemoryAccount:
     """
 
     def __init__(
-        self, budget: MemoryBudget | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        budget: MemoryBudget | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        trimmer: HeapTrimmer | None = None,
     ) -> None:
         self.budget = budget or MemoryBudget()
         self._clock = clock
+        #: Gives freed memory back to the system as arguments come in and episodes go.
+        self.trimmer = trimmer or default_trimmer()
         self._table: ClosesEpisodes | None = None
         #: Bytes the live episodes hold, as last counted (`retained`) plus growth since.
         self.total = 0
@@ -198,6 +204,7 @@ class MemoryAccount:
 
             def gone(_: object, usage: EpisodeUsage = usage, key: str = episode.id) -> None:
                 self.total -= usage.counted
+                self.trimmer.churned(usage.counted)
                 usage.counted = 0
                 current = self._live.get(key)
                 if current is not None and current() is None:
@@ -220,6 +227,7 @@ class MemoryAccount:
     def forget(self, episode: Episode) -> None:
         """``episode`` was closed: its bytes leave the total now (its objects may linger a moment)."""
         self.total -= episode.usage.counted
+        self.trimmer.churned(episode.usage.counted)
         episode.usage.counted = 0
         entry = self._live.get(episode.id)
         if entry is not None and entry() is episode:
@@ -237,6 +245,7 @@ class MemoryAccount:
         """Whether a call bringing ``incoming`` bytes may run in ``episode`` (evicting others if need be)."""
         self._track(episode)
         self._evict_finished(episode)
+        self.trimmer.churned(incoming)  # an earlier call's arguments are garbage by now, or kept
         budget = self.budget
         usage = episode.usage
         if usage.trace_bytes + usage.state_bytes + incoming > budget.episode_bytes:

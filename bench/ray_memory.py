@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchdocs import write_section
-from trees import checkout, cpu_seconds, revision_of, rss_mib, tree_env
+from trees import checkout, cpu_seconds, revision_of, rss_mib, run_measured, tree_env
 
 START, END = "<!-- ray-memory:start -->", "<!-- ray-memory:end -->"
 #: The runner before issue 37's item 3 (it kept every finished episode's row for the whole run).
@@ -139,38 +138,35 @@ class Sampler(threading.Thread):
 
 def play(tree: Path, tasks: int | None, trials: int = 1) -> Measured:
     """Play the sweep from ``tree`` on Ray in a child process and measure its whole process tree."""
+    samplers: list[Sampler] = []
+
+    def sample(pid: int) -> None:
+        samplers.append(Sampler(pid))
+        samplers[0].start()
+
     with tempfile.TemporaryDirectory(prefix="mcp-resili-ray-memory-") as tmp:
-        started = time.perf_counter()
-        with open(Path(tmp) / "out.json", "w+") as out, open(Path(tmp) / "err.txt", "w+") as err:
-            proc = subprocess.Popen(
-                command(Path(tmp) / "run.db", tasks, trials),
-                cwd=tmp,
-                env=tree_env(tree),
-                stdout=out,
-                stderr=err,
+        try:
+            child = run_measured(
+                command(Path(tmp) / "run.db", tasks, trials), Path(tmp), tree_env(tree), sample
             )
-            sampler = Sampler(proc.pid)
-            sampler.start()
-            _, status, usage = os.wait4(proc.pid, 0)
-            sampler.stop.set()
-            sampler.join()
-            wall = time.perf_counter() - started
-            out.seek(0)
-            err.seek(0)
-            if os.waitstatus_to_exitcode(status) != 0:
-                raise SystemExit(f"the run of {tree} failed: {err.read().strip().splitlines()[-3:]}")
-            summary = json.load(out)
-    driver_cpu = usage.ru_utime + usage.ru_stime
-    others = sum(cpu for pid, cpu in sampler.cpu.items() if pid != proc.pid)
+        finally:
+            for sampler in samplers:
+                sampler.stop.set()
+                sampler.join()
+    if child.code != 0:
+        raise SystemExit(f"the run of {tree} failed: {child.stderr.strip().splitlines()[-3:]}")
+    sampler = samplers[0]
+    driver_cpu = child.usage.ru_utime + child.usage.ru_stime
+    others = sum(cpu for pid, cpu in sampler.cpu.items() if pid != sampler.driver)
     return Measured(
-        episodes=int(summary["episodes"]),
-        driver_peak=usage.ru_maxrss / 1024,  # Linux: KiB
+        episodes=int(json.loads(child.stdout)["episodes"]),
+        driver_peak=child.usage.ru_maxrss / 1024,  # Linux: KiB
         driver_cpu=driver_cpu,
         worker_peaks={pid: sampler.peaks[pid] for pid in sorted(sampler.workers)},
         ray_peak=sampler.ray_peak,
         tree_peak=sampler.tree_peak,
         cpu=driver_cpu + others,
-        wall=wall,
+        wall=child.wall,
         samples=sampler.samples,
     )
 

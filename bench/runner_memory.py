@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from benchdocs import write_section
-from trees import checkout, revision_of, tree_env
+from trees import checkout, revision_of, run_measured, tree_env
 
 START, END = "<!-- runner-memory:start -->", "<!-- runner-memory:end -->"
 #: The runner before issue 37's item 3 (it kept every finished episode's row for the whole run).
@@ -57,24 +54,13 @@ def command(db: Path, tasks: int | None, trials: int) -> list[str]:
 def play(tree: Path, tasks: int | None, trials: int = 1) -> Measured:
     """Play the sweep from ``tree`` in a child process: its episodes, peak RSS, CPU and wall time."""
     with tempfile.TemporaryDirectory(prefix="mcp-resili-memory-") as tmp:
-        started = time.perf_counter()
-        with open(Path(tmp) / "out.json", "w+") as out, open(Path(tmp) / "err.txt", "w+") as err:
-            proc = subprocess.Popen(
-                command(Path(tmp) / "run.db", tasks, trials),
-                cwd=tmp,
-                env=tree_env(tree),
-                stdout=out,
-                stderr=err,
-            )
-            _, status, usage = os.wait4(proc.pid, 0)
-            wall = time.perf_counter() - started
-            out.seek(0)
-            err.seek(0)
-            if os.waitstatus_to_exitcode(status) != 0:
-                raise SystemExit(f"the run of {tree} failed: {err.read().strip().splitlines()[-1:]}")
-            summary = json.load(out)
+        child = run_measured(command(Path(tmp) / "run.db", tasks, trials), Path(tmp), tree_env(tree))
+    if child.code != 0:
+        raise SystemExit(f"the run of {tree} failed: {child.stderr.strip().splitlines()[-1:]}")
+    usage = child.usage
     # Linux reports ru_maxrss in KiB.
-    return Measured(int(summary["episodes"]), usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, wall)
+    episodes = int(json.loads(child.stdout)["episodes"])
+    return Measured(episodes, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, child.wall)
 
 
 def main() -> int:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,3 +70,30 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Finished:
+    """A child process run to its end: its exit code, its rusage (``wait4``), its output, its wall time."""
+
+    code: int
+    usage: resource.struct_rusage
+    stdout: str
+    stderr: str
+    wall: float
+
+
+def run_measured(
+    argv: list[str], cwd: Path, env: dict[str, str], while_running: Callable[[int], object] | None = None
+) -> Finished:
+    """Run ``argv`` to its end, measured from outside (``while_running(pid)`` is called once it started)."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err)
+        if while_running is not None:
+            while_running(proc.pid)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        return Finished(os.waitstatus_to_exitcode(status), usage, out.read(), err.read(), wall)

@@ -2,19 +2,24 @@
 
 import subprocess
 
+#: Headless, offline and quiet: no sandbox (containers), no GPU, no background traffic or updates.
+QUIET_HEADLESS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
 
 def headless(chromium, tmp_path, *args):
     profile = tmp_path / "profile"
     command = [
         str(chromium),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *QUIET_HEADLESS,
         f"--user-data-dir={profile}",
         *args,
     ]
@@ -77,14 +82,7 @@ def open_in_chromium(chromium, tmp_path, page, screenshot=None, timeout=120.0):
     profile = tmp_path / f"profile-{time.monotonic_ns()}"
     command = [
         str(chromium),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *QUIET_HEADLESS,
         "--window-size=1200,1400",
         "--remote-debugging-port=0",
         "--remote-debugging-address=127.0.0.1",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import gzip
 import hashlib
 import os
@@ -115,8 +116,16 @@ def content_digest(folder: Path) -> str:
         text = _GENERATION.sub("episodes/GEN/", path.read_text(encoding="utf-8"))
         digest.update(path.name.encode() + b"\0")
         for n, part in enumerate(_PACKED.split(text)):
-            digest.update(gzip.decompress(base64.b64decode(part)) if n % 2 else part.encode())
+            digest.update(_unpacked(part) if n % 2 else part.encode())
     return digest.hexdigest()[:16]
+
+
+def _unpacked(part: str) -> bytes:
+    """A packed payload's bytes; a string that only looks like one (an older report's) as it is."""
+    try:
+        return gzip.decompress(base64.b64decode(part))
+    except (binascii.Error, OSError, EOFError):  # not base64, or not gzip (BadGzipFile is an OSError)
+        return part.encode()
 
 
 def build(tree: Path, db: Path, run_id: str, episodes: int, out: Path) -> Built:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import mcp.server.runner as mcp_runner
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
@@ -211,6 +212,11 @@ async def test_a_dispatcher_refuses_requests_before_it_runs_and_once_it_is_close
         await dispatcher.run(answer, ignore)
 
 
+def _sdk_client(server: Server[Any], *, on_request: Any = None, **options: Any) -> Client:
+    """``mcp.Client`` where the runner builds its in-process client (which alone takes ``on_request``)."""
+    return Client(server, **options)
+
+
 def stored(result: Any) -> list[tuple[str, ...]]:
     """Every stored field of every episode, with the run id (which differs between runs) masked."""
     fields = ("episode_id", "termination", "label", "value", "score", "trace", "stop_rule")
@@ -246,8 +252,38 @@ async def test_a_run_stores_the_same_episodes_over_the_lean_hop_as_over_the_sdks
 
     lean = await execute(config("lean"))
     with monkeypatch.context() as patch:
-        patch.setattr(runner_session, "InProcessClient", Client)
+        # The SDK's client, served by the SDK's kernel: no lean client, no direct answer.
+        patch.setattr(runner_session, "InProcessClient", _sdk_client)
         sdk = await execute(config("sdk"))
     assert len(lean.rows) == 16
     assert stored(lean) == stored(sdk)
     assert {row.label for row in lean.rows} - {None}  # episodes were scored
+
+
+@pytest.mark.parametrize(
+    ("faults", "sdk_serves_calls"), [("toolmaze:P3", False), ("protocol:heavy+toolmaze:P3", True)]
+)
+async def test_the_runners_calls_skip_the_sdks_kernel_unless_a_middleware_must_see_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, faults: str, sdk_serves_calls: bool
+) -> None:
+    """The direct answer takes every ``tools/call`` of a plain run; the protocol-fault layer gets them all."""
+    served: list[str] = []
+    serve_one = mcp_runner.serve_one
+
+    async def counting(server: Any, dctx: Any, method: str, params: Any, **kwargs: Any) -> Any:
+        served.append(method)
+        return await serve_one(server, dctx, method, params, **kwargs)
+
+    monkeypatch.setattr(mcp_runner, "serve_one", counting)
+    config = RunConfig(
+        suite="toolmaze",
+        models=("scripted:oracle",),
+        faults=(faults,),
+        limit=2,
+        time_scale=0.0,
+        db=tmp_path / "r.db",
+    )
+    result = await execute(config)
+    assert result.rows and all(row.label is not None for row in result.rows)
+    assert served  # the episodes' other requests (discovery, listing) still go the SDK's way
+    assert ("tools/call" in served) is sdk_serves_calls

@@ -59,7 +59,7 @@ async def answers(
     with monkeypatch.context() as patch:
         patch.setattr(InProcessDispatcher, "send_raw_request", recording)
         if not wire_form:
-            patch.setattr(ResiliServer, "_tools_call_in_wire_form", sdk_path)
+            patch.setattr(ResiliServer, "answer_tools_call", sdk_path)
         result = await execute(config)
     assert result.rows
     return sorted(seen)

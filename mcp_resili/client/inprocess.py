@@ -16,10 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import anyio.abc
+import mcp_types as types
 from mcp import Client
 from mcp.server import Server
 from mcp.server.runner import modern_on_request
@@ -35,7 +37,9 @@ from mcp.shared.dispatcher import (
 from mcp.shared.exceptions import MCPError, NoBackChannelError
 from mcp.shared.transport_context import TransportContext
 from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_PARAMS, REQUEST_TIMEOUT, RequestId
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
 
 logger = logging.getLogger(__name__)
 
@@ -190,22 +194,29 @@ class InProcessDispatcher:
         await on_notify(_RequestContext(None, self.notify, None), method, params)
 
 
+#: How a request reaches the server, given its lifespan state (the SDK's `modern_on_request` by default).
+OnRequestFactory = Callable[[Any], OnRequest]
+
+
 def in_process_connector(
-    server: Server[Any],
+    server: Server[Any], on_request: OnRequestFactory | None = None
 ) -> Callable[[AsyncExitStack, str, bool], Awaitable[Dispatcher[Any]]]:
     """How `InProcessClient` connects: the server's lifespan entered, an `InProcessDispatcher` to it."""
 
     async def connect(exit_stack: AsyncExitStack, mode: str, raise_exceptions: bool) -> Dispatcher[Any]:
         lifespan_state = await exit_stack.enter_async_context(server.lifespan(server))
-        dispatcher = InProcessDispatcher(
-            modern_on_request(server, lifespan_state), raise_exceptions=raise_exceptions
-        )
+        if on_request is None:
+            answer = modern_on_request(server, lifespan_state)
+        else:
+            answer = on_request(lifespan_state)
+        dispatcher = InProcessDispatcher(answer, raise_exceptions=raise_exceptions)
         exit_stack.callback(dispatcher.close)
         return dispatcher
 
     return connect
 
 
+@dataclass
 class InProcessClient(Client):
     """`mcp.Client` for an in-process `Server`, connected by `InProcessDispatcher`.
 
@@ -213,7 +224,91 @@ class InProcessClient(Client):
     other target keep the SDK's own connection, and so does an SDK whose client is built otherwise.
     """
 
+    #: How requests reach the server (given its lifespan state); the SDK's own serving by default.
+    on_request: OnRequestFactory | None = field(default=None, kw_only=True)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if isinstance(self.server, Server) and self.mode != "legacy" and hasattr(self, "_connect"):
-            self._connect = in_process_connector(self.server)
+            self._connect = in_process_connector(self.server, self.on_request)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        read_timeout_seconds: float | None = None,
+        progress_callback: ProgressFnT | None = None,
+        *,
+        input_responses: types.InputResponses | None = None,
+        request_state: str | None = None,
+        meta: types.RequestParamsMeta | None = None,
+    ) -> types.CallToolResult:
+        """`Client.call_tool`, with one build and one check of the messages on a 2026-era connection.
+
+        The SDK's path builds the request as a model and dumps it, then checks the answer twice
+        (against the protocol surface, then as a model). Here the request is the dict the dump would
+        give (arguments copied to their JSON form, the session's stamp on ``_meta``) and the answer is
+        checked once, as the model the caller gets; the tool's output schema is checked as the SDK
+        does. Any other case (an input-required round, a handshake-era session, a result that is not
+        a plain tool result) takes the SDK's path; the answers are the same
+        (`tests/test_inprocess_client.py`).
+        """
+        session = self.session
+        dispatcher = session._dispatcher  # private in the SDK
+        lean = (
+            isinstance(dispatcher, InProcessDispatcher)
+            and input_responses is None
+            and request_state is None
+            and session.protocol_version in MODERN_PROTOCOL_VERSIONS
+            and not self.extensions
+        )
+        if not lean:
+            return await super().call_tool(
+                name,
+                arguments,
+                read_timeout_seconds,
+                progress_callback,
+                input_responses=input_responses,
+                request_state=request_state,
+                meta=meta,
+            )
+        params: dict[str, Any] = {"name": name}
+        if arguments is not None:
+            params["arguments"] = to_jsonable_python(arguments)
+        if meta is not None:
+            params["_meta"] = to_jsonable_python(meta, by_alias=True, exclude_none=True)
+        data = {"method": "tools/call", "params": params}
+        opts: CallOptions = {}
+        session._stamp(data, opts)
+        timeout = read_timeout_seconds if read_timeout_seconds is not None else self.read_timeout_seconds
+        if timeout is not None:
+            opts["timeout"] = timeout
+        if progress_callback is not None:
+            opts["on_progress"] = progress_callback
+        raw = await dispatcher.send_raw_request("tools/call", params, opts)
+        first = session._call_tool_adapter.validate_python(raw, by_name=False)
+        if isinstance(first, types.CallToolResult):
+            if not first.is_error:
+                await session.validate_tool_result(name, first)
+            return first
+
+        async def retry(
+            responses: types.InputResponses | None, state: str | None
+        ) -> types.CallToolResult | types.InputRequiredResult | types.Result:
+            return await session.call_tool(
+                name,
+                arguments,
+                read_timeout_seconds=read_timeout_seconds,
+                progress_callback=progress_callback,
+                input_responses=responses,
+                request_state=state,
+                meta=meta,
+                allow_input_required=True,
+                allow_claimed=True,
+            )
+
+        # The server asks for input (2026's sampling or elicitation round): the SDK's driver answers.
+        result = await self._drive_input_required(first, retry)
+        if not isinstance(result, types.CallToolResult):  # a claimed shape: this client claims none
+            raise MCPError(code=INTERNAL_ERROR, message=f"{name} answered with an unclaimed result shape")
+        return result

@@ -40,6 +40,7 @@ from mcp_resili.constants import AUTH_TOKEN_ENV
 from mcp_resili.proxy.upstream import entered, guarded_http_transport
 from mcp_resili.scoring.coping import score_episode
 from mcp_resili.server.app import ResiliServer
+from mcp_resili.server.direct import direct_on_request
 from mcp_resili.store import EpisodeRow
 from mcp_resili.tools.validator import compiled, schema_error
 from mcp_resili.trace import Trace, TraceEvent, TraceHeader
@@ -85,7 +86,8 @@ async def connect_recorded(plan: RunPlan, fault_spec: str) -> AsyncIterator[tupl
                 return await server.end_episode(episode_id)
 
             notices = ProtocolNotices()
-            async with InProcessClient(server.mcp, **notices.client_options()) as client:
+            answer = functools.partial(direct_on_request, server)
+            async with InProcessClient(server.mcp, on_request=answer, **notices.client_options()) as client:
                 yield client, RecordedEvents(after_call=server.take_events, at_end=close, notices=notices)
         return
     notices = ProtocolNotices()

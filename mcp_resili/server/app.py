@@ -250,7 +250,7 @@ class ResiliServer:
             )
             self.mcp.middleware.append(self.protocol.middleware)
         self._server_info = self.mcp.server_info_stamp
-        self.mcp.middleware.append(self._tools_call_in_wire_form)  # innermost: the protocol layer wraps it
+        self.mcp.middleware.append(self.answer_tools_call)  # innermost: the protocol layer wraps it
 
     # --- episodes --------------------------------------------------------------------------------
 
@@ -455,7 +455,7 @@ class ResiliServer:
         """``tools/call`` by the SDK's handler path, which shapes the result for the connection's version."""
         return {**await self._tool_result(ctx, params.name, params.arguments), "resultType": "complete"}
 
-    async def _tools_call_in_wire_form(
+    async def answer_tools_call(
         self, ctx: ServerRequestContext[Any], call_next: CallNext
     ) -> HandlerResult:
         """Answer a 2026-era ``tools/call`` with its wire form directly (the innermost middleware).

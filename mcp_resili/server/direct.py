@@ -1,0 +1,86 @@
+"""Our server's answer to an in-process request: a 2026-era ``tools/call`` without the SDK's kernel.
+
+The SDK serves every in-process request with `serve_one`: a `ServerRunner` per request, its
+context, its middleware chain composed anew, the request checked against the protocol surface, and
+a shielded teardown of the request's `Connection`. For a modern ``tools/call`` on a server whose
+only middleware is our wire-form answer (`ResiliServer.answer_tools_call`, which checks the request
+against the surface itself), that kernel does nothing the answer needs: here the request's context
+is built as the kernel builds it (its envelope read into a `Connection`, its ``_meta``, a
+`ServerSession` for notifications) and handed straight to that middleware. Anything else — another
+method, a handshake-era version, a server with more middleware (the protocol-fault layer, tracing)
+— takes the SDK's path. The answers are the same, error for error (`tests/test_inprocess_client.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
+from mcp.server.runner import modern_on_request
+from mcp.server.session import ServerSession
+from mcp.shared.dispatcher import DispatchContext, OnRequest
+from mcp.shared.transport_context import TransportContext
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+    RequestParams,
+    RequestParamsMeta,
+)
+from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from mcp_resili.server.app import ResiliServer
+
+
+def _request_meta(params: Mapping[str, Any]) -> RequestParamsMeta | None:
+    """A request's ``_meta`` as the SDK's kernel reads it: None when absent or malformed."""
+    if "_meta" not in params:
+        return None
+    try:
+        return RequestParams.model_validate(params, by_name=False).meta
+    except ValidationError:
+        return None
+
+
+def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
+    """The in-process `OnRequest` of ``server``: modern ``tools/call`` directly, the rest by the SDK."""
+    sdk = modern_on_request(server.mcp, lifespan_state)
+    only_ours = [server.answer_tools_call]
+
+    async def handle(
+        dctx: DispatchContext[TransportContext], method: str, params: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        envelope = (params or {}).get("_meta")
+        if method != "tools/call" or params is None or not isinstance(envelope, dict):
+            return await sdk(dctx, method, params)
+        version = envelope.get(PROTOCOL_VERSION_META_KEY, LATEST_MODERN_VERSION)
+        # Read at every request: a server may gain middleware (tracing) after the client connected.
+        if version not in MODERN_PROTOCOL_VERSIONS or server.mcp.middleware != only_ours:
+            return await sdk(dctx, method, params)
+        connection = Connection.from_envelope(
+            version, envelope.get(CLIENT_INFO_META_KEY), envelope.get(CLIENT_CAPABILITIES_META_KEY)
+        )
+        meta = _request_meta(params)
+        session = ServerSession(dctx, connection, request_meta=meta if dctx.request_id is not None else None)
+        ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
+            session=session,
+            lifespan_context=lifespan_state,
+            method=method,
+            params=params,
+            request_id=dctx.request_id,
+            meta=meta,
+            protocol_version=version,
+        )
+
+        async def by_the_sdk(_: ServerRequestContext[Any, Any]) -> Any:
+            # Only a request the wire form leaves to the SDK (a version the surface does not
+            # know) comes here, before anything was done: the SDK serves it from the start.
+            return await sdk(dctx, method, params)
+
+        return dict(await server.answer_tools_call(ctx, by_the_sdk))
+
+    return handle

@@ -30,7 +30,7 @@ from mcp_types import (
     RequestParamsMeta,
 )
 from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
     from mcp_resili.server.app import ResiliServer
@@ -81,6 +81,9 @@ def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
             # know) comes here, before anything was done: the SDK serves it from the start.
             return await sdk(dctx, method, params)
 
-        return dict(await server.answer_tools_call(ctx, by_the_sdk))
+        result = await server.answer_tools_call(ctx, by_the_sdk)
+        if isinstance(result, BaseModel):  # as the kernel dumps what a handler returns
+            return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return {} if result is None else dict(result)
 
     return handle

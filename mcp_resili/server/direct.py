@@ -81,7 +81,10 @@ def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
             # know) comes here, before anything was done: the SDK serves it from the start.
             return await sdk(dctx, method, params)
 
-        result = await server.answer_tools_call(ctx, by_the_sdk)
+        try:
+            result = await server.answer_tools_call(ctx, by_the_sdk)
+        finally:
+            await connection.exit_stack.aclose()  # as the kernel's teardown (nothing registers on it)
         if isinstance(result, BaseModel):  # as the kernel dumps what a handler returns
             return result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return {} if result is None else dict(result)

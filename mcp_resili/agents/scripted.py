@@ -117,15 +117,17 @@ class OracleAgent:
         task = require_task(request, self.name)
         pairs = call_results(request)
         turn = len(pairs) + 1
+        succeeded: dict[str, list[ToolResult]] = {}  # per tool, its successful results in order
+        for call, result in pairs:
+            if not result.is_error:
+                succeeded.setdefault(call.name, []).append(result)
         done: dict[str, object] = {}
         for step in task.workflow.steps:
-            ok = [
-                r
-                for c, r in pairs
-                if c.name == step.tool and not r.is_error and _usable(task, step, r.structured)
-            ]
-            if ok:
-                done[step.id] = ok[-1].structured
+            # The step's latest usable result.
+            for result in reversed(succeeded.get(step.tool, ())):
+                if _usable(task, step, result.structured):
+                    done[step.id] = result.structured
+                    break
         for step in task.workflow.steps:
             if step.id not in done:
                 return ModelResponse(tool_calls=(_call(turn, step, task, done),), stop_reason="tool_use")

@@ -68,6 +68,18 @@ def json_size(value: Any) -> int:
         return len(repr(value))
 
 
+def plain_json(value: Any) -> bytes | None:
+    """``value`` as compact JSON, or None if it holds anything JSON text cannot (an object, a lone surrogate).
+
+    When it is not None, its length is `json_size` of ``value``, and it says that no string in
+    ``value`` holds a lone surrogate (`strings.lone_surrogate` is None): one encoding answers both.
+    """
+    try:
+        return pydantic_core.to_json(value)
+    except (pydantic_core.PydanticSerializationError, ValueError, RecursionError):
+        return None
+
+
 def larger_than(value: Any, limit: int) -> bool:
     """Whether ``value`` as JSON is (about) more than ``limit`` bytes, looking at no more than that.
 

@@ -18,6 +18,29 @@ def unusable_number(value: Any, limit: float = MAX_NUMBER) -> str | None:
     return _first_unusable(value, limit, "") if _any_unusable(value, limit) else None
 
 
+#: JSON text with each digit as ``0``, ``e`` and ``E`` as ``e``, anything else as a space.
+_NUMBER_SHAPE = bytes(
+    ord("0") if chr(b) in "0123456789" else ord("e") if chr(b) in "eE" else 32 for b in range(256)
+)
+#: Sixteen digits in a row: every integer part beyond `MAX_NUMBER` (16 digits) has at least as many.
+_SIXTEEN_DIGITS = b"0" * len(str(MAX_NUMBER))
+
+
+def unusable_number_in(value: Any, encoded: bytes) -> str | None:
+    """`unusable_number` of ``value``, given ``encoded``: ``value`` as ``pydantic_core.to_json`` wrote it.
+
+    That encoder writes NaN and infinities as bare ``NaN`` / ``Infinity``, and a number beyond
+    `MAX_NUMBER` with 16 digits in a row or an exponent: a text with none of those holds no unusable
+    number, which a look at C speed settles for almost every call. Otherwise (maybe only inside a
+    string) the walk decides.
+    """
+    if b"NaN" not in encoded and b"Infinity" not in encoded:
+        shape = encoded.translate(_NUMBER_SHAPE)
+        if b"0e" not in shape and _SIXTEEN_DIGITS not in shape:
+            return None
+    return unusable_number(value)
+
+
 def _any_unusable(value: Any, limit: float) -> bool:
     pending = [value]
     while pending:

@@ -29,10 +29,11 @@ from mcp_resili.server.budget import (
     Refusal,
     json_size,
     larger_than,
+    plain_json,
     result_too_large,
 )
 from mcp_resili.server.episode import Episode
-from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number
+from mcp_resili.server.numbers import MAX_NUMBER, non_finite_number, unusable_number, unusable_number_in
 from mcp_resili.server.recorder import TraceRecorder
 from mcp_resili.server.strings import lone_surrogate, lone_surrogate_problem
 from mcp_resili.server.wire import result_json_text
@@ -143,14 +144,17 @@ class CallPipeline:
             return self._refused(episode, tool, dict(arguments or {}), 0, busy), None
         async with episode.lock:
             arguments = dict(arguments or {})
+            #: The arguments as JSON when small and plain: measured, and checked later, from one encoding.
+            encoded: bytes | None = None
             if larger_than(arguments, OFF_LOOP_BYTES):  # measured in a worker thread, as it is checked
                 incoming = await anyio.to_thread.run_sync(json_size, arguments)
             else:
-                incoming = json_size(arguments)
+                encoded = plain_json(arguments)
+                incoming = len(encoded) if encoded is not None else json_size(arguments)
             refusal = self.recorder.account.admit(episode, incoming)
             if refusal is not None:
                 return self._refused(episode, tool, arguments, incoming, refusal), None
-            event, outcome = await self._call(episode, tool, arguments, meta, incoming)
+            event, outcome = await self._call(episode, tool, arguments, meta, incoming, encoded)
             try:
                 delay = event.fault.delay_seconds if event.fault is not None else 0.0
                 if delay > 0 and self.time_scale > 0:
@@ -294,7 +298,10 @@ class CallPipeline:
         arguments: dict[str, Any],
         meta: Mapping[str, Any] | None,
         incoming: int,
+        encoded: bytes | None = None,
     ) -> tuple[ToolCallEvent, ToolOutcome | None]:
+        """Steps 1 to 5 of one call (``encoded``: its arguments' `plain_json`, if known)."""
+
         def rejected(code: str, message: str, **extra: Any) -> tuple[ToolCallEvent, None]:
             return ToolCallEvent(
                 episode=episode.id,
@@ -330,9 +337,11 @@ class CallPipeline:
         validator = self._validators.get(tool)
         if validator is not None:
             if incoming > OFF_LOOP_BYTES:
-                problem = await anyio.to_thread.run_sync(_argument_problem, validator, tool, arguments)
+                problem = await anyio.to_thread.run_sync(
+                    _argument_problem, validator, tool, arguments, encoded
+                )
             else:
-                problem = _argument_problem(validator, tool, arguments)
+                problem = _argument_problem(validator, tool, arguments, encoded)
             if problem is not None:
                 return rejected(INVALID_INPUT, problem)
         # 2. dependency check
@@ -466,13 +475,19 @@ class CallPipeline:
         )
 
 
-def _argument_problem(validator: Any, tool: str, arguments: dict[str, Any]) -> str | None:
-    """Why ``arguments`` are no valid call of ``tool`` (one line), or None."""
+def _argument_problem(
+    validator: Any, tool: str, arguments: dict[str, Any], encoded: bytes | None = None
+) -> str | None:
+    """Why ``arguments`` are no valid call of ``tool`` (one line), or None.
+
+    ``encoded``: the arguments' `plain_json`, if made (then numbers are looked for in it first, and
+    no string holds a lone surrogate).
+    """
     # Numbers first: the schema's messages would quote a 400-digit number in full.
-    unusable = unusable_number(arguments)
+    unusable = unusable_number(arguments) if encoded is None else unusable_number_in(arguments, encoded)
     if unusable is not None:
         return f"invalid arguments for {tool}: {unusable}: numbers must be finite and within ±{MAX_NUMBER}"
-    broken = lone_surrogate(arguments)
+    broken = lone_surrogate(arguments) if encoded is None else None
     if broken is not None:
         return lone_surrogate_problem(tool, broken)
     problems = argument_problems(validator, arguments)

@@ -455,9 +455,7 @@ class ResiliServer:
         """``tools/call`` by the SDK's handler path, which shapes the result for the connection's version."""
         return {**await self._tool_result(ctx, params.name, params.arguments), "resultType": "complete"}
 
-    async def answer_tools_call(
-        self, ctx: ServerRequestContext[Any], call_next: CallNext
-    ) -> HandlerResult:
+    async def answer_tools_call(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
         """Answer a 2026-era ``tools/call`` with its wire form directly (the innermost middleware).
 
         Our results are built in wire form already; the handler path would validate them against the

@@ -247,9 +247,9 @@ class InProcessClient(Client):
         (against the protocol surface, then as a model). Here the request is the dict the dump would
         give (arguments copied to their JSON form, the session's stamp on ``_meta``) and the answer is
         checked once, as the model the caller gets; the tool's output schema is checked as the SDK
-        does. Any other case (an input-required round, a handshake-era session, a result that is not
-        a plain tool result) takes the SDK's path; the answers are the same
-        (`tests/test_inprocess_client.py`).
+        does. A first answer that asks for input goes on through the SDK's input-required driver; a
+        call that seeds input, a handshake-era session or a client with extensions takes the SDK's
+        path from the start. The answers are the same (`tests/test_inprocess_client.py`).
         """
         session = self.session
         dispatcher = session._dispatcher  # private in the SDK

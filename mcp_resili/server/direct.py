@@ -6,7 +6,8 @@ a shielded teardown of the request's `Connection`. For a modern ``tools/call`` o
 only middleware is our wire-form answer (`ResiliServer.answer_tools_call`, which checks the request
 against the surface itself), that kernel does nothing the answer needs: here the request's context
 is built as the kernel builds it (its envelope read into a `Connection`, its ``_meta``, a
-`ServerSession` for notifications) and handed straight to that middleware. Anything else — another
+`ServerSession` for notifications; the in-process dispatcher's request context already refuses
+server-initiated requests) and handed straight to that middleware. Anything else — another
 method, a handshake-era version, a server with more middleware (the protocol-fault layer, tracing)
 — takes the SDK's path. The answers are the same, error for error (`tests/test_inprocess_client.py`).
 """

@@ -14,6 +14,7 @@ method, a handshake-era version, a server with more middleware (the protocol-fau
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -41,16 +42,45 @@ def _request_meta(params: Mapping[str, Any]) -> RequestParamsMeta | None:
     """A request's ``_meta`` as the SDK's kernel reads it: None when absent or malformed."""
     if "_meta" not in params:
         return None
-    try:
-        return RequestParams.model_validate(params, by_name=False).meta
+    try:  # only ``_meta`` (the model ignores other fields): a call's arguments are not walked again
+        return RequestParams.model_validate({"_meta": params["_meta"]}, by_name=False).meta
     except ValidationError:
         return None
+
+
+class _ClientIdentity:
+    """A connection's typed client identity, read from its envelope once while the envelope stays the same.
+
+    A client stamps the same client info and capabilities on every request; the SDK's kernel reads
+    them into models anew each time (`Connection.from_envelope`). Each request still gets a fresh
+    `Connection` (its own state and exit stack), built as that factory builds it.
+    """
+
+    def __init__(self) -> None:
+        self._envelope: tuple[str, Any, Any] | None = None
+        self._template: Connection | None = None
+
+    def connection(self, version: str, client_info: Any, capabilities: Any) -> Connection:
+        """A born-ready `Connection` for a request with this envelope."""
+        template = self._template
+        if template is None or self._envelope != (version, client_info, capabilities):
+            template = Connection.from_envelope(version, client_info, capabilities)
+            # Copies: a client may change its dicts in place after this request.
+            self._envelope = (version, copy.deepcopy(client_info), copy.deepcopy(capabilities))
+            self._template = template
+        connection = Connection(
+            template.outbound, protocol_version=version, client_params=template.client_params
+        )
+        connection.client_capabilities = template.client_capabilities
+        connection.initialized.set()
+        return connection
 
 
 def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
     """The in-process `OnRequest` of ``server``: modern ``tools/call`` directly, the rest by the SDK."""
     sdk = modern_on_request(server.mcp, lifespan_state)
     only_ours = [server.answer_tools_call]
+    identity = _ClientIdentity()
 
     async def handle(
         dctx: DispatchContext[TransportContext], method: str, params: Mapping[str, Any] | None
@@ -62,7 +92,7 @@ def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
         # Read at every request: a server may gain middleware (tracing) after the client connected.
         if version not in MODERN_PROTOCOL_VERSIONS or server.mcp.middleware != only_ours:
             return await sdk(dctx, method, params)
-        connection = Connection.from_envelope(
+        connection = identity.connection(
             version, envelope.get(CLIENT_INFO_META_KEY), envelope.get(CLIENT_CAPABILITIES_META_KEY)
         )
         meta = _request_meta(params)

@@ -100,27 +100,57 @@ def _mismatch(
     return None
 
 
-def trace_data_flow(task: Task, calls: Sequence[ToolCallEvent]) -> DataFlow:
-    """Which steps ``calls`` ran on the right data (see the module docstring), in one pass."""
-    by_tool: dict[str, list[WorkflowStep]] = {}
-    tool_of = {step.id: step.tool for step in task.workflow.steps}
-    for step in task.workflow.steps:
-        by_tool.setdefault(step.tool, []).append(step)
-    outputs: dict[str, list[Any]] = {}
-    right: dict[str, int] = {}
-    wrong: dict[str, list[str]] = {}
-    for index, call in enumerate(calls):
-        if call.is_error or call.tool not in by_tool:
-            continue
-        problems = {s.id: _mismatch(task, s, call.arguments, outputs, tool_of) for s in by_tool[call.tool]}
+class DataFlowTracer:
+    """`trace_data_flow` one call at a time: the dependency gate asks after every call of an episode.
+
+    Fed the same calls in the same order, `flow` equals `trace_data_flow` over them (tested).
+    """
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self._by_tool: dict[str, list[WorkflowStep]] = {}
+        for step in task.workflow.steps:
+            self._by_tool.setdefault(step.tool, []).append(step)
+        self._tool_of = {step.id: step.tool for step in task.workflow.steps}
+        self._outputs: dict[str, list[Any]] = {}
+        self._right: dict[str, int] = {}
+        self._wrong: dict[str, list[str]] = {}
+        self._calls = 0
+
+    @property
+    def right(self) -> Mapping[str, int]:
+        """Step id → index of its first right-data success, over the calls added so far."""
+        return self._right
+
+    def add(self, call: ToolCallEvent) -> None:
+        """Take the episode's next call into account."""
+        index = self._calls
+        self._calls += 1
+        steps = self._by_tool.get(call.tool)
+        if call.is_error or steps is None:
+            return
+        problems = {
+            s.id: _mismatch(self.task, s, call.arguments, self._outputs, self._tool_of) for s in steps
+        }
         # A call serves one step: the first still open one it fits, else the first it fits at all.
         fits = [sid for sid, problem in problems.items() if problem is None]
-        served = next((sid for sid in fits if sid not in right), fits[0] if fits else None)
+        served = next((sid for sid in fits if sid not in self._right), fits[0] if fits else None)
         if served is not None:
-            outputs.setdefault(served, []).append(call.result)
-            right.setdefault(served, index)
-            continue
+            self._outputs.setdefault(served, []).append(call.result)
+            self._right.setdefault(served, index)
+            return
         for sid, problem in problems.items():
-            if sid not in right and problem is not None:
-                wrong.setdefault(sid, []).append(problem)
-    return DataFlow(right=right, wrong={sid: tuple(p) for sid, p in wrong.items()})
+            if sid not in self._right and problem is not None:
+                self._wrong.setdefault(sid, []).append(problem)
+
+    def flow(self) -> DataFlow:
+        """The data flow of the calls added so far."""
+        return DataFlow(right=dict(self._right), wrong={sid: tuple(p) for sid, p in self._wrong.items()})
+
+
+def trace_data_flow(task: Task, calls: Sequence[ToolCallEvent]) -> DataFlow:
+    """Which steps ``calls`` ran on the right data (see the module docstring), in one pass."""
+    tracer = DataFlowTracer(task)
+    for call in calls:
+        tracer.add(call)
+    return tracer.flow()

@@ -17,12 +17,68 @@ Tools the task does not use, and episodes without a task, keep only the declared
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import operator
+import weakref
+from collections.abc import Mapping, Sequence
 
 from mcp_resili.constants import DISCOVERY_TOOLS
-from mcp_resili.suites.resilibench.dataflow import trace_data_flow
+from mcp_resili.suites.resilibench.dataflow import DataFlowTracer
 from mcp_resili.tasks.model import Task
 from mcp_resili.trace import ToolCallEvent, TraceEvent
+
+
+class _EpisodeFlow:
+    """One episode's data flow so far, advanced by the calls the gate has not taken in yet.
+
+    The server passes an episode's kept calls as a list that only grows, and answers an episode's calls
+    one at a time. A list that does not start with the events already taken in (by identity: another
+    list, or a changed one) is traced again from its start.
+    """
+
+    def __init__(self, task: Task, first: TraceEvent) -> None:
+        self.tracer = DataFlowTracer(task)
+        self.key = id(first)
+        # Held weakly so that the entry goes with the episode; the later events are held here.
+        self.first = weakref.ref(first, functools.partial(_forget, self.key))
+        self.later: list[TraceEvent] = []
+        self.taken = 0
+
+    def continued_by(self, task: Task, events: Sequence[TraceEvent]) -> bool:
+        """Whether ``events`` are this episode's events so far, and maybe more."""
+        return (
+            self.tracer.task is task
+            and self.first() is events[0]
+            and len(events) >= self.taken
+            and all(map(operator.is_, self.later, events[1 : self.taken]))
+        )
+
+    def advance(self, events: Sequence[TraceEvent]) -> Mapping[str, int]:
+        """Take in the events past those already taken in; the steps done so far (`DataFlow.right`)."""
+        for event in events[self.taken :]:
+            if isinstance(event, ToolCallEvent) and event.tool not in DISCOVERY_TOOLS:
+                self.tracer.add(event)
+        self.later.extend(events[max(self.taken, 1) :])
+        self.taken = len(events)
+        return self.tracer.right
+
+
+#: id(an episode's first kept event) → its flow; an entry goes when that event is collected.
+_FLOWS: dict[int, _EpisodeFlow] = {}
+
+
+def _forget(key: int, _: object) -> None:
+    _FLOWS.pop(key, None)
+
+
+def _done_steps(task: Task, events: Sequence[TraceEvent]) -> Mapping[str, int]:
+    """The steps ``events`` ran on the right data, traced incrementally over one episode's calls."""
+    if not events:
+        return {}
+    flow = _FLOWS.get(id(events[0]))
+    if flow is None or not flow.continued_by(task, events):
+        flow = _FLOWS[id(events[0])] = _EpisodeFlow(task, events[0])
+    return flow.advance(events)
 
 
 def task_dag_gate(
@@ -43,8 +99,7 @@ def task_dag_gate(
             before[b].append(a)
     if all(not preds for preds in before.values()):
         return None
-    calls = [e for e in events if isinstance(e, ToolCallEvent) and e.tool not in DISCOVERY_TOOLS]
-    done = trace_data_flow(task, calls).right
+    done = _done_steps(task, events)
     if any(all(p in done for p in preds) for preds in before.values()):
         return None
     tool_of = {step.id: step.tool for step in task.workflow.steps}

@@ -45,9 +45,10 @@ async def answers(
     original = InProcessDispatcher.send_raw_request
 
     async def recording(
-        self: InProcessDispatcher, method: str, params: Any, opts: Any = None
+        self: InProcessDispatcher, method: str, params: Any, opts: Any = None, *, well_formed: bool = False
     ) -> dict[str, Any]:
-        raw = await original(self, method, params, opts)
+        # On the SDK's path every request is checked and answered by the SDK: none skips the checks.
+        raw = await original(self, method, params, opts, well_formed=well_formed and wire_form)
         if method == "tools/call":
             # An elicitation's or sampling request's state token is random by design.
             seen.append(json.dumps({**raw, "requestState": "-"} if "requestState" in raw else raw))

@@ -52,7 +52,7 @@ _Notify = Callable[[str, Mapping[str, Any] | None], Awaitable[None]]
 class _RequestContext:
     """The `DispatchContext` of one request: its id, progress, and notifications back to the caller."""
 
-    __slots__ = ("_cancel_requested", "_notify", "_on_progress", "request_id")
+    __slots__ = ("_cancel_requested", "_notify", "_on_progress", "request_id", "well_formed")
 
     transport = IN_PROCESS_TRANSPORT
     can_send_request = False
@@ -65,6 +65,8 @@ class _RequestContext:
         self._notify = notify
         self._on_progress = on_progress
         self._cancel_requested: anyio.Event | None = None
+        #: Whether `InProcessClient` built the request from checked parts (`well_formed_call`).
+        self.well_formed = False
 
     @property
     def cancel_requested(self) -> anyio.Event:
@@ -138,9 +140,17 @@ class InProcessDispatcher:
         self._closed.set()
 
     async def send_raw_request(
-        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        opts: CallOptions | None = None,
+        *,
+        well_formed: bool = False,
     ) -> dict[str, Any]:
-        """The server's answer to one request (see the class for errors)."""
+        """The server's answer to one request (see the class for errors).
+
+        ``well_formed``: the request is known to pass the protocol's request checks (`well_formed_call`).
+        """
         if self._closed.is_set():
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
         if self._on_notify is None:
@@ -151,6 +161,7 @@ class InProcessDispatcher:
             self._next_id += 1
             request_id = self._next_id
         context = _RequestContext(request_id, self._notify_client, opts.get("on_progress"))
+        context.well_formed = well_formed
         timeout = opts.get("timeout")
         if timeout is None:
             return await self._answer(context, method, params)
@@ -190,6 +201,38 @@ class InProcessDispatcher:
             return
         # Its context's notifications would go back to the server, which takes none (`notify`).
         await on_notify(_RequestContext(None, self.notify, None), method, params)
+
+
+def call_params(name: str, arguments: dict[str, Any] | None, meta: Any) -> dict[str, Any]:
+    """A ``tools/call``'s params as the SDK's request model dumps them (before the session's stamp)."""
+    params: dict[str, Any] = {"name": name}
+    if arguments is not None:
+        params["arguments"] = to_jsonable_python(arguments)
+    if meta is not None:
+        params["_meta"] = to_jsonable_python(meta, by_alias=True, exclude_none=True)
+    return params
+
+
+def well_formed_call(name: object, arguments: object, meta: object) -> bool:
+    """Whether a ``tools/call`` `InProcessClient` builds from these passes the protocol's request checks.
+
+    So it does by construction when the name is a string, the arguments a dict (their JSON form is an
+    object) and the caller's ``_meta`` sets none of the keys the protocol types (a progress token, the
+    reserved ``io.modelcontextprotocol/`` ones): the session stamps those itself. Held to the SDK's own
+    checks by a property test (`tests/test_inprocess_client.py`).
+    """
+    if type(name) is not str or not (arguments is None or type(arguments) is dict):
+        return False
+    if meta is None:
+        return True
+    return type(meta) is dict and all(
+        type(key) is str and key != "progressToken" and not key.startswith(RESERVED_META_PREFIX)
+        for key in meta
+    )
+
+
+#: The prefix of the ``_meta`` keys the protocol reserves (and types) for itself.
+RESERVED_META_PREFIX = "io.modelcontextprotocol/"
 
 
 #: How a request reaches the server, given its lifespan state (the SDK's `modern_on_request` by default).
@@ -254,13 +297,12 @@ class InProcessClient(Client):
         session = self.session
         dispatcher = session._dispatcher  # private in the SDK
         lean = (
-            isinstance(dispatcher, InProcessDispatcher)
-            and input_responses is None
+            input_responses is None
             and request_state is None
             and session.protocol_version in MODERN_PROTOCOL_VERSIONS
             and not self.extensions
         )
-        if not lean:
+        if not lean or not isinstance(dispatcher, InProcessDispatcher):
             return await super().call_tool(
                 name,
                 arguments,
@@ -270,11 +312,7 @@ class InProcessClient(Client):
                 request_state=request_state,
                 meta=meta,
             )
-        params: dict[str, Any] = {"name": name}
-        if arguments is not None:
-            params["arguments"] = to_jsonable_python(arguments)
-        if meta is not None:
-            params["_meta"] = to_jsonable_python(meta, by_alias=True, exclude_none=True)
+        params = call_params(name, arguments, meta)
         data = {"method": "tools/call", "params": params}
         opts: CallOptions = {}
         session._stamp(data, opts)
@@ -283,7 +321,9 @@ class InProcessClient(Client):
             opts["timeout"] = timeout
         if progress_callback is not None:
             opts["on_progress"] = progress_callback
-        raw = await dispatcher.send_raw_request("tools/call", params, opts)
+        raw = await dispatcher.send_raw_request(
+            "tools/call", params, opts, well_formed=well_formed_call(name, arguments, meta)
+        )
         first = session._call_tool_adapter.validate_python(raw, by_name=False)
         if isinstance(first, types.CallToolResult):
             if not first.is_error:

@@ -478,6 +478,11 @@ class ResiliServer:
             return await call_next(ctx)
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             return await call_next(ctx)
+        return await self.answer_checked_call(ctx)
+
+    async def answer_checked_call(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+        """`answer_tools_call` past its checks: a 2026-era ``tools/call`` whose request passes the surface."""
+        params = ctx.params
         assert params is not None  # the surface requires a name
         result = await self._tool_result(ctx, params["name"], params.get("arguments"))
         return modern_tool_result(result, self._server_info)

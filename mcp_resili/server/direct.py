@@ -10,6 +10,10 @@ is built as the kernel builds it (its envelope read into a `Connection`, its ``_
 server-initiated requests) and handed straight to that middleware. Anything else — another
 method, a handshake-era version, a server with more middleware (the protocol-fault layer, tracing)
 — takes the SDK's path. The answers are the same, error for error (`tests/test_inprocess_client.py`).
+
+A request `InProcessClient` built from parts that pass the surface's checks by construction
+(`well_formed_call`, held to the SDK's checks by `tests/test_inprocess_well_formed.py`) is not
+checked a second time; any other request is.
 """
 
 from __future__ import annotations
@@ -112,8 +116,12 @@ def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
             # know) comes here, before anything was done: the SDK serves it from the start.
             return await sdk(dctx, method, params)
 
+        result: Any
         try:
-            result = await server.answer_tools_call(ctx, by_the_sdk)
+            if getattr(dctx, "well_formed", False):  # built by our client from checked parts: no re-check
+                result = await server.answer_checked_call(ctx)
+            else:
+                result = await server.answer_tools_call(ctx, by_the_sdk)
         finally:
             await connection.exit_stack.aclose()  # as the kernel's teardown (nothing registers on it)
         if isinstance(result, BaseModel):  # as the kernel dumps what a handler returns

@@ -81,6 +81,29 @@ def _done_steps(task: Task, events: Sequence[TraceEvent]) -> Mapping[str, int]:
     return flow.advance(events)
 
 
+#: id(a task) → (the task, held weakly; per tool of its steps, each step's DAG predecessors).
+_BEFORE: dict[int, tuple[weakref.ref[Task], dict[str, dict[str, list[str]]]]] = {}
+
+
+def _forget_task(key: int, _: object) -> None:
+    _BEFORE.pop(key, None)
+
+
+def _predecessors(task: Task) -> dict[str, dict[str, list[str]]]:
+    """Per tool of ``task``'s steps: each of its steps' DAG predecessors (worked out once per task object)."""
+    known = _BEFORE.get(id(task))
+    if known is not None and known[0]() is task:
+        return known[1]
+    table: dict[str, dict[str, list[str]]] = {}
+    for step in task.workflow.steps:
+        table.setdefault(step.tool, {})[step.id] = []
+    tool_of = {step.id: step.tool for step in task.workflow.steps}
+    for a, b in task.workflow.edges:
+        table[tool_of[b]][b].append(a)
+    _BEFORE[id(task)] = (weakref.ref(task, functools.partial(_forget_task, id(task))), table)
+    return table
+
+
 def task_dag_gate(
     task: Task | None, tool: str, events: Sequence[TraceEvent]
 ) -> tuple[tuple[str, ...], str] | None:
@@ -90,20 +113,14 @@ def task_dag_gate(
     """
     if task is None:
         return None
-    steps = [step.id for step in task.workflow.steps if step.tool == tool]
-    if not steps:
-        return None
-    before: dict[str, list[str]] = {step: [] for step in steps}
-    for a, b in task.workflow.edges:
-        if b in before:
-            before[b].append(a)
-    if all(not preds for preds in before.values()):
+    before = _predecessors(task).get(tool)
+    if before is None or all(not preds for preds in before.values()):
         return None
     done = _done_steps(task, events)
     if any(all(p in done for p in preds) for preds in before.values()):
         return None
     tool_of = {step.id: step.tool for step in task.workflow.steps}
-    unmet = tuple(tool_of[p] for p in before[steps[0]] if p not in done)
+    unmet = tuple(tool_of[p] for p in next(iter(before.values())) if p not in done)
     return unmet, (
         f"{tool} cannot run yet: in this task it needs {', '.join(unmet)} to have succeeded first, "
         "on the task's data"

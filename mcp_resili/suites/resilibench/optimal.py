@@ -280,14 +280,20 @@ def clairvoyant_full_success(
     None when the search exceeds `CLAIRVOYANT_NODE_BUDGET` nodes (never seen on the suite's tasks).
     """
     graph = _Graph.of(workflow)
+    count, tools, full = len(graph.ids), graph.tools, graph.full
     rolls: dict[tuple[str, int], float] = {}
 
-    def roll(tool: str, ordinal: int) -> float:
-        if (tool, ordinal) not in rolls:
-            rolls[(tool, ordinal)] = derive_rng(seed, fault_key, tool, ordinal).random()
-        return rolls[(tool, ordinal)]
+    def succeeds(i: int, ordinal: int, p: float) -> bool:
+        """Whether step ``i``'s tool succeeds at its ``ordinal``-th call with odds ``p``."""
+        key = (tools[i], ordinal)
+        roll = rolls.get(key)
+        if roll is None:  # drawn only when the search first looks: a path found early draws less
+            roll = rolls[key] = derive_rng(seed, fault_key, tools[i], ordinal).random()
+        return roll < p
 
-    dead: set[tuple[int, tuple[int, ...], History, int, int]] = set()
+    # Per state (succeeded steps, ordinals, history, failure streak): the most turns known to fall
+    # short. Fewer fall short too (every move takes a turn; finishing early is always allowed).
+    short: dict[tuple[int, tuple[int, ...], History, int], int] = {}
     nodes = 0
     # The search revisits the same masks and histories: compute their ready steps and odds once.
     ready_of: dict[int, list[int]] = {}
@@ -295,12 +301,12 @@ def clairvoyant_full_success(
 
     def search(done: int, ordinals: tuple[int, ...], history: History, consecutive: int, turns: int) -> bool:
         nonlocal nodes
-        if done == graph.full:
+        if done == full:
             return turns >= 1
-        if turns - 1 < graph.remaining(done):
+        if turns - 1 < count - done.bit_count():
             return False
-        key = (done, ordinals, history, consecutive, turns)
-        if key in dead:
+        key = (done, ordinals, history, consecutive)
+        if short.get(key, -1) >= turns:
             return False
         nodes += 1
         if nodes > CLAIRVOYANT_NODE_BUDGET:
@@ -311,25 +317,26 @@ def clairvoyant_full_success(
         ready = ready_of.get(done)
         if ready is None:
             ready = ready_of[done] = graph.ready(done)
-        outcomes = [(i, roll(graph.tools[i], ordinals[i]) < p) for i in ready]
         cleaner = _push(faults, history, True)
         # Successes first: a feasible episode is then found along its first path.
-        for i, ok in outcomes:
-            if ok and search(done | 1 << i, ordinals, cleaner, 0, turns - 1):
+        for i in ready:
+            if succeeds(i, ordinals[i], p) and search(done | 1 << i, ordinals, cleaner, 0, turns - 1):
                 return True
         # A filler success: no progress, but a cleaner history and no failure streak.
         if search(done, ordinals, cleaner, 0, turns - 1):
             return True
-        for i, ok in outcomes:  # burn a failing draw to reach the next one
-            if not ok and consecutive + 1 < CONSECUTIVE_FAILURES:
-                bumped = (*ordinals[:i], ordinals[i] + 1, *ordinals[i + 1 :])
-                if search(done, bumped, _push(faults, history, False), consecutive + 1, turns - 1):
-                    return True
-        dead.add(key)
+        if consecutive + 1 < CONSECUTIVE_FAILURES:
+            dirtier = _push(faults, history, False)
+            for i in ready:  # burn a failing draw to reach the next one
+                if not succeeds(i, ordinals[i], p):
+                    bumped = (*ordinals[:i], ordinals[i] + 1, *ordinals[i + 1 :])
+                    if search(done, bumped, dirtier, consecutive + 1, turns - 1):
+                        return True
+        short[key] = turns
         return False
 
     try:
-        return search(0, (0,) * len(graph.ids), _start(faults), 0, max_turns)
+        return search(0, (0,) * count, _start(faults), 0, max_turns)
     except _BudgetExceeded:
         return None
 

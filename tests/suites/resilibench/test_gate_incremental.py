@@ -80,3 +80,19 @@ def test_interleaved_episodes_keep_their_own_flows_and_nothing_outlives_them():
     assert len(gate._FLOWS) == before + len(episodes)
     del episodes, calls, kept
     assert len(gate._FLOWS) == before  # each flow went with its episode's first event
+
+
+def test_a_tasks_predecessor_table_goes_with_the_task():
+    before = len(gate._BEFORE)
+    task = SUITE.tasks[11].model_copy(deep=True)  # an object nothing else holds
+    last = task.workflow.steps[-1]
+    preds = [a for a, b in task.workflow.edges if b == last.id]
+    assert preds, "the last step of a stored task reads an earlier one"
+    refusal = task_dag_gate(task, last.tool, [])
+    tool_of = {s.id: s.tool for s in task.workflow.steps}
+    assert refusal is not None and refusal[0] == tuple(tool_of[p] for p in preds)
+    assert task_dag_gate(task, task.workflow.steps[0].tool, []) is None
+    assert task_dag_gate(task, "no_such_tool", []) is None
+    assert len(gate._BEFORE) == before + 1
+    del task
+    assert len(gate._BEFORE) == before

@@ -24,7 +24,7 @@ from mcp_resili.client.inprocess import InProcessClient, InProcessDispatcher, ca
 from mcp_resili.faults import parse_fault_spec
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer
-from mcp_resili.server.direct import direct_on_request
+from mcp_resili.server.direct import _request_meta, direct_on_request
 
 SUITE = get_suite("resilibench")
 JSON = st.recursive(
@@ -65,6 +65,8 @@ def test_a_call_marked_well_formed_passes_the_sdks_request_checks(
     params = call_params(name, arguments, meta)
     params.setdefault("_meta", {}).update(stamped_meta())  # as the session stamps it
     methods.validate_client_request("tools/call", LATEST_MODERN_VERSION, params)
+    # And its ``_meta`` reads as the dict it is (what the direct answer takes without validating it).
+    assert _request_meta(params) == params["_meta"]
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.direct import direct_on_request
 from mcp_resili.store import EpisodeRow
 from mcp_resili.tools.validator import compiled, schema_error
-from mcp_resili.trace import Trace, TraceEvent, TraceHeader
+from mcp_resili.trace import ModelTurnEvent, ReflectionEvent, Trace, TraceEvent, TraceHeader
 
 #: Builds a model from its spec and `ProviderOptions` fields (tests substitute their own).
 ModelFactory = Callable[..., Model]
@@ -325,8 +325,11 @@ async def play_planned(
         written = await reflect(model, spec, outcome, planned.trial)
         trace = Trace(header=header, events=(*outcome.events, written))
         reflection = Reflection(planned.trial, written.text) if written.text else None
-    tokens_in = sum(getattr(e, "input_tokens", 0) for e in trace.events)
-    tokens_out = sum(getattr(e, "output_tokens", 0) for e in trace.events)
+    # The events that count tokens: a model's turns and reflections (a missing attribute of a pydantic
+    # model is an exception, costly on every other event).
+    spending = [e for e in trace.events if isinstance(e, ModelTurnEvent | ReflectionEvent)]
+    tokens_in = sum(e.input_tokens for e in spending)
+    tokens_out = sum(e.output_tokens for e in spending)
     row = EpisodeRow(
         run_id=run_id,
         episode_id=spec.id,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
@@ -99,7 +99,9 @@ def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
         connection = identity.connection(
             version, envelope.get(CLIENT_INFO_META_KEY), envelope.get(CLIENT_CAPABILITIES_META_KEY)
         )
-        meta = _request_meta(params)
+        well_formed = getattr(dctx, "well_formed", False)
+        # A well-formed request's ``_meta`` holds no key the model types: it reads as the dict it is.
+        meta = cast(RequestParamsMeta, dict(envelope)) if well_formed else _request_meta(params)
         session = ServerSession(dctx, connection, request_meta=meta if dctx.request_id is not None else None)
         ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
             session=session,
@@ -118,7 +120,7 @@ def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
 
         result: Any
         try:
-            if getattr(dctx, "well_formed", False):  # built by our client from checked parts: no re-check
+            if well_formed:  # built by our client from parts that pass the checks: no second check
                 result = await server.answer_checked_call(ctx)
             else:
                 result = await server.answer_tools_call(ctx, by_the_sdk)

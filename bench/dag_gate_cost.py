@@ -16,7 +16,7 @@ import anyio
 from mcp import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from resilibench_gold import gold_run
+from suites.resilibench.gold import gold_run
 
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.server.app import ResiliServer

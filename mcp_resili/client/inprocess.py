@@ -219,7 +219,7 @@ def well_formed_call(name: object, arguments: object, meta: object) -> bool:
     So it does by construction when the name is a string, the arguments a dict (their JSON form is an
     object) and the caller's ``_meta`` sets none of the keys the protocol types (a progress token, the
     reserved ``io.modelcontextprotocol/`` ones): the session stamps those itself. Held to the SDK's own
-    checks by a property test (`tests/test_inprocess_client.py`).
+    checks by a property test (`tests/test_inprocess_well_formed.py`).
     """
     if type(name) is not str or not (arguments is None or type(arguments) is dict):
         return False

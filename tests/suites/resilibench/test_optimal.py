@@ -197,3 +197,74 @@ async def test_bad_turn_budgets_are_refused(tmp_path):
     with pytest.raises(RunConfigError, match=r"max-turns must be at least 1, got 0"):
         await execute(RunConfig(db=tmp_path / "r.db", max_turns=0))
     assert not (tmp_path / "r.db").exists()
+
+
+def plain_clairvoyant(workflow, faults, max_turns, seed, fault_key):
+    """Bound (ii) by its definition: every move the model allows, tried in full (no pruning but a memo).
+
+    A move takes a turn: a ready step's call that succeeds when its draw is under the odds, a filler
+    success, or burning a failing draw (at most four in a row); finishing takes the last turn.
+    """
+    from mcp_resili.faults.rng import derive_rng
+    from mcp_resili.suites.resilibench.stop_rules import CONSECUTIVE_FAILURES
+
+    ids = [s.id for s in workflow.steps]
+    preds = {b: {a for a, c in workflow.edges if c == b} for b in ids}
+    tool = {s.id: s.tool for s in workflow.steps}
+    window = faults.history_window
+
+    def odds(history):
+        failures = sum(1 for ok in history if not ok) if window is not None else history
+        return ready_probability(faults, failures)
+
+    def push(history, ok):
+        return (*history, ok)[-window:] if window is not None else history + (0 if ok else 1)
+
+    memo = {}
+
+    def feasible(done, ordinals, history, streak, turns):
+        if len(done) == len(ids):
+            return turns >= 1
+        if turns <= len(ids) - len(done):
+            return False
+        key = (done, ordinals, history, streak, turns)
+        if key not in memo:
+            memo[key] = False  # no cycle: every move takes a turn
+            p, ready = odds(history), [s for s in ids if s not in done and preds[s] <= done]
+            draw = {s: derive_rng(seed, fault_key, tool[s], dict(ordinals)[s]).random() for s in ready}
+            moves = [(done | {s}, ordinals, push(history, True), 0) for s in ready if draw[s] < p]
+            moves.append((done, ordinals, push(history, True), 0))
+            if streak + 1 < CONSECUTIVE_FAILURES:
+                moves += [
+                    (done, tuple((t, k + (t == s)) for t, k in ordinals), push(history, False), streak + 1)
+                    for s in ready
+                    if draw[s] >= p
+                ]
+            memo[key] = any(feasible(*move, turns - 1) for move in moves)
+        return memo[key]
+
+    start = () if window is not None else 0
+    return feasible(frozenset(), tuple((s, 0) for s in ids), start, 0, max_turns)
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [DEFAULT, ResiliBenchFaults(base_success=0.5), ResiliBenchFaults(base_success=0.6, history_window=None)],
+    ids=["default", "harsh", "whole-history"],
+)
+def test_the_clairvoyant_search_answers_as_its_definition(plan):
+    """The pruned search (draws on demand, turns a state fell short with) answers as the definition."""
+    tasks = full_tasks()[::280]  # 18 tasks spread over the suite
+    answers = []
+    for t in tasks:
+        for trial in range(3):
+            for turns in (t.constraints.max_turns, len(t.workflow.steps) + 3):
+                key = f"{t.id}/{trial}"
+                expected = plain_clairvoyant(t.workflow, plan, turns, 5, key)
+                assert clairvoyant_full_success(t.workflow, plan, turns, 5, key) is expected, (
+                    t.id,
+                    trial,
+                    turns,
+                )
+                answers.append(expected)
+    assert any(answers) and not all(answers)  # both answers occur: the comparison means something

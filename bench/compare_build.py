@@ -24,8 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchdocs import write_section
-from compare_open import Side, build, ten_runs
-from report_size import make_store, stored_run
+from compare_open import Side, build, prepared_runs
 from trees import checkout, revision_of
 
 START, END = "<!-- compare-build:start -->", "<!-- compare-build:end -->"
@@ -54,13 +53,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mcp-resili-compare-build-") as tmp:
         work = Path(tmp)
-        source = args.source.resolve() if args.source else work / "sweep.db"
-        source_run, per_run = (
-            stored_run(source) if source.exists() else make_store(source, args.episodes, False)
-        )
-        db = work / "runs.db"
-        run_ids = ten_runs(source, source_run, db, args.runs)
-        print(f"store: {args.runs} runs of {per_run:,} episodes", flush=True)
+        db, run_ids, per_run = prepared_runs(work, args.source, args.episodes, args.runs, "runs.db")
         with checkout(args.base) as base_tree, checkout(args.this) as ours:
             trees = {"base": base_tree, "this": ours}
             names = {"base": f"baseline `{args.base[:10]}`", "this": f"this ({revision_of(ours)})"}

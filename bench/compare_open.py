@@ -57,6 +57,21 @@ class Side:
     seen: dict[str, object] = field(default_factory=dict)
 
 
+def prepared_runs(
+    work: Path, source: Path | None, episodes: int, runs: int, name: str
+) -> tuple[Path, list[str], int]:
+    """A store of ``runs`` copies of one sweep run in ``work / name``: (its path, run ids, episodes per run).
+
+    The sweep is ``source`` when given (its first run), else one made now of ``episodes`` episodes.
+    """
+    source = source.resolve() if source else work / "sweep.db"
+    source_run, per_run = stored_run(source) if source.exists() else make_store(source, episodes, False)
+    db = work / name
+    run_ids = ten_runs(source, source_run, db, runs)
+    print(f"store: {runs} runs of {per_run:,} episodes", flush=True)
+    return db, run_ids, per_run
+
+
 def ten_runs(source: Path, source_run: str, db: Path, runs: int) -> list[str]:
     """``source_run`` of ``source`` as ``runs`` runs in a new store ``db``; returns their ids.
 
@@ -120,13 +135,7 @@ def main() -> int:
     base_rev = args.base or default_base()
     with tempfile.TemporaryDirectory(prefix="mcp-resili-compare-open-") as tmp:
         work = Path(tmp)
-        source = args.source.resolve() if args.source else work / "sweep.db"
-        source_run, per_run = (
-            stored_run(source) if source.exists() else make_store(source, args.episodes, False)
-        )
-        db = work / "ten.db"
-        run_ids = ten_runs(source, source_run, db, args.runs)
-        print(f"store: {args.runs} runs of {per_run:,} episodes", flush=True)
+        db, run_ids, per_run = prepared_runs(work, args.source, args.episodes, args.runs, "ten.db")
         with checkout(base_rev) as base_tree, checkout(args.this) as ours:
             sides = {
                 "base": Side(f"baseline `{base_rev[:10]}`"),

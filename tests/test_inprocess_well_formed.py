@@ -16,6 +16,7 @@ import anyio
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from mcp import MCPError
 from mcp_types import INVALID_PARAMS, methods
 from mcp_types.version import LATEST_MODERN_VERSION
 from pydantic import ValidationError
@@ -101,9 +102,8 @@ async def test_a_request_the_client_did_not_build_is_still_checked() -> None:
 
             await tg.start(dispatcher.run, on_request, on_notify)
             params = {"name": 7, "arguments": {}, "_meta": stamped_meta()}
-            with pytest.raises(Exception) as raised:
+            with pytest.raises(MCPError) as raised:
                 await dispatcher.send_raw_request("tools/call", params)
-            assert getattr(raised.value, "error", None) is not None
-            assert raised.value.error.code == INVALID_PARAMS  # type: ignore[attr-defined]
-            assert "name" in raised.value.error.message  # type: ignore[attr-defined]
+            assert raised.value.error.code == INVALID_PARAMS
+            assert "name" in raised.value.error.message
             dispatcher.close()

@@ -13,6 +13,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from servers import child_env, cli_command, with_test_path
 from tiny_suite import suite as tiny_suite
 
@@ -277,6 +278,42 @@ async def test_connecting_to_a_missing_upstream_fails_with_one_line():
     with pytest.raises(UpstreamError, match="command not found"):
         async with connect_upstream("no-such-command-mcp-resili"):
             pass
+
+
+#: A handshake-era server that never answers ``server/discover`` (it ignores every method it does
+#: not know) and writes down the methods it was sent, in order.
+IGNORES_DISCOVER = r"""
+import json, sys
+log = open(sys.argv[1], "a")
+for line in sys.stdin:
+    request = json.loads(line)
+    log.write(request.get("method", "") + "\n"); log.flush()
+    if request.get("id") is None:
+        continue
+    if request["method"] == "initialize":
+        result = {"protocolVersion": request["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "ignores-discover", "version": "0"}}
+    elif request["method"] == "tools/list":
+        result = {"tools": [{"name": "ok", "inputSchema": {"type": "object"}}]}
+    else:
+        continue
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"""
+
+
+async def test_the_discover_probe_waits_the_connect_timeout_not_the_sdks_own(tmp_path, monkeypatch):
+    # The SDK's fixed probe wait made an hour long: only our bound can end the probe.
+    monkeypatch.setattr("mcp.client.session.DISCOVER_TIMEOUT_SECONDS", 3600.0)
+    script, methods = tmp_path / "ignores.py", tmp_path / "methods.log"
+    script.write_text(IGNORES_DISCOVER)
+    target = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {shlex.quote(str(methods))}"
+    with anyio.fail_after(120):  # a guard against hanging, far beyond the 0.5 s bound
+        async with connect_upstream(target, read_timeout_seconds=0.5, mode="auto") as upstream:
+            assert upstream.client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+            listed = await upstream.client.list_tools()
+    assert [tool.name for tool in listed.tools] == ["ok"]
+    assert methods.read_text().split()[:2] == ["server/discover", "initialize"]
 
 
 async def test_a_fault_that_leaves_the_result_as_it_was_passes_the_upstream_result_through():

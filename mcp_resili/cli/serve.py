@@ -192,8 +192,8 @@ def _add_upstream_options(proxy: argparse.ArgumentParser) -> None:
         "--connect-timeout",
         type=_non_negative,
         default=DEFAULT_CONNECT_TIMEOUT,
-        help=f"seconds the upstream may take to start and answer (default {DEFAULT_CONNECT_TIMEOUT:g}; "
-        "a first `npx -y` download may need more)",
+        help=f"seconds the upstream may take to answer each step of its start: the era probe, the handshake, "
+        f"the tool listing (default {DEFAULT_CONNECT_TIMEOUT:g}; a first `npx -y` download may need more)",
     )
     proxy.add_argument(
         "--call-timeout",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shlex
 import sys
@@ -24,7 +25,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp_types.jsonrpc import JSONRPCResponse
+from mcp_types.jsonrpc import ErrorData, JSONRPCError, JSONRPCRequest, JSONRPCResponse, RequestId
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mcp_resili.errors import UserError, plain_validation_error
@@ -69,13 +70,50 @@ class WireTap:
     #: connection ends with one line saying what it printed (`junk_error`), rather than after the
     #: whole connect timeout. A banner followed by a proper answer is tolerated (careless, not broken).
     strict: str | None = None
+    #: Seconds the ``server/discover`` probe of an ``auto`` connection waits (None: the SDK's own
+    #: fixed wait). A probe left unanswered then reads as a timeout, and the SDK goes on to the
+    #: handshake: ``--connect-timeout`` bounds every step of the start, the probe too.
+    probe_timeout: float | None = None
+    #: The unanswered probe: its request id and the time its answer is due.
+    _probe: tuple[RequestId, float] | None = None
+    #: The read stream's wait in progress, if any (woken when a probe starts, to bound it).
+    waiting: anyio.CancelScope | None = None
 
     def see(self, item: object) -> None:
         """Note one item read from the upstream."""
-        if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCResponse):
-            self.last_result = item.message.result
+        if isinstance(item, SessionMessage):
+            message = item.message
+            if isinstance(message, JSONRPCResponse):
+                self.last_result = message.result
+            answer = message if isinstance(message, JSONRPCResponse | JSONRPCError) else None
+            if self._probe is not None and answer is not None and answer.id == self._probe[0]:
+                self._probe = None
         elif isinstance(item, Exception) and len(self.unparsed) < MAX_UNPARSED:
             self.unparsed.append(_unparsed_text(item))
+
+    def sent(self, item: object) -> None:
+        """Note one item written to the upstream (the discover probe starts its clock)."""
+        if (
+            self.probe_timeout is not None
+            and isinstance(item, SessionMessage)
+            and isinstance(item.message, JSONRPCRequest)
+            and item.message.method == "server/discover"
+        ):
+            self._probe = (item.message.id, anyio.current_time() + self.probe_timeout)
+            if self.waiting is not None:
+                self.waiting.cancel()
+
+    def probe_due(self) -> float:
+        """The time the unanswered discover probe's answer is due (infinity when none is)."""
+        return math.inf if self._probe is None else self._probe[1]
+
+    def probe_timed_out(self) -> SessionMessage:
+        """The timeout answer for the unanswered probe (what the SDK's own wait would have raised)."""
+        assert self._probe is not None
+        probe_id, self._probe = self._probe[0], None
+        said = f"server/discover got no answer within {self.probe_timeout:g} s"
+        error = ErrorData(code=types.REQUEST_TIMEOUT, message=said)
+        return SessionMessage(JSONRPCError(jsonrpc="2.0", id=probe_id, error=error))
 
     def junk_error(self) -> UpstreamError:
         """The one line for a server that printed junk and then gave no answer."""
@@ -124,15 +162,24 @@ class _WatchedReadStream:
     async def receive(self) -> SessionMessage | Exception:
         """The next message; the end of the stream marks the upstream closed."""
         tap = self._tap
+        # Junk seen while connecting: the answer must come soon, or the server is broken.
+        junk_due = anyio.current_time() + JUNK_GRACE if tap.strict is not None and tap.unparsed else math.inf
         try:
-            if tap.strict is not None and tap.unparsed:
-                # Junk seen while connecting: the answer must come soon, or the server is broken.
-                with anyio.move_on_after(JUNK_GRACE) as waited:
-                    item: SessionMessage | Exception = await self._stream.receive()
-                if waited.cancelled_caught:
+            while True:
+                due = min(junk_due, tap.probe_due())
+                with anyio.CancelScope(deadline=due) as waiting:
+                    tap.waiting = waiting  # a probe sent meanwhile wakes this wait to start its clock
+                    try:
+                        item: SessionMessage | Exception = await self._stream.receive()
+                    finally:
+                        tap.waiting = None
+                if not waiting.cancelled_caught:
+                    break
+                now = anyio.current_time()
+                if now >= junk_due:
                     raise tap.junk_error()
-            else:
-                item = await self._stream.receive()
+                if now >= tap.probe_due():
+                    return tap.probe_timed_out()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             tap.closed.set()
             raise
@@ -165,10 +212,42 @@ class _WatchedReadStream:
         await self.aclose()
 
 
+class _WatchedWriteStream:
+    """The transport's write stream, reporting what is sent to a `WireTap`."""
+
+    def __init__(self, stream: Any, tap: WireTap) -> None:
+        self._stream = stream
+        self._tap = tap
+
+    async def send(self, item: SessionMessage) -> None:
+        """Send ``item`` on, noting it first."""
+        self._tap.sent(item)
+        await self._stream.send(item)
+
+    def close(self) -> None:
+        """Close the wrapped stream."""
+        self._stream.close()
+
+    async def aclose(self) -> None:
+        """Close the wrapped stream."""
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
 @asynccontextmanager
 async def _watched(transport: Any, tap: WireTap) -> AsyncIterator[tuple[Any, Any]]:
     async with transport as (read, write):
-        yield _WatchedReadStream(read, tap), write
+        yield _WatchedReadStream(read, tap), _WatchedWriteStream(write, tap)
 
 
 @dataclass
@@ -300,10 +379,12 @@ async def connect_upstream(
     connection is raised as `UpstreamError` with one line saying why. ``env`` replaces the inherited
     environment of a started command (a benchmark's servers get only what they need), ``cwd`` sets
     its working directory. ``mode`` is the `mcp.Client` mode (``legacy``: the handshake era; ``auto``:
-    2026-07-28 when the upstream speaks it). Until the upstream has answered ``initialize``, anything
-    on its stdout that is not JSON-RPC fails the connection at once, in one line.
+    2026-07-28 when the upstream speaks it; its ``server/discover`` probe waits at most
+    ``read_timeout_seconds`` too, not the SDK's fixed wait). Until the upstream has answered
+    ``initialize``, anything on its stdout that is not JSON-RPC fails the connection at once, in one
+    line.
     """
-    tap = WireTap(strict=target)
+    tap = WireTap(strict=target, probe_timeout=read_timeout_seconds if mode == "auto" else None)
     logging.getLogger("mcp.client.stdio").addFilter(_QUIET)
     with tempfile.TemporaryDirectory(prefix="mcp-resili-upstream-") as scratch:
         stderr_path = Path(scratch) / "stderr.log" if capture_stderr else None

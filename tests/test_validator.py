@@ -45,25 +45,49 @@ def schemas():
     return list(seen.values())
 
 
+def property_schemas():
+    """Each distinct property schema of the suites, once (most recur across many tools)."""
+    return list(
+        {repr(sub): sub for schema in schemas() for sub in schema.get("properties", {}).values()}.values()
+    )
+
+
+#: The values each property of a whole schema meets (every tricky value meets every distinct property
+#: schema in `test_..._on_every_property_schema`): one of no type, one a pattern trips on, an array.
+PER_PROPERTY = [None, "2024-01-01\n", [1, "a"]]
+
+
 def instances(schema):
-    """Tricky values at the top and in every property (one at a time, the rest from a valid-ish base)."""
+    """Tricky values at the top, and in every property (one at a time, alone and beside the required ones)."""
     props = schema.get("properties", {})
     yield from TRICKY
+    yield {p: "x" for p in schema.get("required", [])}
     for name in props:
-        for value in TRICKY:
+        for value in PER_PROPERTY:
             yield {name: value}
             yield {**{p: "x" for p in schema.get("required", [])}, name: value}
     yield {"unexpected": 1}
 
 
-@pytest.mark.parametrize("schema", schemas(), ids=lambda s: str(sorted(s.get("properties", {})))[:40])
-def test_the_compiled_validator_gives_jsonschemas_verdict_and_errors_on_every_suite_schema(schema):
+def agrees_with_jsonschema(schema, instances):
     compiled, reference = CompiledSchema(schema), jsonschema.Draft202012Validator(schema)
-    for instance in instances(schema):
+    for instance in instances:
         # jsonschema's verdict is "no errors": one pass of the reference gives both.
         expected = [e.message for e in reference.iter_errors(instance)]
         assert compiled.is_valid(instance) == (not expected), instance
         assert [e.message for e in compiled.iter_errors(instance)] == expected, instance
+
+
+@pytest.mark.parametrize("schema", schemas(), ids=lambda s: str(sorted(s.get("properties", {})))[:40])
+def test_the_compiled_validator_gives_jsonschemas_verdict_and_errors_on_every_suite_schema(schema):
+    agrees_with_jsonschema(schema, instances(schema))
+
+
+@pytest.mark.parametrize("prop", property_schemas(), ids=lambda s: str(sorted(s))[:40])
+def test_the_compiled_validator_gives_jsonschemas_verdict_and_errors_on_every_property_schema(prop):
+    for required in ([], ["p"]):
+        schema = {"type": "object", "properties": {"p": prop}, "required": required}
+        agrees_with_jsonschema(schema, [{}, *({"p": value} for value in TRICKY)])
 
 
 @pytest.mark.xfail(

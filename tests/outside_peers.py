@@ -42,7 +42,10 @@ def outside_python() -> Path:
     with exclusive("outside-peers-venv"):
         if _MARKER.exists() and _MARKER.read_text() == digest and PYTHON.exists():
             return PYTHON
-        pip = [str(PYTHON), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        # The venv gets no pip of its own: this interpreter's pip installs into it. The pins are the
+        # whole closure (nothing to resolve), and modules compile when first imported.
+        pip = [sys.executable, "-m", "pip", "--python", str(PYTHON), "install", "-q"]
+        pip += ["--disable-pip-version-check", "--no-deps", "--no-compile"]
         for what, step in (
             ("venv", _venv_command()),
             ("pip install", [*pip, "-r", str(OUTSIDE / "requirements.txt")]),
@@ -59,7 +62,7 @@ def outside_python() -> Path:
 def _venv_command() -> list[str]:
     # The base interpreter (a venv made from inside another venv still works, but is slower to find).
     base = getattr(sys, "_base_executable", sys.executable)
-    return [base, "-m", "venv", "--clear", str(VENV)]
+    return [base, "-m", "venv", "--clear", "--without-pip", str(VENV)]
 
 
 @asynccontextmanager

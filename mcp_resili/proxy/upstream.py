@@ -75,9 +75,9 @@ class WireTap:
     #: handshake: ``--connect-timeout`` bounds every step of the start, the probe too.
     probe_timeout: float | None = None
     #: The unanswered probe: its request id and the time its answer is due.
-    _probe: tuple[RequestId, float] | None = None
+    _probe: tuple[RequestId, float] | None = field(default=None, init=False, repr=False)
     #: The read stream's wait in progress, if any (woken when a probe starts, to bound it).
-    waiting: anyio.CancelScope | None = None
+    waiting: anyio.CancelScope | None = field(default=None, init=False, repr=False)
 
     def see(self, item: object) -> None:
         """Note one item read from the upstream."""

@@ -14,7 +14,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self, TextIO
 
 import anyio
@@ -147,12 +146,26 @@ def _unparsed_text(exc: Exception) -> str:
     return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
-class _WatchedReadStream:
-    """The transport's read stream, reporting what passes to a `WireTap`."""
+class _WatchedStream:
+    """One of the transport's streams, reporting what passes to a `WireTap`."""
 
     def __init__(self, stream: Any, tap: WireTap) -> None:
         self._stream = stream
         self._tap = tap
+
+    async def aclose(self) -> None:
+        """Close the wrapped stream."""
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _WatchedReadStream(_WatchedStream):
+    """The transport's read stream: what it reads, and its end, go to the `WireTap`."""
 
     @property
     def last_context(self) -> Any:
@@ -186,10 +199,6 @@ class _WatchedReadStream:
         tap.see(item)
         return item
 
-    async def aclose(self) -> None:
-        """Close the wrapped stream."""
-        await self._stream.aclose()
-
     def __aiter__(self) -> Self:
         return self
 
@@ -199,25 +208,13 @@ class _WatchedReadStream:
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._tap.closed.set()
-        await self.aclose()
+        await super().__aexit__(*exc_info)
 
 
-class _WatchedWriteStream:
-    """The transport's write stream, reporting what is sent to a `WireTap`."""
-
-    def __init__(self, stream: Any, tap: WireTap) -> None:
-        self._stream = stream
-        self._tap = tap
+class _WatchedWriteStream(_WatchedStream):
+    """The transport's write stream: what it sends goes to the `WireTap` first."""
 
     async def send(self, item: SessionMessage) -> None:
         """Send ``item`` on, noting it first."""
@@ -225,23 +222,8 @@ class _WatchedWriteStream:
         await self._stream.send(item)
 
     def close(self) -> None:
-        """Close the wrapped stream."""
+        """Close the wrapped stream without waiting."""
         self._stream.close()
-
-    async def aclose(self) -> None:
-        """Close the wrapped stream."""
-        await self._stream.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 @asynccontextmanager

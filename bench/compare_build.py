@@ -13,7 +13,6 @@ content, so equal names already say the data is equal).
 
 from __future__ import annotations
 
-import argparse
 import filecmp
 import os
 import platform
@@ -24,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchdocs import write_section
-from compare_open import Side, build, prepared_runs
+from compare_open import Side, build, prepared_runs, sweep_parser
 from trees import checkout, revision_of
 
 START, END = "<!-- compare-build:start -->", "<!-- compare-build:end -->"
@@ -42,14 +41,9 @@ def same_folders(a: Path, b: Path) -> tuple[bool, int]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", type=Path, help="a store holding one sweep (else one is played)")
-    parser.add_argument("--episodes", type=int, default=20_160, help="episodes of the sweep played")
-    parser.add_argument("--runs", type=int, default=10)
+    parser = sweep_parser(__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="builds per side")
     parser.add_argument("--base", default="4e1c713", help="baseline revision")
-    parser.add_argument("--this", default=".", help="the revision measured (default: this checkout)")
-    parser.add_argument("--write-docs", action="store_true", help="rewrite its section of docs/benchmarks.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mcp-resili-compare-build-") as tmp:
         work = Path(tmp)

@@ -57,6 +57,17 @@ class Side:
     seen: dict[str, object] = field(default_factory=dict)
 
 
+def sweep_parser(description: str) -> argparse.ArgumentParser:
+    """The options both comparison benches take: the sweep, its runs, the revision, the docs."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--source", type=Path, help="a store holding one sweep (else one is played)")
+    parser.add_argument("--episodes", type=int, default=20_160, help="episodes of the sweep played")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--this", default=".", help="the revision measured (default: this checkout)")
+    parser.add_argument("--write-docs", action="store_true", help="rewrite its section of docs/benchmarks.md")
+    return parser
+
+
 def prepared_runs(
     work: Path, source: Path | None, episodes: int, runs: int, name: str
 ) -> tuple[Path, list[str], int]:
@@ -123,14 +134,9 @@ def build(tree: Path, db: Path, run_ids: list[str], out: Path, side: Side) -> No
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", type=Path, help="a store holding one sweep (else one is played)")
-    parser.add_argument("--episodes", type=int, default=20_160, help="episodes of the sweep played")
-    parser.add_argument("--runs", type=int, default=10)
+    parser = sweep_parser(__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="openings per side")
     parser.add_argument("--base", default=None, help="baseline revision (default: git merge-base HEAD main)")
-    parser.add_argument("--this", default=".", help="the revision measured (default: this checkout)")
-    parser.add_argument("--write-docs", action="store_true", help="rewrite its section of docs/benchmarks.md")
     args = parser.parse_args()
     base_rev = args.base or default_base()
     with tempfile.TemporaryDirectory(prefix="mcp-resili-compare-open-") as tmp:

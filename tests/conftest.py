@@ -71,21 +71,31 @@ _loader.registered_suites.cache_clear()  # in case anything listed the suites be
 _loader.get_suite.cache_clear()
 
 
-#: The files that take longest (summed over their tests, measured with ``--durations=0``), started
-#: first: pytest-xdist hands out whole files (``--dist loadfile``) in collection order, and one of these
+#: The files that keep a worker longest (wall time summed over their tests, measured in a fresh clone),
+#: started first: pytest-xdist hands out whole files (``--dist loadfile``) in collection order (its own
+#: reordering by test count is off: ``--no-loadscope-reorder`` in pyproject.toml), and one of these
 #: started last keeps one core busy while the other idles. Order only; every file still runs.
 LONGEST_FILES = (
     "test_ray.py",
     "test_proxy_transparent.py",
-    "test_third_party_suite.py",
     "test_harnesses.py",
-    "test_readme_commands.py",
-    "test_validator.py",
-    "test_taskfiles.py",
-    "test_proxy_third_party.py",
-    "test_handles.py",
+    "test_third_party_suite.py",
+    "test_framework_outside.py",
+    "test_quality.py",
     "test_transports.py",
+    "test_proxy_third_party.py",
+    "test_taskfiles.py",
+    "test_layout.py",
+    "test_resume_and_secrets.py",
     "test_protocol_real_clients.py",
+    "test_sessions.py",
+    "test_readme_commands.py",
+    "test_handles.py",
+    "test_agent_cmd.py",
+    "test_validator.py",
+    "test_llm_cli.py",
+    "test_conformance.py",
+    "test_proxy.py",
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import shutil
 import subprocess
@@ -60,6 +61,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
 def _imports(path: Path) -> tuple[set[str], set[str]]:
     """(module-level imports, every import) of ``mcp_resili`` modules: at module level, inside
     functions and classes, and under ``TYPE_CHECKING`` alike (a typing-only arrow is an arrow)."""
@@ -109,11 +111,15 @@ def _floor(module: str) -> int:
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-#: module -> the modules it imports anywhere, with the file that does it.
-ARROWS = {
-    module: {_existing_module(name) for name in _imports(path)[1]} - {module}
-    for module, path in MODULES.items()
-}
+
+
+@functools.cache
+def _arrows() -> dict[str, set[str]]:
+    """module -> the modules it imports anywhere (read when a test asks, not at collection)."""
+    return {
+        module: {_existing_module(name) for name in _imports(path)[1]} - {module}
+        for module, path in MODULES.items()
+    }
 
 
 def test_every_package_has_a_floor():
@@ -124,7 +130,7 @@ def test_every_package_has_a_floor():
 def test_imports_never_run_up_the_floors_counting_every_import():
     upward = [
         f"{MODULES[module].relative_to(PACKAGE.parent)} imports {target}"
-        for module, targets in ARROWS.items()
+        for module, targets in _arrows().items()
         for target in sorted(targets)
         if _floor(target) > _floor(module)
     ]
@@ -134,7 +140,7 @@ def test_imports_never_run_up_the_floors_counting_every_import():
 def test_subpackages_form_no_circle_counting_every_import():
     graph: nx.DiGraph[str] = nx.DiGraph()
     files: dict[tuple[str, str], str] = {}
-    for module, targets in ARROWS.items():
+    for module, targets in _arrows().items():
         for target in targets:
             if _room(module) != _room(target):
                 graph.add_edge(_room(module), _room(target))
@@ -162,7 +168,7 @@ def test_no_import_circles_between_modules():
 def test_only_the_tops_look_a_suite_up():
     lookups = [
         str(MODULES[module].relative_to(PACKAGE.parent))
-        for module, targets in ARROWS.items()
+        for module, targets in _arrows().items()
         if LOADER in targets
         and module != LOADER
         and not any(module == top or module.startswith(top + ".") for top in TOPS[1:])
@@ -174,7 +180,7 @@ def test_only_the_tops_look_a_suite_up():
 def test_the_framework_never_imports_a_suite_or_the_face():
     wrong = [
         f"{MODULES[module].relative_to(PACKAGE.parent)} imports {target}"
-        for module, targets in ARROWS.items()
+        for module, targets in _arrows().items()
         if _room(module) not in ("suites", "__init__")
         for target in targets
         if _room(target) in ("suites", "__init__")

@@ -392,6 +392,10 @@ def test_the_example_suite_runs_on_its_real_servers_oracle_beats_naive_and_repla
                 "1",
                 "--seed",
                 "7",
+                # Two slots: episodes still share the servers side by side, without the default
+                # eight slots' sixteen server starts (most of this test's CPU on two cores).
+                "--concurrency",
+                "2",
                 "--db",
                 str(db),
                 "--json",

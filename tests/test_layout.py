@@ -248,6 +248,8 @@ def test_without_a_suite_the_listing_names_it_broken_in_one_line_and_the_others_
                 *selection,
                 "--trials",
                 "1",
+                "--time-scale",
+                "0",
                 "--json",
                 "--db",
                 str(tmp_path / "r.db"),

@@ -28,7 +28,9 @@ UPSTREAM = ["node", str(EVERYTHING / "dist" / "index.js"), "stdio"]
 def proxy_target(tmp_path: Path, rules: list[dict]) -> list[str]:
     faults = tmp_path / "faults.json"
     faults.write_text(json.dumps({"kind": "rules", "rules": rules}))
-    proxy = cli_command("proxy", "--upstream", " ".join(UPSTREAM), "--faults", str(faults))
+    proxy = cli_command(
+        "proxy", "--upstream", " ".join(UPSTREAM), "--faults", str(faults), "--time-scale", "0"
+    )
     return ["--transport", "stdio", "-e", f"PYTHONPATH={child_env()['PYTHONPATH']}", "--", *proxy]
 
 

@@ -416,6 +416,28 @@ def test_the_example_suite_runs_on_its_real_servers_oracle_beats_naive_and_repla
     assert "full" not in by[("scripted:naive", str(faults))]  # every first call fails and naive never retries
 
 
+def test_a_pypi_servers_environment_is_shared_by_every_virtual_environment_of_one_python(
+    tmp_path, monkeypatch
+):
+    from mcp_resili.taskfiles.install import CACHE_ENV, venv_dir
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    base = tmp_path / "python3.11"
+    base.write_text("")
+    monkeypatch.setattr(sys, "_base_executable", str(base), raising=False)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "clone-a" / ".venv" / "bin" / "python"))
+    first = venv_dir("mcp-server-sqlite==2025.4.25")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "clone-b" / ".venv" / "bin" / "python"))
+    assert venv_dir("mcp-server-sqlite==2025.4.25") == first  # another venv of the same Python
+    assert venv_dir("mcp-server-sqlite==2025.4.26") != first  # other pins
+    (tmp_path / "link").symlink_to(base)
+    monkeypatch.setattr(sys, "_base_executable", str(tmp_path / "link"))
+    assert venv_dir("mcp-server-sqlite==2025.4.25") == first  # the same Python by another path
+    monkeypatch.setattr(sys, "_base_executable", str(tmp_path / "python3.12"))
+    assert venv_dir("mcp-server-sqlite==2025.4.25") != first  # another Python
+    assert first.parent == tmp_path / "servers" / "venv"
+
+
 def test_reused_servers_never_carry_an_episode_into_the_next(server_cache, monkeypatch):
     from mcp_resili.server.episode import Episode
     from mcp_resili.taskfiles.environment import BINDING_KEY, TaskEnvironment

@@ -57,7 +57,18 @@ def test_an_installed_third_party_suite_is_listed_with_its_package(invoices_inst
 def test_a_third_party_suite_runs_with_faults_scores_and_reports(invoices_installed, tmp_path):
     db = tmp_path / "r.db"
     proc = run_cli(
-        "run", "--suite", "invoices", "--faults", "lambda=0.3", "--trials", "4", "--json", "--db", str(db)
+        "run",
+        "--suite",
+        "invoices",
+        "--faults",
+        "lambda=0.3",
+        "--trials",
+        "4",
+        "--time-scale",
+        "0",
+        "--json",
+        "--db",
+        str(db),
     )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)

@@ -184,10 +184,20 @@ def _npm_install(spec: str, lock: Path | None) -> Path:
     return bin_dir
 
 
+def venv_dir(pins: str) -> Path:
+    """Where a PyPI server with these pins gets its virtual environment.
+
+    Keyed by the base interpreter, which the new environment runs on (`venv` run from inside a
+    virtual environment uses its base): every environment made from one Python shares the server's.
+    """
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    return cache_dir() / "venv" / _key(pins, version, base)
+
+
 def _venv_install(spec: str, requirements: Sequence[str], lock: Path | None) -> Path:
     pins = lock.read_text(encoding="utf-8") if lock is not None else "\n".join([spec, *requirements])
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    target = cache_dir() / "venv" / _key(pins, version, sys.executable)
+    target = venv_dir(pins)
     bin_dir = target / "bin"
     with _locked(target):
         if (target / _MARKER).exists():

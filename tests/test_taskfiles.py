@@ -15,7 +15,10 @@ import anyio
 import pytest
 from conftest import REPO_ROOT, exclusive
 
+from mcp_resili.cli.run import usable_cpus
+from mcp_resili.client.runner import load_run_config
 from mcp_resili.faults.base import CallContext, ToolOutcome
+from mcp_resili.store import Store
 from mcp_resili.suites.realmcp import task_directory
 from mcp_resili.taskfiles.faults import CorruptResult, StepFaultPlan, corrupt_text
 from mcp_resili.taskfiles.load import load_directory
@@ -392,10 +395,6 @@ def test_the_example_suite_runs_on_its_real_servers_oracle_beats_naive_and_repla
                 "1",
                 "--seed",
                 "7",
-                # Two slots: episodes still share the servers side by side, without the default
-                # eight slots' sixteen server starts (most of this test's CPU on two cores).
-                "--concurrency",
-                "2",
                 "--db",
                 str(db),
                 "--json",
@@ -408,12 +407,36 @@ def test_the_example_suite_runs_on_its_real_servers_oracle_beats_naive_and_repla
         )
         assert proc.returncode == 0, proc.stderr
         rows.append(_rows(db))
+        store = Store(db, read_only=True)
+        (run_id,) = store.run_ids()
+        store.close()
+        # Scripted agents on real servers: a slot per CPU, not the default 8 (`with_default_concurrency`).
+        assert load_run_config(db, run_id).concurrency == min(8, usable_cpus())
     assert rows[0] == rows[1]  # same seed: identical labels, values and components
     by = {(m, f): [r[4] for r in rows[0] if (r[0], r[1]) == (m, f)] for m, f, *_ in rows[0]}
     assert by[("scripted:oracle", "none")] == ["full"] * 5
     assert by[("scripted:naive", "none")] == ["full"] * 5
     assert by[("scripted:oracle", str(faults))] == ["full"] * 5
     assert "full" not in by[("scripted:naive", str(faults))]  # every first call fails and naive never retries
+
+
+def test_a_run_that_names_no_concurrency_gets_a_slot_per_cpu_only_for_scripted_agents_on_real_servers(
+    monkeypatch,
+):
+    from mcp_resili.cli import run as run_cli
+    from mcp_resili.client.plan import RunConfig
+    from mcp_resili.registry.loader import get_suite
+
+    examples, in_process = get_suite(str(EXAMPLES)), get_suite("resilibench")
+    scripted = RunConfig(suite=str(EXAMPLES), models=("scripted:oracle", "scripted:naive"))
+    hosted = RunConfig(suite=str(EXAMPLES), models=("scripted:oracle", "anthropic:claude-x"))
+    for cpus, slots in ((1, 1), (2, 2), (64, 8)):
+        monkeypatch.setattr(run_cli, "usable_cpus", lambda cpus=cpus: cpus)
+        assert run_cli.with_default_concurrency(scripted, examples).concurrency == slots
+        assert run_cli.with_default_concurrency(hosted, examples).concurrency == 8  # a model waits
+        assert run_cli.with_default_concurrency(scripted, in_process).concurrency == 8  # no servers
+        remote = RunConfig(suite=str(EXAMPLES), models=scripted.models, server="http://127.0.0.1:1/mcp")
+        assert run_cli.with_default_concurrency(remote, examples).concurrency == 8  # not ours to start
 
 
 def test_a_pypi_servers_environment_is_shared_by_every_virtual_environment_of_one_python(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shlex
 import signal
 import sqlite3
@@ -37,6 +38,8 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 #: The model an agent program asks for when ``--model`` is not given (offline: the model server's).
 AGENT_CMD_MODELS = ("scripted:oracle",)
+#: Episodes in flight when ``--concurrency`` is not given (but see `with_default_concurrency`).
+DEFAULT_CONCURRENCY = 8
 #: Options that may change on ``--resume`` (how episodes play, not which).
 RESUMABLE = (
     "concurrency",
@@ -177,7 +180,12 @@ def _add_execution_options(run: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --executor ray: worker actors (default: one per CPU; never more than --concurrency)",
     )
-    run.add_argument("--concurrency", type=int, help="episodes in flight, across all workers (default: 8)")
+    run.add_argument(
+        "--concurrency",
+        type=int,
+        help="episodes in flight, across all workers (default: 8; only scripted agents on a suite's "
+        "own real servers: one per CPU, at most 8)",
+    )
     run.add_argument("--provider-concurrency", type=int, help="episodes in flight per provider")
     run.add_argument(
         "--ramp-up",
@@ -294,7 +302,7 @@ def _new_config(args: argparse.Namespace) -> RunConfig:
         stratified=args.limit is not None and not args.first,
         all_tasks=bool(args.all_tasks),
         tasks=tuple(args.tasks or ()),
-        concurrency=8 if args.concurrency is None else args.concurrency,
+        concurrency=DEFAULT_CONCURRENCY if args.concurrency is None else args.concurrency,
         ramp_up=args.ramp_up,
         seed=0 if args.seed is None else args.seed,
         server=args.server,
@@ -320,6 +328,30 @@ def with_suite_models(config: RunConfig, suite: Suite) -> RunConfig:
     if config.models:
         return config
     return replace(config, models=suite.default_models or DEFAULT_MODELS)
+
+
+def with_default_concurrency(config: RunConfig, suite: Suite) -> RunConfig:
+    """``config`` with the concurrency a run that names none gets.
+
+    Scripted agents on a suite's own real servers wait for nothing but CPU, and every slot starts
+    each server anew: more slots than CPUs only add server starts (on 2 cores, the example task
+    suite's 30 episodes took 3x the CPU and the time at 8 slots as at 2: `bench/taskfile_slots.py`).
+    Such a run gets one slot per CPU; any other keeps `DEFAULT_CONCURRENCY` (a model's episodes
+    mostly wait for it).
+    """
+    from mcp_resili.client.providers import provider_of
+
+    scripted = all(provider_of(model) == "scripted" for model in config.models)
+    if config.server is None and suite.environment is not None and scripted:
+        return replace(config, concurrency=min(DEFAULT_CONCURRENCY, usable_cpus()))
+    return config
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system says, else the machine's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def ladder_specs(families: Sequence[str]) -> tuple[str, ...]:
@@ -363,6 +395,8 @@ def run_command(args: argparse.Namespace) -> int:
     config = run_config(args)
     suite = get_suite(config.suite)  # the top: the suite is resolved once, here, and handed down
     config = with_suite_models(config, suite)
+    if args.resume is None and args.concurrency is None:
+        config = with_default_concurrency(config, suite)
     check_baseline(args.baseline, config.faults or (suite.default_faults,))
     if args.estimate:
         from mcp_resili.cli.estimate import describe_extras, estimate_extras

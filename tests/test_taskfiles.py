@@ -437,6 +437,7 @@ def test_a_run_that_names_no_concurrency_gets_a_slot_per_cpu_only_for_scripted_a
         assert run_cli.with_default_concurrency(scripted, in_process).concurrency == 8  # no servers
         remote = RunConfig(suite=str(EXAMPLES), models=scripted.models, server="http://127.0.0.1:1/mcp")
         assert run_cli.with_default_concurrency(remote, examples).concurrency == 8  # not ours to start
+        assert run_cli.with_default_concurrency(scripted, examples, "ray").concurrency == 8  # a cluster
 
 
 def test_a_pypi_servers_environment_is_shared_by_every_virtual_environment_of_one_python(

@@ -184,7 +184,7 @@ def _add_execution_options(run: argparse.ArgumentParser) -> None:
         "--concurrency",
         type=int,
         help="episodes in flight, across all workers (default: 8; only scripted agents on a suite's "
-        "own real servers: one per CPU, at most 8)",
+        "own real servers, in this process: one per CPU, at most 8)",
     )
     run.add_argument("--provider-concurrency", type=int, help="episodes in flight per provider")
     run.add_argument(
@@ -330,19 +330,19 @@ def with_suite_models(config: RunConfig, suite: Suite) -> RunConfig:
     return replace(config, models=suite.default_models or DEFAULT_MODELS)
 
 
-def with_default_concurrency(config: RunConfig, suite: Suite) -> RunConfig:
-    """``config`` with the concurrency a run that names none gets.
+def with_default_concurrency(config: RunConfig, suite: Suite, executor: str = "local") -> RunConfig:
+    """``config`` with the concurrency a run that names none gets (``executor``: ``local`` or ``ray``).
 
     Scripted agents on a suite's own real servers wait for nothing but CPU, and every slot starts
     each server anew: more slots than CPUs only add server starts (on 2 cores, the example task
     suite's 30 episodes took 3x the CPU and the time at 8 slots as at 2: `bench/taskfile_slots.py`).
-    Such a run gets one slot per CPU; any other keeps `DEFAULT_CONCURRENCY` (a model's episodes
-    mostly wait for it).
+    Such a run in this process gets one slot per CPU; any other keeps `DEFAULT_CONCURRENCY` (a model's
+    episodes mostly wait for it; a Ray cluster's CPUs are not this machine's to count).
     """
     from mcp_resili.client.providers import provider_of
 
     scripted = all(provider_of(model) == "scripted" for model in config.models)
-    if config.server is None and suite.environment is not None and scripted:
+    if executor == "local" and config.server is None and suite.environment is not None and scripted:
         return replace(config, concurrency=min(DEFAULT_CONCURRENCY, usable_cpus()))
     return config
 
@@ -396,7 +396,7 @@ def run_command(args: argparse.Namespace) -> int:
     suite = get_suite(config.suite)  # the top: the suite is resolved once, here, and handed down
     config = with_suite_models(config, suite)
     if args.resume is None and args.concurrency is None:
-        config = with_default_concurrency(config, suite)
+        config = with_default_concurrency(config, suite, args.executor)
     check_baseline(args.baseline, config.faults or (suite.default_faults,))
     if args.estimate:
         from mcp_resili.cli.estimate import describe_extras, estimate_extras

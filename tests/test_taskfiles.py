@@ -427,15 +427,21 @@ def test_a_run_that_names_no_concurrency_gets_a_slot_per_cpu_only_for_scripted_a
     from mcp_resili.client.plan import RunConfig
     from mcp_resili.registry.loader import get_suite
 
+    assert run_cli.usable_cpus() == len(os.sched_getaffinity(0))  # the CPUs this process may use
     examples, in_process = get_suite(str(EXAMPLES)), get_suite("resilibench")
     scripted = RunConfig(suite=str(EXAMPLES), models=("scripted:oracle", "scripted:naive"))
     hosted = RunConfig(suite=str(EXAMPLES), models=("scripted:oracle", "anthropic:claude-x"))
+    remote = RunConfig(suite=str(EXAMPLES), models=scripted.models, server="http://127.0.0.1:1/mcp")
+    # An agent program driven by the scripted model server's oracle is CPU-bound too; by a hosted one not.
+    program = RunConfig(suite=str(EXAMPLES), models=("scripted:oracle",), agent_cmd="python agent.py")
+    hosted_program = RunConfig(suite=str(EXAMPLES), models=("openai:gpt-x",), agent_cmd="python agent.py")
     for cpus, slots in ((1, 1), (2, 2), (64, 8)):
         monkeypatch.setattr(run_cli, "usable_cpus", lambda cpus=cpus: cpus)
         assert run_cli.with_default_concurrency(scripted, examples).concurrency == slots
+        assert run_cli.with_default_concurrency(program, examples).concurrency == slots
         assert run_cli.with_default_concurrency(hosted, examples).concurrency == 8  # a model waits
+        assert run_cli.with_default_concurrency(hosted_program, examples).concurrency == 8
         assert run_cli.with_default_concurrency(scripted, in_process).concurrency == 8  # no servers
-        remote = RunConfig(suite=str(EXAMPLES), models=scripted.models, server="http://127.0.0.1:1/mcp")
         assert run_cli.with_default_concurrency(remote, examples).concurrency == 8  # not ours to start
         assert run_cli.with_default_concurrency(scripted, examples, "ray").concurrency == 8  # a cluster
 

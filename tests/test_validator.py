@@ -1,5 +1,7 @@
 """The compiled validator agrees with jsonschema: the same verdict, and jsonschema's own messages."""
 
+import functools
+
 import jsonschema
 import pytest
 
@@ -35,14 +37,16 @@ TRICKY = [
 ]
 
 
+@functools.cache
 def schemas():
+    """Each distinct input and output schema of the suites' tools, once (read once per process)."""
     seen = {}
     for suite in load_all_suites().values():
         for spec in suite.library.specs:
             for schema in (spec.input_schema, spec.output_schema):
                 if schema is not None:
                     seen[repr(schema)] = schema
-    return list(seen.values())
+    return tuple(seen.values())
 
 
 def property_schemas():

@@ -336,8 +336,9 @@ def with_default_concurrency(config: RunConfig, suite: Suite, executor: str = "l
     Scripted agents on a suite's own real servers wait for nothing but CPU, and every slot starts
     each server anew: more slots than CPUs only add server starts (on 2 cores, the example task
     suite's 30 episodes took 3x the CPU and the time at 8 slots as at 2: `bench/taskfile_slots.py`).
-    Such a run in this process gets one slot per CPU; any other keeps `DEFAULT_CONCURRENCY` (a model's
-    episodes mostly wait for it; a Ray cluster's CPUs are not this machine's to count).
+    Such a run in this process gets one slot per CPU (agent programs too, when a scripted model
+    drives them); any other keeps `DEFAULT_CONCURRENCY` (a hosted model's episodes mostly wait for
+    it; a Ray cluster's CPUs are not this machine's to count).
     """
     from mcp_resili.client.providers import provider_of
 

@@ -247,6 +247,34 @@ async def test_past_the_cost_cap_no_model_call_starts_so_the_spend_overshoots_by
     }
 
 
+def test_episodes_start_task_by_task_with_each_tasks_variants_side_by_side():
+    """So a run a cost cap stops early has played every variant of the same tasks (docs/providers.md)."""
+    from mcp_resili.client.plan import PlannedEpisode, RunPlan
+    from mcp_resili.registry.loader import get_suite
+
+    config = RunConfig(
+        suite="tiny",
+        models=("scripted:oracle", "scripted:naive"),
+        variants=("baseline", "terse"),
+        trials=2,
+        limit=3,
+    )
+    plan = RunPlan.resolve(config, get_suite("tiny"))
+    episodes = plan.episodes()
+    tasks = list(plan.task_ids)
+    expected = [
+        PlannedEpisode(model, plan.fault_specs[0], task, trial, variant)
+        for model in config.models
+        for task in tasks
+        for variant in ("baseline", "terse")
+        for trial in (0, 1)
+    ]
+    assert episodes == expected and plan.episode_count() == len(expected) == 24
+    # Every episode's place in the run (what resume and the done-map use) is where it is played.
+    assert [plan.index(p) for p in episodes] == list(range(24))
+    assert plan.index(replace(episodes[0], trial=2)) is None
+
+
 # --- --limit: a stratified sample ----------------------------------------------------------------------
 
 

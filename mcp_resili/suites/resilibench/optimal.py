@@ -49,11 +49,12 @@ server's real moves and replays what it finds through the real server (docs/resi
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Literal
 
 from mcp_resili.faults.base import FaultSpecError, parse_plan
@@ -278,8 +279,20 @@ def clairvoyant_full_success(
     """Bound (ii) for one episode: whether an agent that knows every fault draw could reach full success.
 
     None when the search exceeds `CLAIRVOYANT_NODE_BUDGET` nodes (never seen on the suite's tasks).
+    The last `CLAIRVOYANT_CACHE` answers are kept: a task's prompt variants and models meet the same
+    draws (they share its fault key), and a run plays them side by side.
     """
-    graph = _Graph.of(workflow)
+    return _clairvoyant(_Graph.of(workflow), faults, max_turns, seed, fault_key)
+
+
+#: How many bound (ii) answers `clairvoyant_full_success` keeps (a few hundred bytes each).
+CLAIRVOYANT_CACHE = 1024
+
+
+@lru_cache(maxsize=CLAIRVOYANT_CACHE)
+def _clairvoyant(
+    graph: _Graph, faults: ResiliBenchFaults, max_turns: int, seed: int, fault_key: str
+) -> bool | None:
     count, tools, full = len(graph.ids), graph.tools, graph.full
     rolls: dict[tuple[str, int], float] = {}
 
@@ -345,14 +358,35 @@ class _BudgetExceeded(Exception):
     pass
 
 
-def _episode_plan(fault_plan: dict[str, Any]) -> ResiliBenchFaults | Literal["none"] | None:
+_EpisodePlan = ResiliBenchFaults | Literal["none"] | None
+
+#: The last fault plan read: a copy of its dict, what it reads as, and that plan's sorted JSON (a run's
+#: episodes all carry the same plan; an equal dict reads the same).
+_last_plan: tuple[dict[str, Any], _EpisodePlan, str] | None = None
+
+
+def _episode_plan(fault_plan: dict[str, Any]) -> _EpisodePlan:
+    return _read_plan(fault_plan)[0]
+
+
+def _read_plan(fault_plan: dict[str, Any]) -> tuple[_EpisodePlan, str]:
+    """What a trace header's fault plan means to the bounds, and (for a ResiliBench plan) its JSON."""
+    global _last_plan
+    last = _last_plan
+    if last is not None and last[0] == fault_plan:
+        return last[1], last[2]
+    plan: _EpisodePlan = None  # a plan the bounds do not know, or one that does not parse
     try:
-        plan = parse_plan(fault_plan)
+        parsed = parse_plan(fault_plan)
     except FaultSpecError:
-        return None
-    if isinstance(plan, NoFaults):
-        return "none"
-    return plan if isinstance(plan, ResiliBenchFaults) else None
+        parsed = None
+    if isinstance(parsed, NoFaults):
+        plan = "none"
+    elif isinstance(parsed, ResiliBenchFaults):
+        plan = parsed
+    plan_json = json.dumps(plan.to_dict(), sort_keys=True) if isinstance(plan, ResiliBenchFaults) else ""
+    _last_plan = (copy.deepcopy(fault_plan), plan, plan_json)
+    return plan, plan_json
 
 
 def episode_bound_ii(
@@ -381,14 +415,13 @@ def episode_bound_iii(task: Task, fault_plan: dict[str, Any], max_turns: int | N
     The DP value stored with the task when plan and budget are the suite's defaults, else solved now
     (and remembered per task, budget and plan).
     """
-    plan = _episode_plan(fault_plan)
+    plan, plan_json = _read_plan(fault_plan)
     turns = max_turns or task.constraints.max_turns
     if plan == "none":
         return 1.0 if len(task.workflow.steps) + 1 <= turns else 0.0
     if plan is None:
         return None
     stored = task.metadata.get("optimal_workflow", {})
-    plan_json = json.dumps(plan.to_dict(), sort_keys=True)
     if (
         stored.get("max_turns") == turns
         and json.dumps(stored.get("faults"), sort_keys=True) == plan_json

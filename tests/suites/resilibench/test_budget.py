@@ -19,7 +19,11 @@ from mcp_resili.server.app import ResiliServer
 from mcp_resili.suites.resilibench.agents import GreedyRetryAgent
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
 from mcp_resili.suites.resilibench.library import resilibench_library
-from mcp_resili.suites.resilibench.optimal import clairvoyant_full_success, episode_bound_ii
+from mcp_resili.suites.resilibench.optimal import (
+    clairvoyant_full_success,
+    episode_bound_ii,
+    episode_bound_iii,
+)
 from mcp_resili.suites.resilibench.tasks import default_tasks
 from mcp_resili.tasks import Workflow, WorkflowStep
 from mcp_resili.trace import ModelTurnEvent, Trace
@@ -79,6 +83,38 @@ def test_a_filler_call_that_cleans_the_history_can_rescue_an_episode_and_bound_i
     assert not decide(reader, 1, [failed, CallOutcome(filler.name, True)]).fired  # p back to 0.8
     assert clairvoyant_full_success(workflow, plan, 4, 0, key) is True  # fail, filler, read, finish
     assert clairvoyant_full_success(workflow, plan, 3, 0, key) is False
+
+
+def test_remembered_bounds_are_told_apart_by_workflow_budget_and_fault_plan_however_they_are_named():
+    """Bound (ii) keeps its last answers and bound (iii) its last plan: nothing may leak between cases.
+
+    Worked by hand from the draws: the reader's first call fails (roll >= 0.8), the logger's succeeds
+    (roll < 0.72); a one-step workflow needs its call and ``finish``, so two turns.
+    """
+    plan = ResiliBenchFaults(history_window=1)
+    reader, logger = "file_operations_reader", "utility_logger"
+    key = next(
+        f"k{i}"
+        for i in range(10_000)
+        if derive_rng(0, f"k{i}", reader, 0).random() >= 0.8
+        and derive_rng(0, f"k{i}", logger, 0).random() < 0.72
+    )
+    reading = Workflow(steps=(WorkflowStep(id="s1", tool=reader),))
+    logging = Workflow(steps=(WorkflowStep(id="s1", tool=logger),))  # the same step id, another tool
+    assert clairvoyant_full_success(reading, plan, 2, 0, key) is False  # its only draw in 2 turns fails
+    assert clairvoyant_full_success(logging, plan, 2, 0, key) is True
+    assert clairvoyant_full_success(reading, plan, 2, 0, key) is False  # asked again: still its own
+    assert clairvoyant_full_success(reading, plan, 2, 1, key) is clairvoyant_full_success(
+        reading, plan, 2, 1, key
+    )
+    task = SUITE.task(default_tasks()[0].id).model_copy(update={"workflow": reading})
+    fault_plan = plan.to_dict()
+    assert episode_bound_ii(task, fault_plan, 0, key, 2) is False
+    fault_plan.clear()
+    fault_plan["kind"] = "none"  # the same dict, now no faults: one call and finish fit in 2 turns
+    assert episode_bound_ii(task, fault_plan, 0, key, 2) is True
+    assert episode_bound_iii(task, fault_plan, 2) == 1.0
+    assert episode_bound_iii(task, plan.to_dict(), 1) == 0.0  # no room for the call and finish
 
 
 def _impossible_episodes(plan, count):

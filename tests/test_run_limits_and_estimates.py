@@ -247,8 +247,8 @@ async def test_past_the_cost_cap_no_model_call_starts_so_the_spend_overshoots_by
     }
 
 
-def test_episodes_start_task_by_task_with_each_tasks_variants_side_by_side():
-    """So a run a cost cap stops early has played every variant of the same tasks (docs/providers.md)."""
+def test_episodes_start_task_by_task_with_each_tasks_models_and_variants_side_by_side():
+    """A run a cost cap stops early has played every model and variant of the same tasks (providers.md)."""
     from mcp_resili.client.plan import PlannedEpisode, RunPlan
     from mcp_resili.registry.loader import get_suite
 
@@ -264,8 +264,8 @@ def test_episodes_start_task_by_task_with_each_tasks_variants_side_by_side():
     tasks = list(plan.task_ids)
     expected = [
         PlannedEpisode(model, plan.fault_specs[0], task, trial, variant)
-        for model in config.models
         for task in tasks
+        for model in config.models
         for variant in ("baseline", "terse")
         for trial in (0, 1)
     ]

@@ -448,7 +448,7 @@ class RunPlan:
         return tuple(self.fault_plans) or (EXTERNAL_FAULTS,)
 
     def episodes(self) -> list[PlannedEpisode]:
-        """The run matrix: every fault spec, model, task, variant and trial (see `iter_cells`)."""
+        """The run matrix: every fault spec, task, model, variant and trial (see `iter_cells`)."""
         return [episode for cell in self.iter_cells() for episode in cell]
 
     def episode_count(self) -> int:
@@ -459,22 +459,21 @@ class RunPlan:
         ) * config.trials
 
     def iter_cells(self, models: Sequence[str] | None = None) -> Iterator[list[PlannedEpisode]]:
-        """The matrix one (fault spec, model, task, variant) at a time, its trials in order.
+        """The matrix one (fault spec, task, model, variant) at a time, its trials in order.
 
-        A task's variants are neighbours: a run a cost cap or a time limit stops early has played
-        every variant of the same tasks (a paired comparison), and the task is built and its
-        bounds are searched once for all of them. Nothing is listed ahead: a run of 200,000 episodes
-        holds one cell at a time. ``models`` restricts it to some of the run's models (an
-        executor's share per provider).
+        A task's models and variants are neighbours: a run a cost cap stops early has played every
+        model and variant on the same tasks (its comparisons stay paired), and the task is built and
+        its bounds searched once for all of them. Nothing is listed ahead: a run of 200,000 episodes
+        holds one cell at a time. ``models`` restricts it to some of the run's models (an executor's
+        share per provider).
         """
         config = self.config
         trials = range(config.trials)
         variants = config.all_variants()
+        chosen = [m for m in config.models if models is None or m in models]
         for spec in self.fault_specs:
-            for model in config.models:
-                if models is not None and model not in models:
-                    continue
-                for task_id in self.task_ids:
+            for task_id in self.task_ids:
+                for model in chosen:
                     for variant in variants:
                         yield [PlannedEpisode(model, spec, task_id, trial, variant) for trial in trials]
 
@@ -483,8 +482,8 @@ class RunPlan:
         positions = self._positions()
         try:
             spec = positions[0][planned.faults]
-            model = positions[1][planned.model]
-            task = positions[2][planned.task_id]
+            task = positions[1][planned.task_id]
+            model = positions[2][planned.model]
             variant = positions[3][planned.variant]
         except KeyError:
             return None
@@ -492,7 +491,7 @@ class RunPlan:
         if not 0 <= planned.trial < trials:
             return None
         sizes = [len(p) for p in positions]
-        return (((spec * sizes[1] + model) * sizes[2] + task) * sizes[3] + variant) * trials + planned.trial
+        return (((spec * sizes[1] + task) * sizes[2] + model) * sizes[3] + variant) * trials + planned.trial
 
     def _positions(self) -> tuple[dict[str, int], ...]:
         cached = self.__dict__.get("_positions_cache")
@@ -501,8 +500,8 @@ class RunPlan:
                 {value: n for n, value in enumerate(values)}
                 for values in (
                     self.fault_specs,
-                    self.config.models,
                     self.task_ids,
+                    self.config.models,
                     self.config.all_variants(),
                 )
             )

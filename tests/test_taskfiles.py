@@ -446,6 +446,37 @@ def test_a_run_that_names_no_concurrency_gets_a_slot_per_cpu_only_for_scripted_a
         assert run_cli.with_default_concurrency(scripted, examples, "ray").concurrency == 8  # a cluster
 
 
+def test_the_cli_gives_the_default_slots_only_to_a_new_run_that_names_no_concurrency(tmp_path, monkeypatch):
+    """``--concurrency`` is the user's and a resume keeps the run's own: neither is replaced."""
+    from dataclasses import replace
+
+    from mcp_resili.cli import main
+    from mcp_resili.cli import run as run_cli
+
+    asked: list[str] = []
+
+    def five_slots(config, suite, executor="local"):  # as a suite with real servers would get on 5 CPUs
+        asked.append(config.suite)
+        return replace(config, concurrency=5)
+
+    monkeypatch.setattr(run_cli, "with_default_concurrency", five_slots)
+
+    def stored(db: Path) -> tuple[str, int]:
+        store = Store(db, read_only=True)
+        (run_id,) = store.run_ids()
+        store.close()
+        return run_id, load_run_config(db, run_id).concurrency
+
+    common = ["run", "--suite", "tiny", "--limit", "2", "--trials", "1", "--json"]
+    assert main([*common, "--db", str(tmp_path / "default.db")]) == 0
+    run_id, slots = stored(tmp_path / "default.db")
+    assert (asked, slots) == (["tiny"], 5)
+    assert main([*common, "--concurrency", "3", "--db", str(tmp_path / "named.db")]) == 0
+    assert (asked, stored(tmp_path / "named.db")[1]) == (["tiny"], 3)
+    assert main(["run", "--resume", run_id, "--db", str(tmp_path / "default.db"), "--json"]) == 0
+    assert (asked, stored(tmp_path / "default.db")) == (["tiny"], (run_id, 5))
+
+
 def test_a_pypi_servers_environment_is_shared_by_every_virtual_environment_of_one_python(
     tmp_path, monkeypatch
 ):

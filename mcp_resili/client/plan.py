@@ -462,10 +462,10 @@ class RunPlan:
         """The matrix one (fault spec, task, model, variant) at a time, its trials in order.
 
         A task's models and variants are neighbours: a run a cost cap stops early has played every
-        model and variant on the same tasks (its comparisons stay paired), and the task is built and
-        its bounds searched once for all of them. Nothing is listed ahead: a run of 200,000 episodes
-        holds one cell at a time. ``models`` restricts it to some of the run's models (an executor's
-        share per provider).
+        model and variant on the same tasks but for the few in flight (its comparisons stay paired),
+        and the task is built and its bounds searched once for all of them. Nothing is listed ahead:
+        a run of 200,000 episodes holds one cell at a time. ``models`` restricts it to some of the
+        run's models (an executor's share per provider).
         """
         config = self.config
         trials = range(config.trials)

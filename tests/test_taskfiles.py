@@ -407,17 +407,24 @@ def test_the_example_suite_runs_on_its_real_servers_oracle_beats_naive_and_repla
         )
         assert proc.returncode == 0, proc.stderr
         rows.append(_rows(db))
-        store = Store(db, read_only=True)
-        (run_id,) = store.run_ids()
-        store.close()
         # Scripted agents on real servers: a slot per CPU, not the default 8 (`with_default_concurrency`).
-        assert load_run_config(db, run_id).concurrency == min(8, usable_cpus())
+        assert _stored_concurrency(db)[1] == min(8, usable_cpus())
     assert rows[0] == rows[1]  # same seed: identical labels, values and components
     by = {(m, f): [r[4] for r in rows[0] if (r[0], r[1]) == (m, f)] for m, f, *_ in rows[0]}
     assert by[("scripted:oracle", "none")] == ["full"] * 5
     assert by[("scripted:naive", "none")] == ["full"] * 5
     assert by[("scripted:oracle", str(faults))] == ["full"] * 5
     assert "full" not in by[("scripted:naive", str(faults))]  # every first call fails and naive never retries
+
+
+def _stored_concurrency(db: Path) -> tuple[str, int]:
+    """The one run in ``db``: its id and the concurrency it stored."""
+    store = Store(db, read_only=True)
+    try:
+        (run_id,) = store.run_ids()
+    finally:
+        store.close()
+    return run_id, load_run_config(db, run_id).concurrency
 
 
 def test_a_run_that_names_no_concurrency_gets_a_slot_per_cpu_only_for_scripted_agents_on_real_servers(
@@ -461,20 +468,14 @@ def test_the_cli_gives_the_default_slots_only_to_a_new_run_that_names_no_concurr
 
     monkeypatch.setattr(run_cli, "with_default_concurrency", five_slots)
 
-    def stored(db: Path) -> tuple[str, int]:
-        store = Store(db, read_only=True)
-        (run_id,) = store.run_ids()
-        store.close()
-        return run_id, load_run_config(db, run_id).concurrency
-
     common = ["run", "--suite", "tiny", "--limit", "2", "--trials", "1", "--json"]
     assert main([*common, "--db", str(tmp_path / "default.db")]) == 0
-    run_id, slots = stored(tmp_path / "default.db")
+    run_id, slots = _stored_concurrency(tmp_path / "default.db")
     assert (asked, slots) == (["tiny"], 5)
     assert main([*common, "--concurrency", "3", "--db", str(tmp_path / "named.db")]) == 0
-    assert (asked, stored(tmp_path / "named.db")[1]) == (["tiny"], 3)
+    assert (asked, _stored_concurrency(tmp_path / "named.db")[1]) == (["tiny"], 3)
     assert main(["run", "--resume", run_id, "--db", str(tmp_path / "default.db"), "--json"]) == 0
-    assert (asked, stored(tmp_path / "default.db")) == (["tiny"], (run_id, 5))
+    assert (asked, _stored_concurrency(tmp_path / "default.db")) == (["tiny"], (run_id, 5))
 
 
 def test_a_pypi_servers_environment_is_shared_by_every_virtual_environment_of_one_python(

@@ -157,6 +157,22 @@ def test_a_fresh_result_that_utf8_cannot_carry_is_a_tool_crash_as_with_a_copy() 
         assert simulate(lib, "emoji", {}, {}).structured == {"name": "\U0001f600"}
 
 
+def test_a_result_that_contains_itself_is_a_tool_crash_whether_fresh_or_copied() -> None:
+    def looped(arguments: Any, state: Any) -> dict[str, Any]:
+        result: dict[str, Any] = {"rows": []}
+        result["rows"].append(result)
+        return result
+
+    sims = {"looped": looped, "fine": lambda a, s: {"rows": [{"id": 1}]}}
+    specs = tuple(ToolSpec(name=n, description=n, input_schema=ANY_OBJECT) for n in sims)
+    for fresh in (True, False):
+        lib = ToolLibrary("hand-made", specs, sims, fresh_results=fresh)
+        crashed = simulate(lib, "looped", {}, {})
+        assert (crashed.error_code, crashed.structured) == ("TOOL_CRASHED", None)
+        assert "looped failed unexpectedly" in (crashed.message or "")
+        assert simulate(lib, "fine", {}, {}).structured == {"rows": [{"id": 1}]}  # the library goes on
+
+
 def test_the_backends_text_is_the_agents_only_while_no_fault_touched_the_call() -> None:
     outcome = simulate(library(fresh=True), "fresh", {}, {})
     assert outcome.text == json.dumps(outcome.structured, sort_keys=True)

@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -14,7 +14,7 @@ import pydantic_core
 
 from mcp_resili.faults import ToolOutcome
 from mcp_resili.server.budget import larger_than, result_too_large
-from mcp_resili.server.numbers import non_finite_number
+from mcp_resili.server.numbers import non_finite_number, non_finite_number_of_any
 from mcp_resili.server.wire import result_json_text
 from mcp_resili.tools import ToolFailure, ToolLibrary, ToolSpec, ToolState
 from mcp_resili.trace.codes import RESULT_TOO_LARGE, TOOL_CRASHED
@@ -204,7 +204,8 @@ def _finite_json(result: Any) -> bytes:
     try:
         encoded = pydantic_core.to_json(result)
     except Exception:
-        _refuse_non_finite(result)
+        # What cannot be encoded may contain itself: only a walk that such a value ends may name a NaN.
+        _refuse_non_finite(result, non_finite_number_of_any)
         raise
     # The encoder writes NaN and infinities as bare NaN / Infinity, so a result without those bytes
     # has none (with them, maybe only in a text: the exact walk decides).
@@ -260,7 +261,7 @@ def _first_not_fresh(value: Any, twin: Any, path: str) -> str | None:
     return None
 
 
-def _refuse_non_finite(result: Any) -> None:
-    problem = non_finite_number(result)
+def _refuse_non_finite(result: Any, find: Callable[[Any], str | None] = non_finite_number) -> None:
+    problem = find(result)
     if problem is not None:
         raise ValueError(f"non-finite number at {problem} in the result")

@@ -94,3 +94,12 @@ def _first_unusable(value: Any, limit: float, path: str) -> str | None:
 def non_finite_number(value: Any) -> str | None:
     """The path of the first NaN or infinity in ``value`` (JSON has neither), or None."""
     return unusable_number(value, math.inf)
+
+
+def non_finite_number_of_any(value: Any) -> str | None:
+    """`non_finite_number` of a value that may contain itself (a tool's broken result).
+
+    Such a value ends the walk with `RecursionError` (`non_finite_number`'s flat first walk would
+    never end, its list growing without bound).
+    """
+    return _first_unusable(value, math.inf, "")

@@ -15,7 +15,9 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 #: ``json.dumps(value, sort_keys=True)``, without building an encoder on every call.
-_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+# No circular-reference bookkeeping (a third of the encoding): a result that contains itself fails as
+# RecursionError instead of ValueError, and either way the call is a tool crash (`SimulatedBackend`).
+_SORTED_JSON = json.JSONEncoder(sort_keys=True, check_circular=False)
 
 
 def result_json_text(value: Any) -> str:

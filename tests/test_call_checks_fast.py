@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mcp_resili.faults.rng import derive_rng
-from mcp_resili.server.budget import json_size, plain_json
+from mcp_resili.server.budget import json_size, larger_than, plain_json
 from mcp_resili.server.numbers import MAX_NUMBER, unusable_number, unusable_number_in
 from mcp_resili.server.strings import lone_surrogate
 
@@ -132,3 +132,28 @@ def test_one_encoding_answers_size_and_surrogates(value: dict[Any, Any]) -> None
 def test_values_json_text_cannot_hold_get_no_encoding(value: dict[str, Any]) -> None:
     # Then the pipeline measures and checks them the long way, as before.
     assert plain_json(value) is None
+
+
+def _reference_size(value: Any) -> int:
+    """The size `larger_than` counts, one value at a time: a string its length + 3, a container 2 (a list
+    or tuple 1 more per item, a dict key its length + 4, a non-string key 8), anything else 8."""
+    if type(value) is str:
+        return len(value) + 3
+    if type(value) is dict:
+        return 2 + sum((len(k) + 4 if type(k) is str else 8) + _reference_size(v) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return 2 + len(value) + sum(_reference_size(v) for v in value)
+    return 8
+
+
+def test_the_size_walk_says_more_than_the_limit_exactly_when_the_count_is() -> None:
+    rng = random.Random(41)
+    for _ in range(2000):
+        value = {"v": _value(rng), "s": "x" * rng.randint(0, 40), 7: [_value(rng), "ab"]}
+        size = _reference_size(value)
+        for limit in (0, size - 9, size - 1, size, size + 1):
+            assert larger_than(value, limit) == (size > limit), (value, limit)
+    # It stops as soon as it is past the limit: a value that holds itself is still "larger".
+    looped: dict[str, Any] = {"rows": []}
+    looped["rows"].append(looped)
+    assert larger_than(looped, 10_000)

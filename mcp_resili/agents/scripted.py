@@ -115,18 +115,27 @@ class OracleAgent:
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Call the first workflow step that has not succeeded yet; finish when all have."""
         task = require_task(request, self.name)
-        pairs = call_results(request)
-        turn = len(pairs) + 1
-        succeeded: dict[str, list[ToolResult]] = {}  # per tool, its successful results in order
-        for call, result in pairs:
-            if not result.is_error:
-                succeeded.setdefault(call.name, []).append(result)
+        # `call_results` in one pass, keeping only what the oracle reads: it runs at every turn.
+        tool_of: dict[str, str] = {}  # call id -> tool, of the calls made so far
+        succeeded: dict[str, list[object]] = {}  # per tool, its successful results in order
+        turn = 1
+        for message in request.messages:
+            if isinstance(message, AssistantMessage):
+                for call in message.tool_calls:
+                    tool_of[call.id] = call.name
+            elif isinstance(message, ToolResultsMessage):
+                for result in message.results:
+                    tool = tool_of.get(result.call_id)
+                    if tool is not None:
+                        turn += 1
+                        if not result.is_error:
+                            succeeded.setdefault(tool, []).append(result.structured)
         done: dict[str, object] = {}
         for step in task.workflow.steps:
             # The step's latest usable result.
-            for result in reversed(succeeded.get(step.tool, ())):
-                if _usable(task, step, result.structured):
-                    done[step.id] = result.structured
+            for structured in reversed(succeeded.get(step.tool, ())):
+                if _usable(task, step, structured):
+                    done[step.id] = structured
                     break
         for step in task.workflow.steps:
             if step.id not in done:

@@ -41,6 +41,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
+from mcp_resili.tools.validator import CompiledSchema
+
 logger = logging.getLogger(__name__)
 
 #: What the server's handlers see as their transport: in memory, and (2026-era) no server requests.
@@ -326,7 +328,7 @@ class InProcessClient(Client):
         )
         first = session._call_tool_adapter.validate_python(raw, by_name=False)
         if isinstance(first, types.CallToolResult):
-            if not first.is_error:
+            if not first.is_error and not _conforms_as_known(session, name, first):
                 await session.validate_tool_result(name, first)
             return first
 
@@ -350,3 +352,25 @@ class InProcessClient(Client):
         if not isinstance(result, types.CallToolResult):  # a claimed shape: this client claims none
             raise MCPError(code=INTERNAL_ERROR, message=f"{name} answered with an unclaimed result shape")
         return result
+
+
+def _conforms_as_known(session: Any, name: str, result: types.CallToolResult) -> bool:
+    """Whether the session's own check of ``result`` would pass, known without running that check.
+
+    True only when the session already holds ``name``'s output schema (it lists no tools again) and
+    either the tool has none or ``result``'s structured content passes the compiled validator the
+    session keeps for it (`compile_output_checks` fills that cache). Otherwise the session's
+    ``validate_tool_result`` decides, with its own refreshes and errors.
+    """
+    schemas = getattr(session, "_tool_output_schemas", None)  # private in the SDK
+    if not isinstance(schemas, dict) or name not in schemas:
+        return False
+    if schemas[name] is None:
+        return True
+    validators = getattr(session, "_tool_output_validators", None)
+    validator = validators.get(name) if isinstance(validators, dict) else None
+    return (
+        isinstance(validator, CompiledSchema)
+        and result.structured_content is not None
+        and validator.is_valid(result.structured_content)
+    )

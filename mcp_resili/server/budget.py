@@ -86,21 +86,40 @@ def larger_than(value: Any, limit: int) -> bool:
     Strings count their length, every other value a few bytes: a walk that stops once past ``limit``,
     so a megabyte of arguments is never serialised on the event loop just to learn it is big.
     """
+    # A container's scalar members are counted where they stand (most of a call's values are): only
+    # nested containers wait their turn.
     total = 0
     pending = [value]
     while pending:
         item = pending.pop()
         kind = type(item)
-        if kind is str:
-            total += len(item) + 3
-        elif kind is dict:
+        if kind is dict:
             total += 2
             for key, member in item.items():
                 total += len(key) + 4 if type(key) is str else 8
-                pending.append(member)
+                member_kind = type(member)
+                if member_kind is str:
+                    total += len(member) + 3
+                elif member_kind is dict or member_kind is list or member_kind is tuple:
+                    pending.append(member)
+                else:
+                    total += 8
+                if total > limit:
+                    return True
         elif kind is list or kind is tuple:
             total += 2 + len(item)
-            pending.extend(item)
+            for member in item:
+                member_kind = type(member)
+                if member_kind is str:
+                    total += len(member) + 3
+                elif member_kind is dict or member_kind is list or member_kind is tuple:
+                    pending.append(member)
+                else:
+                    total += 8
+                if total > limit:
+                    return True
+        elif kind is str:
+            total += len(item) + 3
         else:
             total += 8
         if total > limit:

@@ -187,7 +187,7 @@ def client_identity(ctx: ServerRequestContext[Any]) -> ClientIdentity:
     """The identity of the client that sent ``ctx`` (see `ClientIdentity`)."""
     request = ctx.request
     scope = getattr(request, "scope", None)
-    if isinstance(scope, Mapping):
+    if scope is not None and isinstance(scope, Mapping):  # in process there is none: no ABC check
         principal = scope.get(SCOPE_PRINCIPAL)
         channel = scope.get(SCOPE_CLIENT)
         if channel is None:
@@ -216,10 +216,10 @@ def parse_episode(raw: object, where: str) -> EpisodeRequest:
     """An episode named by ``raw`` (an id, or ``{"id", "task", "trial", "seed", "fault_key"}``)."""
     if isinstance(raw, str):
         return EpisodeRequest(id=_checked_id(raw, where))
-    if not isinstance(raw, Mapping):
+    if type(raw) is not dict and not isinstance(raw, Mapping):
         raise _invalid(f"{where} must be an episode id or an object with an 'id', got {raw!r:.100}")
     episode_id = _checked_id(raw.get("id"), f"{where}.id")
-    if not raw.keys() <= _EPISODE_KEYS:
+    if not _EPISODE_KEYS.issuperset(raw):
         unknown = sorted(set(raw) - _EPISODE_KEYS)
         raise _invalid(f"{where} has unknown keys {unknown}; known: id, task, trial, seed, fault_key")
     task, fault_key, seed, trial = raw.get("task"), raw.get("fault_key"), raw.get("seed"), raw.get("trial")

@@ -46,7 +46,7 @@ class DataFlow:
 
 def _at(value: Any, path: str) -> Any:
     for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
+        if not (type(value) is dict or isinstance(value, Mapping)) or part not in value:
             return _MISSING
         value = value[part]
     return value
@@ -62,7 +62,10 @@ def same_data(actual: Any, expected: Any) -> bool:
     When ``expected`` is a records or text payload, only its content fields are compared (each must be
     there, with the same value, exactly when ``expected`` has it); anything else compares as JSON.
     """
-    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+    # (A dict is tested by its type first: `isinstance` against an ABC is a Python-level call.)
+    if (type(expected) is dict or isinstance(expected, Mapping)) and (
+        type(actual) is dict or isinstance(actual, Mapping)
+    ):
         for fields in CONTENT_FIELDS:
             if fields[0] in expected:
                 return all(

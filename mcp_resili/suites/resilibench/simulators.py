@@ -173,7 +173,7 @@ def _text_data(args: Mapping[str, Any]) -> tuple[str, str]:
 
 def _records(args: Mapping[str, Any]) -> list[dict[str, Any]]:
     records = args["data"].get("records")
-    if not isinstance(records, list) or not all(isinstance(r, Mapping) for r in records):
+    if not isinstance(records, list) or not all(type(r) is dict or isinstance(r, Mapping) for r in records):
         raise ToolFailure("INVALID_INPUT", "data.records must be a list of record objects")
     return [_copied_record(r) for r in records]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -9,12 +10,15 @@ import anyio
 import pytest
 from mcp import Client
 
+from mcp_resili.client.inprocess import InProcessClient
+from mcp_resili.client.session import without_idle_tracing
 from mcp_resili.constants import META_EPISODE
 from mcp_resili.faults import parse_fault_spec
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.server import pipeline
 from mcp_resili.server.app import ResiliServer
 from mcp_resili.server.budget import MemoryBudget
+from mcp_resili.server.direct import direct_on_request
 from mcp_resili.server.fairness import FairLimits, FairShare, client_key
 from mcp_resili.tools import ToolLibrary, ToolSpec
 from mcp_resili.tools.validator import GATHERED_PROBLEMS, argument_problems, compiled
@@ -174,6 +178,42 @@ async def test_large_arguments_are_measured_and_checked_off_the_event_loop(
         refused = await client.call_tool("data_processing_validator", big, meta={META_EPISODE: "e"})
     assert not small.is_error and refused.is_error and "INVALID_INPUT" in refused.content[0].text
     assert seen[0] == loop_thread and seen[1] != loop_thread
+
+
+async def test_the_runners_own_calls_are_measured_without_the_walk_and_big_ones_still_checked_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A remote client's arguments are walked before they are encoded; the runner's in-process ones not."""
+    walked: list[int] = []
+    checked: list[int] = []
+    walk, check = pipeline.larger_than, pipeline._argument_problem
+
+    def counting_walk(value: Any, limit: int) -> bool:
+        walked.append(limit)
+        return walk(value, limit)
+
+    def recording(*args: Any) -> str | None:
+        checked.append(threading.get_ident())
+        return check(*args)
+
+    monkeypatch.setattr(pipeline, "larger_than", counting_walk)
+    monkeypatch.setattr(pipeline, "_argument_problem", recording)
+    server = ResiliServer(SUITE, parse_fault_spec("none"))
+    loop_thread = threading.get_ident()
+    big = {"data": {"records": [{"id": "x"}] * 30_000}}  # ~300 kB, every item wrong
+    without_idle_tracing(server.mcp)  # as the runner serves it: our answer is its only middleware
+    answer = functools.partial(direct_on_request, server)
+    async with InProcessClient(server.mcp, on_request=answer) as client:
+        small = await client.call_tool(
+            "utility_logger", {"data": {"message": "hi"}}, meta={META_EPISODE: "e"}
+        )
+        refused = await client.call_tool("data_processing_validator", big, meta={META_EPISODE: "e"})
+    assert not small.is_error and refused.is_error and "INVALID_INPUT" in refused.content[0].text
+    assert walked == []  # both measured by their encoding
+    assert checked[0] == loop_thread and checked[1] != loop_thread  # the big one still checked off the loop
+    async with Client(server.mcp) as remote:  # the SDK's own hop: a request the runner did not build
+        await remote.call_tool("utility_logger", {"data": {"message": "hi"}}, meta={META_EPISODE: "f"})
+    assert walked == [pipeline.OFF_LOOP_BYTES]
 
 
 def test_explaining_invalid_arguments_gathers_a_bounded_number_of_problems() -> None:

@@ -551,7 +551,9 @@ class UpstreamBackend:
         """The upstream tools known when the pipeline was built."""
         return self._specs
 
-    def run_inline(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome | None:
+    def run_inline(
+        self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState, json_bytes: int | None = None
+    ) -> ToolOutcome | None:
         """None: every upstream call awaits its answer."""
         return None
 

@@ -57,7 +57,9 @@ class EpisodeEnvironment(Protocol):
         """Run a call of an opened episode (``state`` is its tool state)."""
         ...
 
-    def run_inline(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome | None:
+    def run_inline(
+        self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState, json_bytes: int | None = None
+    ) -> ToolOutcome | None:
         """The outcome of a call that finishes without awaiting; None for a real server's calls."""
         ...
 

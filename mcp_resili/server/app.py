@@ -480,21 +480,31 @@ class ResiliServer:
             return await call_next(ctx)
         return await self.answer_checked_call(ctx)
 
-    async def answer_checked_call(self, ctx: ServerRequestContext[Any]) -> dict[str, Any]:
-        """`answer_tools_call` past its checks: a 2026-era ``tools/call`` whose request passes the surface."""
+    async def answer_checked_call(
+        self, ctx: ServerRequestContext[Any], *, in_process: bool = False
+    ) -> dict[str, Any]:
+        """`answer_tools_call` past its checks: a 2026-era ``tools/call`` whose request passes the surface.
+
+        ``in_process``: our own client built the request in this process (`CallPipeline.call_with_outcome`).
+        """
         params = ctx.params
         assert params is not None  # the surface requires a name
-        result = await self._tool_result(ctx, params["name"], params.get("arguments"))
+        result = await self._tool_result(ctx, params["name"], params.get("arguments"), in_process=in_process)
         return modern_tool_result(result, self._server_info)
 
     async def _tool_result(
-        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None
+        self,
+        ctx: ServerRequestContext[Any],
+        name: str,
+        arguments: dict[str, Any] | None,
+        *,
+        in_process: bool = False,
     ) -> dict[str, Any]:
         """A call's result in wire form (``content``, ``isError``, ``structuredContent``, ``_meta``).
 
         Logged (for clients that asked) as the client sees it: the tool, and ok or error.
         """
-        result = await self._answer(ctx, name, arguments)
+        result = await self._answer(ctx, name, arguments, in_process=in_process)
         await self.log.log(
             ctx,
             "info" if name in (START_TOOL, FINISH_TOOL) else "debug",
@@ -503,7 +513,12 @@ class ResiliServer:
         return result
 
     async def _answer(
-        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any] | None
+        self,
+        ctx: ServerRequestContext[Any],
+        name: str,
+        arguments: dict[str, Any] | None,
+        *,
+        in_process: bool = False,
     ) -> dict[str, Any]:
         """A call's result in wire form, for its episode (handle mode included)."""
         routed = self.route(ctx)
@@ -535,7 +550,9 @@ class ResiliServer:
             return tool_result(result_text(refused), True, None, self._meta(refused))
         if self.environment is not None:
             await self.environment.open_episode(episode)
-        event, outcome = await self.pipeline.call_with_outcome(episode, name, arguments)
+        event, outcome = await self.pipeline.call_with_outcome(
+            episode, name, arguments, in_process=in_process
+        )
         note_call(episode, event)
         text = (
             self.environment.result_text(event, outcome)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -45,20 +46,28 @@ class ToolBackend(Protocol):
         """Run the tool; ``meta`` is the request's ``_meta`` (a proxy forwards it)."""
         ...
 
-    def run_inline(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome | None:
-        """The outcome of a call that can finish without awaiting (no timer armed), else None."""
+    def run_inline(
+        self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState, json_bytes: int | None = None
+    ) -> ToolOutcome | None:
+        """The outcome of a call that can finish without awaiting (no timer armed), else None.
+
+        ``json_bytes``: the arguments' JSON length when the caller has encoded them already.
+        """
         ...
 
 
-def small_arguments(arguments: Any) -> bool:
-    """Whether ``arguments`` stay within `INLINE_MAX_VALUES` values and `INLINE_MAX_CHARS` characters."""
+def small_arguments(arguments: Any, json_bytes: int | None = None) -> bool:
+    """Whether ``arguments`` stay within `INLINE_MAX_VALUES` values and `INLINE_MAX_CHARS` characters.
+
+    ``json_bytes``: the length of ``arguments`` as compact JSON (``pydantic_core.to_json``), if known.
+    """
     # JSON text of n values is at least 2n - 1 bytes long (each value but the first brings a separator
     # or bracket of its own) and holds every key and string: short text settles both bounds at C speed.
-    try:
-        if len(pydantic_core.to_json(arguments)) < min(2 * INLINE_MAX_VALUES, INLINE_MAX_CHARS):
-            return True
-    except (pydantic_core.PydanticSerializationError, ValueError):
-        pass
+    if json_bytes is None:
+        with contextlib.suppress(pydantic_core.PydanticSerializationError, ValueError):
+            json_bytes = len(pydantic_core.to_json(arguments))
+    if json_bytes is not None and json_bytes < min(2 * INLINE_MAX_VALUES, INLINE_MAX_CHARS):
+        return True
     return _counted_small(arguments)
 
 
@@ -144,7 +153,9 @@ class SimulatedBackend:
                 self._unfinished[id(state)] = done
             raise
 
-    def run_inline(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome | None:
+    def run_inline(
+        self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState, json_bytes: int | None = None
+    ) -> ToolOutcome | None:
         """The call's outcome when it may run on the event loop now, else None (then `run` it).
 
         It may when the library marks the tool inline, its arguments are small, and no abandoned call
@@ -152,7 +163,7 @@ class SimulatedBackend:
         """
         if spec.name not in self.library.inline or id(state) in self._unfinished:
             return None
-        if not small_arguments(arguments):
+        if not small_arguments(arguments, json_bytes):
             return None
         return self._simulate(spec, arguments, state)
 

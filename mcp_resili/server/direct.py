@@ -121,7 +121,7 @@ def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
         result: Any
         try:
             if well_formed:  # built by our client from parts that pass the checks: no second check
-                result = await server.answer_checked_call(ctx)
+                result = await server.answer_checked_call(ctx, in_process=True)
             else:
                 result = await server.answer_tools_call(ctx, by_the_sdk)
         finally:

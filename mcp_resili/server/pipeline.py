@@ -131,8 +131,15 @@ class CallPipeline:
         tool: str,
         arguments: Mapping[str, Any] | None,
         meta: Mapping[str, Any] | None = None,
+        *,
+        in_process: bool = False,
     ) -> tuple[ToolCallEvent, ToolOutcome | None]:
-        """Like `call`, also returning the outcome the agent sees (None if the call was rejected)."""
+        """Like `call`, also returning the outcome the agent sees (None if the call was rejected).
+
+        ``in_process``: our own client built the arguments in this process (`server.direct`), so no
+        remote peer can have made them large to hold the event loop: they are measured by encoding
+        them at once, without first walking them to learn whether they are small.
+        """
         if episode.lock.waiting >= MAX_WAITING_CALLS:
             # Refused before it waits (and holds its arguments) at all; it takes no ordinal, so it
             # is recorded at once, without the lock the calls that decide faults hold.
@@ -146,7 +153,7 @@ class CallPipeline:
             arguments = dict(arguments or {})
             #: The arguments as JSON when small and plain: measured, and checked later, from one encoding.
             encoded: bytes | None = None
-            if larger_than(arguments, OFF_LOOP_BYTES):  # measured in a worker thread, as it is checked
+            if not in_process and larger_than(arguments, OFF_LOOP_BYTES):  # measured in a worker thread
                 incoming = await anyio.to_thread.run_sync(json_size, arguments)
             else:
                 encoded = plain_json(arguments)
@@ -376,7 +383,8 @@ class CallPipeline:
         outcome: ToolOutcome | None = None
         if injector.runs_tool(decision.fault):
             try:
-                outcome = await self._run(spec, arguments, episode, meta)
+                json_bytes = len(encoded) if encoded is not None else None
+                outcome = await self._run(spec, arguments, episode, meta, json_bytes)
             except anyio.get_cancelled_exc_class():
                 # The client went away while the tool ran. The call took its ordinal and decision:
                 # record it (synchronously, as a cancelled call) so the trace still replays.
@@ -419,11 +427,19 @@ class CallPipeline:
         )
 
     async def _run(
-        self, spec: ToolSpec, arguments: dict[str, Any], episode: Episode, meta: Mapping[str, Any] | None
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        episode: Episode,
+        meta: Mapping[str, Any] | None,
+        json_bytes: int | None = None,
     ) -> ToolOutcome:
-        """The backend's outcome, or `TOOL_TIMEOUT` once the call outlasts the time limit."""
+        """The backend's outcome, or `TOOL_TIMEOUT` once the call outlasts the time limit.
+
+        ``json_bytes``: the arguments' length as compact JSON, when they were encoded (`plain_json`).
+        """
         # A quick tool runs to its end without awaiting: no timer to arm for it.
-        quick = self.backend.run_inline(spec, arguments, episode.tool_state)
+        quick = self.backend.run_inline(spec, arguments, episode.tool_state, json_bytes)
         if quick is not None:
             return quick
         limit = self.call_time_limit if self.call_time_limit is not None else math.inf

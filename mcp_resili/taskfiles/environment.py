@@ -349,7 +349,9 @@ class TaskEnvironment:
             weakref.finalize(episode, _orphan, self._orphaned, binding)
         self._opening.pop(episode.id, None)
 
-    def run_inline(self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState) -> ToolOutcome | None:
+    def run_inline(
+        self, spec: ToolSpec, arguments: dict[str, Any], state: ToolState, json_bytes: int | None = None
+    ) -> ToolOutcome | None:
         """None: every call to a real server awaits its answer."""
         return None
 

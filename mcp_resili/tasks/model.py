@@ -213,6 +213,25 @@ class Task(BaseModel):
         return self
 
 
+class SameTask:
+    """A task as a cache key, by identity: a `Task` holds dicts, so it has no hash of its own.
+
+    For remembering what is worked out from a task object (a prompt's text, a plan): a cache that
+    holds the key holds the task, so its id cannot pass to another object meanwhile.
+    """
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    def __hash__(self) -> int:
+        return id(self.task)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SameTask) and other.task is self.task
+
+
 class TaskSet(BaseModel):
     """A versioned list of tasks, as stored in a suite's data file."""
 

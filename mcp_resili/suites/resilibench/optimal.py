@@ -62,7 +62,7 @@ from mcp_resili.faults.rng import derive_rng
 from mcp_resili.faults.rules import NoFaults
 from mcp_resili.suites.resilibench.faults import ResiliBenchFaults
 from mcp_resili.suites.resilibench.stop_rules import CONSECUTIVE_FAILURES
-from mcp_resili.tasks.model import Task, Workflow
+from mcp_resili.tasks.model import SameTask, Task, Workflow
 from mcp_resili.tools import ToolLibrary
 
 #: A history summary: the last ``window`` outcomes (True = success), or the total failure count.
@@ -409,6 +409,12 @@ def episode_bound_ii(
 _BOUND_III: dict[tuple[str, int, str], float] = {}
 
 
+@lru_cache(maxsize=64)
+def _stored_faults_json(task: SameTask) -> str:
+    """The fault plan the task's stored DP value was solved for, as sorted JSON (once per task object)."""
+    return json.dumps(task.task.metadata.get("optimal_workflow", {}).get("faults"), sort_keys=True)
+
+
 def episode_bound_iii(task: Task, fault_plan: dict[str, Any], max_turns: int | None = None) -> float | None:
     """Bound (iii) for an episode's fault plan and turn budget.
 
@@ -424,7 +430,7 @@ def episode_bound_iii(task: Task, fault_plan: dict[str, Any], max_turns: int | N
     stored = task.metadata.get("optimal_workflow", {})
     if (
         stored.get("max_turns") == turns
-        and json.dumps(stored.get("faults"), sort_keys=True) == plan_json
+        and _stored_faults_json(SameTask(task)) == plan_json
         and isinstance(stored.get("success_probability"), int | float)
     ):
         return float(stored["success_probability"])

@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from functools import cache
 
 from mcp_resili.suites.resilibench.flaws import FlawError, Plan, apply_flaw, optimal_plan, parse_flaw
 from mcp_resili.suites.resilibench.library import resilibench_library
-from mcp_resili.tasks.model import Task
+from mcp_resili.tasks.model import SameTask, Task
 from mcp_resili.tools import ToolLibrary
 from mcp_resili.tools.search import ToolIndex
 
@@ -60,6 +61,21 @@ def _index() -> ToolIndex:
     return ToolIndex(_library().specs)
 
 
+#: Tasks whose base text and optimal plan are kept: a run plays a task's variants and trials side by
+#: side (`RunPlan.iter_cells`), each with the same base text and (optimal, flawed) the same plan.
+_RECENT_TASKS = 64
+
+
+@functools.lru_cache(maxsize=_RECENT_TASKS)
+def _base_of(task: SameTask, discovery: bool) -> str:
+    return _base(task.task, discovery)
+
+
+@functools.lru_cache(maxsize=_RECENT_TASKS)
+def _optimal_plan_of(task: SameTask) -> Plan:
+    return optimal_plan(task.task, _library())
+
+
 def _base(task: Task, discovery: bool) -> str:
     inputs = json.dumps(task.inputs, indent=2, sort_keys=True)
     outputs = ", ".join(task.expected_outputs.get("outputs_from", [])) or "the last step"
@@ -98,7 +114,8 @@ def render_plan(task: Task, plan: Plan) -> str:
 def flawed_plan(task: Task, flaw: str) -> Plan:
     """The plan of ``task`` corrupted by ``flaw`` (``TYPE[:SEVERITY[:METHOD]]``)."""
     kind, severity, method = parse_flaw(flaw)
-    return apply_flaw(task, optimal_plan(task, _library()), _library(), _index(), kind, severity, method)
+    plan = _optimal_plan_of(SameTask(task))
+    return apply_flaw(task, plan, _library(), _index(), kind, severity, method)
 
 
 def render_prompt(task: Task, variant: str = "baseline", *, discovery: bool = True) -> str:
@@ -109,13 +126,13 @@ def render_prompt(task: Task, variant: str = "baseline", *, discovery: bool = Tr
             f"unknown ResiliBench variant {variant!r}; choose from baseline, cot, optimal, "
             "flawed:TYPE[:SEVERITY[:METHOD]]"
         )
-    base = _base(task, discovery)
+    base = _base_of(SameTask(task), discovery)
     if name == "baseline":
         return base
     if name == "cot":
         return f"{base}\n\n{_COT}"
     if name == "optimal":
-        return f"{base}\n\n{render_plan(task, optimal_plan(task, _library()))}"
+        return f"{base}\n\n{render_plan(task, _optimal_plan_of(SameTask(task)))}"
     if not argument:
         raise FlawError("the flawed variant needs a flaw type: flawed:TYPE[:SEVERITY[:METHOD]]")
     return f"{base}\n\n{render_plan(task, flawed_plan(task, argument))}"

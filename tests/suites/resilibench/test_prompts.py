@@ -101,6 +101,22 @@ def test_flawed_prompt_shows_the_flawed_plan_and_unknown_variants_fail():
             suite.prompt(task, bad)
 
 
+def test_a_remembered_prompt_belongs_to_its_task_object_not_to_its_id():
+    """Prompts remember each task object's base text and plan: a twin with other inputs gets its own."""
+    suite = get_suite("resilibench")
+    task = suite.default_tasks[0]
+    first = {v: suite.prompt(task, v) for v in ("baseline", "optimal", "flawed:sequence_disorder")}
+    assert {v: suite.prompt(task, v) for v in first} == first  # remembered: the very same text
+    key = next(iter(task.inputs))
+    twin = task.model_copy(update={"inputs": {**task.inputs, key: "a-value-only-the-twin-has"}})
+    assert twin.id == task.id
+    for variant, text in first.items():
+        again = suite.prompt(twin, variant)
+        assert "a-value-only-the-twin-has" in again and "a-value-only-the-twin-has" not in text
+    other = task.model_copy(update={"description": "Another description altogether."})
+    assert suite.prompt(other, "baseline").startswith("Task: Another description altogether.")
+
+
 @pytest.mark.anyio
 async def test_flawed_runs_are_scored_against_ground_truth_not_the_flawed_plan(tmp_path):
     variants = ("baseline", "optimal", "flawed:missing_step:severe", "flawed:sequence_disorder")

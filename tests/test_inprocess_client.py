@@ -7,6 +7,7 @@ timeouts, notifications, progress reports and cancellation.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import anyio
@@ -189,6 +190,34 @@ async def test_the_runner_uses_the_lean_dispatcher_and_legacy_mode_keeps_the_sdk
     async with InProcessClient(probe_server([]), mode="legacy") as client:
         assert not isinstance(client.session._dispatcher, InProcessDispatcher)
         assert (await outcome(client, "echo"))["structuredContent"]["name"] == "echo"
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [None, {"mine": 1}, {"io.modelcontextprotocol/logLevel": "error", "x": 2}, {"progressToken": "t"}],
+)
+async def test_every_call_carries_the_sessions_own_stamp_on_its_meta(
+    monkeypatch: pytest.MonkeyPatch, meta: dict[str, Any] | None
+) -> None:
+    """The envelope the lean hop adds is the one the session's stamp would add, key for key, in order."""
+    sent: list[dict[str, Any]] = []
+    send = InProcessDispatcher.send_raw_request
+
+    async def recording(self: Any, method: str, params: Any, opts: Any = None, **kwargs: Any) -> Any:
+        if method == "tools/call":
+            sent.append(copy.deepcopy(params))  # as sent: a server may change its request in place
+        return await send(self, method, params, opts, **kwargs)
+
+    monkeypatch.setattr(InProcessDispatcher, "send_raw_request", recording)
+    async with InProcessClient(probe_server([]), log_level="warning") as client:
+        for arguments in ({"n": 1}, {"n": 2, "text": "other"}):
+            await client.call_tool("echo", arguments, meta=meta)  # type: ignore[arg-type]
+            expected = {"name": "echo", "arguments": arguments}
+            if meta is not None:
+                expected["_meta"] = dict(meta)
+            client.session._stamp({"method": "tools/call", "params": expected}, {})
+            assert list(sent[-1]["_meta"].items()) == list(expected["_meta"].items())
+            assert sent[-1]["_meta"]["io.modelcontextprotocol/protocolVersion"]
 
 
 async def test_a_dispatcher_refuses_requests_before_it_runs_and_once_it_is_closed() -> None:

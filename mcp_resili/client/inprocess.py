@@ -272,8 +272,25 @@ class InProcessClient(Client):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        #: The session's stamp and the ``_meta`` entries it sets on a ``tools/call`` (`_envelope`).
+        self._stamped: tuple[Any, dict[str, Any]] | None = None
         if isinstance(self.server, Server) and self.mode != "legacy" and hasattr(self, "_connect"):
             self._connect = in_process_connector(self.server, self.on_request)
+
+    def _envelope(self, session: Any) -> dict[str, Any]:
+        """The ``_meta`` entries the session's stamp sets on every ``tools/call``, read once per stamp.
+
+        The stamp also makes HTTP headers from the tool's name and arguments, which an in-process
+        request has no use for. Its ``_meta`` entries (the protocol version, the client's info and
+        capabilities, a log level) do not depend on the call, so they are read once from a request
+        that names no tool, and read again when the session changes its stamp (a new negotiation).
+        """
+        stamp = session._stamp  # private in the SDK
+        if self._stamped is None or self._stamped[0] is not stamp:
+            probe: dict[str, Any] = {"method": "tools/call", "params": {}}
+            stamp(probe, {})
+            self._stamped = (stamp, dict(probe["params"].get("_meta", {})))
+        return self._stamped[1]
 
     async def call_tool(
         self,
@@ -315,17 +332,18 @@ class InProcessClient(Client):
                 meta=meta,
             )
         params = call_params(name, arguments, meta)
-        data = {"method": "tools/call", "params": params}
+        well_formed = well_formed_call(name, arguments, meta)
         opts: CallOptions = {}
-        session._stamp(data, opts)
+        if well_formed:  # no key of the caller's that the stamp sets: its envelope, added as it adds it
+            params.setdefault("_meta", {}).update(self._envelope(session))
+        else:
+            session._stamp({"method": "tools/call", "params": params}, opts)
         timeout = read_timeout_seconds if read_timeout_seconds is not None else self.read_timeout_seconds
         if timeout is not None:
             opts["timeout"] = timeout
         if progress_callback is not None:
             opts["on_progress"] = progress_callback
-        raw = await dispatcher.send_raw_request(
-            "tools/call", params, opts, well_formed=well_formed_call(name, arguments, meta)
-        )
+        raw = await dispatcher.send_raw_request("tools/call", params, opts, well_formed=well_formed)
         first = session._call_tool_adapter.validate_python(raw, by_name=False)
         if isinstance(first, types.CallToolResult):
             if not first.is_error and not _conforms_as_known(session, name, first):

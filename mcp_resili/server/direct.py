@@ -13,7 +13,8 @@ method, a handshake-era version, a server with more middleware (the protocol-fau
 
 A request `InProcessClient` built from parts that pass the surface's checks by construction
 (`well_formed_call`, held to the SDK's checks by `tests/test_inprocess_well_formed.py`) is not
-checked a second time; any other request is.
+checked a second time; any other request is. Its arguments were built in this process, so the
+pipeline measures them without first walking them for size (`CallPipeline.call_with_outcome`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from __future__ import annotations
 import collections
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -93,35 +93,29 @@ def larger_than(value: Any, limit: int) -> bool:
     while pending:
         item = pending.pop()
         kind = type(item)
+        members: Iterable[Any] = ()
         if kind is dict:
             total += 2
-            for key, member in item.items():
+            for key in item:
                 total += len(key) + 4 if type(key) is str else 8
-                member_kind = type(member)
-                if member_kind is str:
-                    total += len(member) + 3
-                elif member_kind is dict or member_kind is list or member_kind is tuple:
-                    pending.append(member)
-                else:
-                    total += 8
                 if total > limit:
                     return True
+            members = item.values()
         elif kind is list or kind is tuple:
             total += 2 + len(item)
-            for member in item:
-                member_kind = type(member)
-                if member_kind is str:
-                    total += len(member) + 3
-                elif member_kind is dict or member_kind is list or member_kind is tuple:
-                    pending.append(member)
-                else:
-                    total += 8
-                if total > limit:
-                    return True
-        elif kind is str:
-            total += len(item) + 3
+            members = item
         else:
-            total += 8
+            total += len(item) + 3 if kind is str else 8
+        for member in members:
+            member_kind = type(member)
+            if member_kind is str:
+                total += len(member) + 3
+            elif member_kind is dict or member_kind is list or member_kind is tuple:
+                pending.append(member)
+            else:
+                total += 8
+            if total > limit:
+                return True
         if total > limit:
             return True
     return False

@@ -11,9 +11,8 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from functools import cache
+from functools import cache, lru_cache
 
 from mcp_resili.suites.resilibench.flaws import FlawError, Plan, apply_flaw, optimal_plan, parse_flaw
 from mcp_resili.suites.resilibench.library import resilibench_library
@@ -66,12 +65,12 @@ def _index() -> ToolIndex:
 _RECENT_TASKS = 64
 
 
-@functools.lru_cache(maxsize=_RECENT_TASKS)
+@lru_cache(maxsize=_RECENT_TASKS)
 def _base_of(task: SameTask, discovery: bool) -> str:
     return _base(task.task, discovery)
 
 
-@functools.lru_cache(maxsize=_RECENT_TASKS)
+@lru_cache(maxsize=_RECENT_TASKS)
 def _optimal_plan_of(task: SameTask) -> Plan:
     return optimal_plan(task.task, _library())
 

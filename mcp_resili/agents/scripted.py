@@ -6,9 +6,9 @@ They read the task's ground-truth workflow and derive their next move from the c
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 from mcp_resili.agents.model import (
@@ -22,7 +22,7 @@ from mcp_resili.agents.model import (
 )
 from mcp_resili.agents.text_protocol import TextOracleAgent
 from mcp_resili.constants import FINISH_TOOL
-from mcp_resili.tasks.model import StepBinding, Task, WorkflowStep, resolve_binding
+from mcp_resili.tasks.model import SameTask, StepBinding, Task, WorkflowStep, resolve_binding
 
 
 def call_results(request: ModelRequest) -> list[tuple[ToolCall, ToolResult]]:
@@ -63,7 +63,7 @@ def _call(turn: int, step: WorkflowStep, task: Task, results: dict[str, object])
 
 def _usable(task: Task, step: WorkflowStep, result: object) -> bool:
     """Whether ``result`` has every path later steps bind to (a drifted or stale reply may not)."""
-    for parts in _bound_paths(task).get(step.id, ()):
+    for parts in _bound_paths(SameTask(task)).get(step.id, ()):
         value = result
         for part in parts:
             if not isinstance(value, dict) or part not in value:
@@ -72,24 +72,14 @@ def _usable(task: Task, step: WorkflowStep, result: object) -> bool:
     return True
 
 
-#: By ``id(task)``; the task is held weakly (a lazily built task list frees tasks no episode holds),
-#: and compared on a hit, since a dead task's id may be reused.
-_BOUND_PATHS: dict[int, tuple[weakref.ref[Task], dict[str, list[tuple[str, ...]]]]] = {}
-
-
-def _bound_paths(task: Task) -> dict[str, list[tuple[str, ...]]]:
+@lru_cache(maxsize=256)
+def _bound_paths(task: SameTask) -> dict[str, list[tuple[str, ...]]]:
     """Per step id, the result paths other steps bind to: asked every turn, computed once per task."""
-    hit = _BOUND_PATHS.get(id(task))
-    if hit is not None and hit[0]() is task:
-        return hit[1]
     paths: dict[str, list[tuple[str, ...]]] = {}
-    for later in task.workflow.steps:
+    for later in task.task.workflow.steps:
         for binding in later.arguments.values():
             if isinstance(binding, StepBinding):
                 paths.setdefault(binding.step, []).append(tuple(binding.path.split(".")))
-    if len(_BOUND_PATHS) >= 4096:  # tasks of finished runs: drop them rather than grow
-        _BOUND_PATHS.clear()
-    _BOUND_PATHS[id(task)] = (weakref.ref(task), paths)
     return paths
 
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 
 from mcp_resili.constants import DISCOVERY_TOOLS
 from mcp_resili.suites.resilibench.dataflow import DataFlowTracer
-from mcp_resili.tasks.model import Task
+from mcp_resili.tasks.model import SameTask, Task
 from mcp_resili.trace import ToolCallEvent, TraceEvent
 
 
@@ -81,26 +81,16 @@ def _done_steps(task: Task, events: Sequence[TraceEvent]) -> Mapping[str, int]:
     return flow.advance(events)
 
 
-#: id(a task) → (the task, held weakly; per tool of its steps, each step's DAG predecessors).
-_BEFORE: dict[int, tuple[weakref.ref[Task], dict[str, dict[str, list[str]]]]] = {}
-
-
-def _forget_task(key: int, _: object) -> None:
-    _BEFORE.pop(key, None)
-
-
-def _predecessors(task: Task) -> dict[str, dict[str, list[str]]]:
-    """Per tool of ``task``'s steps: each of its steps' DAG predecessors (worked out once per task object)."""
-    known = _BEFORE.get(id(task))
-    if known is not None and known[0]() is task:
-        return known[1]
+@functools.lru_cache(maxsize=256)
+def _predecessors(task: SameTask) -> dict[str, dict[str, list[str]]]:
+    """Per tool of the task's steps: each of its steps' DAG predecessors (worked out once per task object)."""
+    workflow = task.task.workflow
     table: dict[str, dict[str, list[str]]] = {}
-    for step in task.workflow.steps:
+    for step in workflow.steps:
         table.setdefault(step.tool, {})[step.id] = []
-    tool_of = {step.id: step.tool for step in task.workflow.steps}
-    for a, b in task.workflow.edges:
+    tool_of = {step.id: step.tool for step in workflow.steps}
+    for a, b in workflow.edges:
         table[tool_of[b]][b].append(a)
-    _BEFORE[id(task)] = (weakref.ref(task, functools.partial(_forget_task, id(task))), table)
     return table
 
 
@@ -113,7 +103,7 @@ def task_dag_gate(
     """
     if task is None:
         return None
-    before = _predecessors(task).get(tool)
+    before = _predecessors(SameTask(task)).get(tool)
     if before is None or all(not preds for preds in before.values()):
         return None
     done = _done_steps(task, events)

@@ -1,5 +1,7 @@
 """The dependency gate traces data flow incrementally, and agrees with a trace from scratch every time."""
 
+import weakref
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,17 +84,22 @@ def test_interleaved_episodes_keep_their_own_flows_and_nothing_outlives_them():
     assert len(gate._FLOWS) == before  # each flow went with its episode's first event
 
 
-def test_a_tasks_predecessor_table_goes_with_the_task():
-    before = len(gate._BEFORE)
+def test_a_tasks_predecessor_table_is_worked_out_once_and_let_go_after_enough_other_tasks():
     task = SUITE.tasks[11].model_copy(deep=True)  # an object nothing else holds
     last = task.workflow.steps[-1]
     preds = [a for a, b in task.workflow.edges if b == last.id]
     assert preds, "the last step of a stored task reads an earlier one"
+    misses = gate._predecessors.cache_info().misses
     refusal = task_dag_gate(task, last.tool, [])
     tool_of = {s.id: s.tool for s in task.workflow.steps}
     assert refusal is not None and refusal[0] == tuple(tool_of[p] for p in preds)
     assert task_dag_gate(task, task.workflow.steps[0].tool, []) is None
     assert task_dag_gate(task, "no_such_tool", []) is None
-    assert len(gate._BEFORE) == before + 1
+    assert gate._predecessors.cache_info().misses == misses + 1  # one table for the three questions
+    held = weakref.ref(task)
     del task
-    assert len(gate._BEFORE) == before
+    assert held() is not None  # kept while recent: a run asks about a task at every call
+    others = [SUITE.tasks[12].model_copy(deep=True) for _ in range(gate._predecessors.cache_info().maxsize)]
+    for other in others:
+        task_dag_gate(other, other.workflow.steps[-1].tool, [])
+    assert held() is None  # and let go once enough other tasks came after it

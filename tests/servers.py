@@ -244,7 +244,8 @@ class HttpServer:
     (Linux): no other process can take the port in between, and the port found is certainly this server's.
     """
 
-    def __init__(self, serve_args: tuple[str, ...], port: int | None, stderr_path: Path) -> None:
+    def __init__(self, serve_args: tuple[str, ...], port: int | None, stderr_path: Path, **env: str) -> None:
+        """``env``: variables the server gets besides `child_env`'s."""
         self.serve_args = serve_args
         self.port = port
         self.stderr_path = stderr_path
@@ -254,7 +255,7 @@ class HttpServer:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
-            env=child_env(),
+            env=child_env(**env),
         )
 
     @property
@@ -324,16 +325,17 @@ def _port_was_taken(server: HttpServer) -> bool:
     return server.process.poll() is not None and "address already in use" in server.stderr().lower()
 
 
-async def start_http_server(*serve_args: str, workdir: Path) -> HttpServer:
+async def start_http_server(*serve_args: str, workdir: Path, **env: str) -> HttpServer:
     """Start ``mcp-resili serve SERVE_ARGS`` over HTTP on a free port and return once it accepts connections.
 
-    The server's stderr goes to ``workdir/server-N.stderr`` and is quoted when it fails to start. Where
+    The server's stderr goes to ``workdir/server-N.stderr`` and is quoted when it fails to start; ``env``
+    adds to its environment. Where
     ``/proc`` is missing a free port is picked first, and the server is started again on another one if
     that port was taken before the server bound it.
     """
     for attempt in range(1, PORT_ATTEMPTS + 1):
         port = None if can_find_listening_ports() else free_port()
-        server = HttpServer(serve_args, port, workdir / f"server-{uuid.uuid4().hex[:8]}.stderr")
+        server = HttpServer(serve_args, port, workdir / f"server-{uuid.uuid4().hex[:8]}.stderr", **env)
         try:
             await server.wait_until_accepting()
         except ServerStartError:
@@ -349,9 +351,9 @@ async def start_http_server(*serve_args: str, workdir: Path) -> HttpServer:
 
 
 @contextlib.asynccontextmanager
-async def running_http_server(*serve_args: str, workdir: Path) -> AsyncIterator[HttpServer]:
+async def running_http_server(*serve_args: str, workdir: Path, **env: str) -> AsyncIterator[HttpServer]:
     """`start_http_server` as an async context manager that stops the server on exit."""
-    server = await start_http_server(*serve_args, workdir=workdir)
+    server = await start_http_server(*serve_args, workdir=workdir, **env)
     try:
         yield server
     finally:

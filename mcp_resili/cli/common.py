@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from mcp_resili.errors import UserError
 
@@ -69,3 +72,33 @@ def one_line(exc: BaseException) -> str:
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}{where}"
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def sigterm_stops_like_ctrl_c() -> Iterator[threading.Event]:
+    """Within: SIGTERM stops the command the way Ctrl-C does; yields an event set when SIGTERM came.
+
+    A CI job that times out, a scheduler or a service manager ends a command with SIGTERM. A run
+    cancels the episodes in flight, finished ones stay stored and ``--resume`` plays the rest; a
+    server closes its sessions and removes its private trace spool; as after Ctrl-C. (Ray
+    replaces SIGTERM handling when it connects, with an exit and a native stack dump; its executor
+    puts this handler back.) A second SIGTERM, like a second Ctrl-C, stops at once.
+    """
+    received = threading.Event()
+    if threading.current_thread() is not threading.main_thread():  # only there can handlers be set
+        yield received
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        received.set()
+        on_interrupt = signal.getsignal(signal.SIGINT)
+        if callable(on_interrupt):  # asyncio's runner cancels the run; Python's default raises
+            on_interrupt(signal.SIGINT, frame)
+        else:  # Ctrl-C is ignored here (a background job): stop anyway
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shlex
-import signal
 import sqlite3
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mcp_resili.cli.common import Commands, add_seed, one_line, stdout_console, user_error_in
+from mcp_resili.cli.common import (
+    Commands,
+    add_seed,
+    one_line,
+    sigterm_stops_like_ctrl_c,
+    stdout_console,
+    user_error_in,
+)
 from mcp_resili.constants import DEFAULT_SUITE
 from mcp_resili.errors import UserError
 
@@ -496,35 +500,6 @@ def _stored_episodes(db: Path, run_id: str) -> int:
         return 0
     finally:
         store.close()
-
-
-@contextlib.contextmanager
-def sigterm_stops_like_ctrl_c() -> Iterator[threading.Event]:
-    """Within: SIGTERM stops the run the way Ctrl-C does; yields an event set when SIGTERM came.
-
-    A CI job that times out, or a scheduler, ends a run with SIGTERM: the episodes in flight are
-    cancelled, finished ones stay stored and ``--resume`` plays the rest, as after Ctrl-C. (Ray
-    replaces SIGTERM handling when it connects, with an exit and a native stack dump; its executor
-    puts this handler back.) A second SIGTERM, like a second Ctrl-C, stops at once.
-    """
-    received = threading.Event()
-    if threading.current_thread() is not threading.main_thread():  # only there can handlers be set
-        yield received
-        return
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        received.set()
-        on_interrupt = signal.getsignal(signal.SIGINT)
-        if callable(on_interrupt):  # asyncio's runner cancels the run; Python's default raises
-            on_interrupt(signal.SIGINT, frame)
-        else:  # Ctrl-C is ignored here (a background job): stop anyway
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield received
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _execute_with_progress(

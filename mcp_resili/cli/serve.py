@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from mcp_resili.cli.common import Commands, add_seed, announce
+from mcp_resili.cli.common import Commands, add_seed, announce, sigterm_stops_like_ctrl_c
 from mcp_resili.constants import AUTH_TOKEN_ENV, DEFAULT_SUITE
 from mcp_resili.errors import UserError
 from mcp_resili.registry.entries import suite_names
@@ -322,10 +322,11 @@ def serve_command(args: argparse.Namespace) -> int:
     started = announce("serving MCP")
     _settle_for_a_long_life()
     try:
-        if args.transport == "stdio":
-            anyio.run(serve_stdio, server)
-        else:
-            anyio.run(lambda: serve_http(server, args.host, args.port, on_started=started, access=access))
+        with sigterm_stops_like_ctrl_c():
+            if args.transport == "stdio":
+                anyio.run(serve_stdio, server)
+            else:
+                anyio.run(lambda: serve_http(server, args.host, args.port, on_started=started, access=access))
     except KeyboardInterrupt:
         pass
     finally:
@@ -367,6 +368,6 @@ def proxy_command(args: argparse.Namespace) -> int:
         "call_timeout": args.call_timeout or None,
         "max_sessions": args.max_upstream_sessions,
     }
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt), sigterm_stops_like_ctrl_c():
         anyio.run(lambda: run_proxy(args.upstream, plan, serve, **options))
     return 0

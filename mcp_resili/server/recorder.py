@@ -12,7 +12,9 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import shutil
+import stat
 import tempfile
 import weakref
 from collections.abc import Callable
@@ -28,6 +30,36 @@ logger = logging.getLogger(__name__)
 
 #: Spooled traces of closed episodes kept for `TRACE_METHOD`, in bytes, beyond which the oldest go.
 SPOOL_KEEP_BYTES = 256 * 1024 * 1024
+
+
+#: Name prefix of a private spool directory; the owning process's id follows, then a random part.
+SPOOL_PREFIX = "mcp-resili-spool-"
+
+
+def remove_dead_spools(temp: Path) -> list[Path]:
+    """Remove the private spools in ``temp`` of this user's processes that are gone; return them.
+
+    A server killed outright (SIGKILL, the OOM killer) cannot remove its own spool: the next server
+    started in the same temporary directory does. A spool whose process is alive, or whose owner is
+    unknown, stays.
+    """
+    if os.name != "posix":  # os.kill(pid, 0) only probes on POSIX
+        return []
+    removed = []
+    for spool in temp.glob(f"{SPOOL_PREFIX}*-*"):
+        pid_text = spool.name[len(SPOOL_PREFIX) :].split("-", 1)[0]
+        try:
+            pid = int(pid_text)
+            status = spool.lstat()
+            if pid <= 0 or status.st_uid != os.getuid() or not stat.S_ISDIR(status.st_mode):
+                continue
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(spool, ignore_errors=True)
+            removed.append(spool)
+        except (ValueError, OSError):  # not a number; someone else's process; gone meanwhile
+            continue
+    return removed
 
 
 def event_size(event: TraceEvent) -> int:
@@ -62,7 +94,8 @@ class TraceRecorder:
         self.account = MemoryAccount(budget)
         self._private: tempfile.TemporaryDirectory[str] | None = None
         if directory is None and spool:
-            self._private = tempfile.TemporaryDirectory(prefix="mcp-resili-spool-")
+            remove_dead_spools(Path(tempfile.gettempdir()))
+            self._private = tempfile.TemporaryDirectory(prefix=f"{SPOOL_PREFIX}{os.getpid()}-")
             directory = Path(self._private.name)
         self.directory = directory
         if directory is not None:

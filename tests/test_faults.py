@@ -99,3 +99,31 @@ def test_response_side_faults_let_the_tool_run():
     assert FaultInjector.runs_tool(ErrorFault(code="TIMEOUT", side="response"))
     assert not FaultInjector.runs_tool(ErrorFault(code="TIMEOUT"))
     assert FaultInjector.runs_tool(None)
+
+
+def test_a_fault_that_declares_it_never_draws_gets_no_stream_and_one_that_lies_is_stopped(monkeypatch):
+    import mcp_resili.faults.injector as injector_module
+    from mcp_resili.faults.base import ToolOutcome
+
+    derived = []
+    real_derive = injector_module.derive_rng
+
+    def counting(*args):
+        derived.append(args)
+        return real_derive(*args)
+
+    monkeypatch.setattr(injector_module, "derive_rng", counting)
+    injector = FaultInjector(NoFaults(), seed=0)
+    call = CallContext("ep", library().spec("lookup"), 0, ())
+    error = ErrorFault(code="TIMEOUT", message="slow")
+    applied = injector.apply(error, None, call)
+    assert (applied.error_code, applied.message, derived) == ("TIMEOUT", "slow", [])  # no stream seeded
+
+    def drawing_apply(self, outcome, call, rng):  # as if ErrorFault drew after all
+        rng.randrange(3)
+        return ToolOutcome(structured=None, error_code=self.code, message="")
+
+    monkeypatch.setattr(ErrorFault, "apply", drawing_apply)
+    with pytest.raises(RuntimeError, match="uses_rng = False"):
+        injector.apply(error, None, call)
+    assert NoFaults().decide(call, injector_module._UNUSED_RNG).fault is None  # never draws either

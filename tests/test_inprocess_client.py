@@ -14,6 +14,8 @@ import anyio
 import mcp.server.runner as mcp_runner
 import mcp_types as types
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp import Client, MCPError
 from mcp.server import Server, ServerRequestContext
 from pydantic import BaseModel
@@ -316,3 +318,139 @@ async def test_the_runners_calls_skip_the_sdks_kernel_unless_a_middleware_must_s
     assert result.rows and all(row.label is not None for row in result.rows)
     assert served  # the episodes' other requests (discovery, listing) still go the SDK's way
     assert ("tools/call" in served) is sdk_serves_calls
+
+
+async def test_the_direct_answer_builds_a_session_only_for_a_call_that_talks_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The direct answer: no `Connection` for a quiet call; a log message still reaches the client."""
+    from mcp.server.connection import Connection
+
+    from mcp_resili.client.session import without_idle_tracing
+    from mcp_resili.server.direct import direct_on_request
+
+    built: list[Connection] = []
+    original_init = Connection.__init__
+
+    def counting_init(self: Connection, *args: Any, **kwargs: Any) -> None:
+        built.append(self)
+        original_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "__init__", counting_init)
+    server = ResiliServer(tiny_suite(), parse_fault_spec("none"))
+    without_idle_tracing(server.mcp)
+    messages: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        messages.append(params.data)
+
+    meta = {META_EPISODE: "quiet"}
+    async with InProcessClient(
+        server.mcp, on_request=lambda state: direct_on_request(server, state)
+    ) as quiet:
+        await quiet.call_tool("echo", {"text": "hi"}, meta=meta)  # lists the tools first (SDK path)
+        before = len(built)
+        result = await quiet.call_tool("echo", {"text": "hi"}, meta=meta)
+        assert not result.is_error and len(built) == before  # nothing asked for the session
+    async with InProcessClient(
+        server.mcp,
+        on_request=lambda state: direct_on_request(server, state),
+        log_level="debug",
+        logging_callback=on_log,
+    ) as chatty:
+        await chatty.call_tool("echo", {"text": "hi"}, meta={META_EPISODE: "chatty"})
+        before = len(built)
+        result = await chatty.call_tool("echo", {"text": "hi"}, meta={META_EPISODE: "chatty"})
+        assert not result.is_error
+    assert messages == [{"tool": "echo", "outcome": "ok"}] * 2
+    assert len(built) == before + 1  # one session, for the one call that logged
+
+
+async def test_a_request_meets_its_deadline_only_where_its_handler_waits() -> None:
+    """No timer for an answer given without waiting; a wait past the deadline times out; the handler's
+    own TimeoutError stays its own error."""
+    waited: list[str] = []
+
+    async def answer(ctx: Any, method: str, params: Any) -> dict[str, Any]:
+        if method == "at_once":
+            return {"answered": method}
+        if method == "own_timeout":
+            await anyio.sleep(0)
+            raise TimeoutError("the handler's own")
+        try:
+            await anyio.sleep(0 if method == "brief" else 3600)
+        except BaseException:
+            waited.append(method)  # cancelled where it waited
+            raise
+        return {"answered": method}
+
+    async def ignore(ctx: Any, method: str, params: Any) -> None:
+        return None
+
+    dispatcher = InProcessDispatcher(answer)
+    async with anyio.create_task_group() as tg:
+        await tg.start(dispatcher.run, answer, ignore)
+        # A deadline already past: the answer that needs no wait still comes.
+        assert await dispatcher.send_raw_request("at_once", None, {"timeout": 0}) == {"answered": "at_once"}
+        assert await dispatcher.send_raw_request("brief", None, {"timeout": 60}) == {"answered": "brief"}
+        for method, timeout in (("brief", 0), ("long", 0.01)):
+            with anyio.fail_after(30):  # a deadline that never fires fails here, not hangs
+                with pytest.raises(MCPError) as late:
+                    await dispatcher.send_raw_request(method, None, {"timeout": timeout})
+            assert late.value.error.code == types.REQUEST_TIMEOUT, method
+        with pytest.raises(MCPError) as own:
+            await dispatcher.send_raw_request("own_timeout", None, {"timeout": 60})
+        assert own.value.error.code == types.INTERNAL_ERROR
+        # The next request on the same task is not hit by a stale cancellation.
+        assert await dispatcher.send_raw_request("brief", None, {"timeout": 60}) == {"answered": "brief"}
+        dispatcher.close()
+    assert waited == ["brief", "long"]
+
+
+async def test_a_handlers_own_timeout_error_after_it_waited_is_not_taken_for_the_deadline() -> None:
+    from mcp_resili.client.inprocess import timed_if_suspended
+
+    async def raises_its_own() -> None:
+        await anyio.sleep(0)
+        raise TimeoutError("the handler's own")
+
+    async def returns_after_waiting() -> str:
+        await anyio.sleep(0)
+        return "done"
+
+    with pytest.raises(TimeoutError, match="the handler's own"):
+        await timed_if_suspended(raises_its_own(), 60)
+    assert await timed_if_suspended(returns_after_waiting(), 60) == "done"
+
+
+_answers = st.fixed_dictionaries(
+    {"content": st.just([{"type": "text", "text": "ok"}])},
+    optional={
+        "isError": st.one_of(st.booleans(), st.just("no")),
+        "structuredContent": st.one_of(st.dictionaries(st.text(max_size=3), st.integers()), st.just(3)),
+        "resultType": st.sampled_from(["complete", "input_required", "other"]),
+        "_meta": st.one_of(st.just({"x": 1}), st.just(5)),
+        "inputRequests": st.just({"r": {"method": "elicitation/create", "params": {}}}),
+    },
+) | st.just({"content": "not a list"})
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(raw=_answers)
+def test_a_calls_answer_reads_as_the_sdks_adapter_reads_it(raw: dict[str, Any]) -> None:
+    import mcp.client.session as sdk_session
+    from pydantic import ValidationError
+
+    from mcp_resili.client.inprocess import _call_result
+
+    adapter = sdk_session._CallToolResultAdapter
+    try:
+        expected = adapter.validate_python(copy.deepcopy(raw), by_name=False)
+    except ValidationError as exc:
+        with pytest.raises(ValidationError) as ours:
+            _call_result(adapter, copy.deepcopy(raw))
+        assert str(ours.value) == str(exc)
+        return
+    got = _call_result(adapter, copy.deepcopy(raw))
+    assert type(got) is type(expected) and got == expected
+    assert got.model_fields_set == expected.model_fields_set

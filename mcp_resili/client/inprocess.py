@@ -13,16 +13,19 @@ episode (`bench/episode_cpu.py`). The answers are the same, error for error
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.abc
 import mcp_types as types
+import sniffio
 from mcp import Client
+from mcp.client import session as mcp_client_session
 from mcp.server import Server
 from mcp.server.runner import modern_on_request
 from mcp.shared.dispatcher import (
@@ -41,9 +44,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
+from mcp_resili.fastjson import jsonable
 from mcp_resili.tools.validator import CompiledSchema
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: What the server's handlers see as their transport: in memory, and (2026-era) no server requests.
 IN_PROCESS_TRANSPORT = TransportContext(kind="direct", can_send_request=False)
@@ -99,6 +105,80 @@ class _RequestContext:
         raise NoBackChannelError(method)
 
 
+class _Expired(Exception):
+    """A request's deadline passed while its handler was suspended."""
+
+
+def timed_if_suspended(handler: Coroutine[Any, Any, T], timeout: float) -> Awaitable[T]:
+    """Await ``handler`` with a deadline ``timeout`` seconds from now, armed only if it suspends.
+
+    A handler that answers without suspending (a quick tool) cannot be interrupted by any timer, so
+    none is set for it: a timed scope costs a sixtieth of a scripted episode when set on each call.
+    From its first suspension on, the rest of the handler runs under `asyncio.timeout_at`, which can
+    start in the middle (it keeps no stack of scopes, unlike anyio's), and `_Expired` means the
+    deadline passed. Asyncio only.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout
+    return _FirstStep(handler, deadline)
+
+
+class _FirstStep(Awaitable[T]):
+    """Runs a coroutine's first step here; the rest, if any, under a deadline (`timed_if_suspended`)."""
+
+    __slots__ = ("_coroutine", "_deadline")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, T], deadline: float) -> None:
+        self._coroutine = coroutine
+        self._deadline = deadline
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        try:
+            suspended_on = self._coroutine.send(None)
+        except StopIteration as done:
+            return cast(T, done.value)
+        return (yield from _rest_before(self._coroutine, suspended_on, self._deadline).__await__())
+
+
+async def _rest_before(coroutine: Coroutine[Any, Any, T], suspended_on: Any, deadline: float) -> T:
+    timer = asyncio.timeout_at(deadline)
+    try:
+        async with timer:
+            return await _Resumed(coroutine, suspended_on)
+    except TimeoutError:
+        if timer.expired():
+            raise _Expired from None
+        raise  # the handler's own
+
+
+class _Resumed(Awaitable[T]):
+    """A coroutine already suspended on ``suspended_on``, driven on by the task as ``await`` would."""
+
+    __slots__ = ("_coroutine", "_suspended_on")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, T], suspended_on: Any) -> None:
+        self._coroutine = coroutine
+        self._suspended_on = suspended_on
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coroutine, suspended_on = self._coroutine, self._suspended_on
+        while True:
+            try:
+                sent = yield suspended_on
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as exc:  # cancellation, or the deadline: the handler sees it where it waits
+                try:
+                    suspended_on = coroutine.throw(exc)
+                except StopIteration as done:
+                    return cast(T, done.value)
+            else:
+                try:
+                    suspended_on = coroutine.send(sent)
+                except StopIteration as done:
+                    return cast(T, done.value)
+
+
 class InProcessDispatcher:
     """The client's `Dispatcher` to a server's `on_request` in this process.
 
@@ -116,6 +196,8 @@ class InProcessDispatcher:
         self._on_notify_intercept: OnNotifyIntercept | None = None
         self._next_id = 0
         self._closed = anyio.Event()
+        #: Whether `run` runs on asyncio, where a request's timer is armed only if it suspends.
+        self._on_asyncio = False
 
     async def run(
         self,
@@ -130,6 +212,7 @@ class InProcessDispatcher:
             raise RuntimeError("InProcessDispatcher is closed; it cannot run again")
         self._on_notify = on_notify
         self._on_notify_intercept = on_notify_intercept
+        self._on_asyncio = sniffio.current_async_library() == "asyncio"
         try:
             task_status.started()
             await self._closed.wait()
@@ -167,10 +250,15 @@ class InProcessDispatcher:
         timeout = opts.get("timeout")
         if timeout is None:
             return await self._answer(context, method, params)
-        # `anyio.fail_after`'s scope without its generator wrapper (a few percent of a scripted call).
-        with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
-            return await self._answer(context, method, params)
-        assert scope.cancelled_caught  # only the deadline ends the scope without an answer
+        if self._on_asyncio:
+            try:
+                return await timed_if_suspended(self._answer(context, method, params), timeout)
+            except _Expired:
+                pass
+        else:
+            with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
+                return await self._answer(context, method, params)
+            assert scope.cancelled_caught  # only the deadline ends the scope without an answer
         raise MCPError(code=REQUEST_TIMEOUT, message=f"Timed out after {timeout}s waiting for {method!r}")
 
     async def _answer(
@@ -211,7 +299,7 @@ def call_params(name: str, arguments: dict[str, Any] | None, meta: Any) -> dict[
     if arguments is not None:
         params["arguments"] = to_jsonable_python(arguments)
     if meta is not None:
-        params["_meta"] = to_jsonable_python(meta, by_alias=True, exclude_none=True)
+        params["_meta"] = jsonable(meta)
     return params
 
 
@@ -344,7 +432,7 @@ class InProcessClient(Client):
         if progress_callback is not None:
             opts["on_progress"] = progress_callback
         raw = await dispatcher.send_raw_request("tools/call", params, opts, well_formed=well_formed)
-        first = session._call_tool_adapter.validate_python(raw, by_name=False)
+        first = _call_result(session._call_tool_adapter, raw)
         if isinstance(first, types.CallToolResult):
             if not first.is_error and not _conforms_as_known(session, name, first):
                 await session.validate_tool_result(name, first)
@@ -370,6 +458,25 @@ class InProcessClient(Client):
         if not isinstance(result, types.CallToolResult):  # a claimed shape: this client claims none
             raise MCPError(code=INTERNAL_ERROR, message=f"{name} answered with an unclaimed result shape")
         return result
+
+
+def _call_result(adapter: Any, raw: dict[str, Any]) -> Any:
+    """``adapter.validate_python(raw, by_name=False)``, the session's reading of a call's answer.
+
+    The SDK's own adapter reads a ``CallToolResult`` or an ``InputRequiredResult``. An answer that
+    does not say ``input_required`` can only be the first: it is read as that alone, which spares
+    trying the second. A failure is read again by the adapter, for the error it gives.
+    """
+    if adapter is _SDK_CALL_RESULT and raw.get("resultType") != "input_required":
+        try:
+            return _read_call_tool_result(raw, by_name=False)
+        except ValidationError:
+            pass
+    return adapter.validate_python(raw, by_name=False)
+
+
+_SDK_CALL_RESULT = getattr(mcp_client_session, "_CallToolResultAdapter", None)  # private in the SDK
+_read_call_tool_result = types.CallToolResult.__pydantic_validator__.validate_python
 
 
 def _conforms_as_known(session: Any, name: str, result: types.CallToolResult) -> bool:

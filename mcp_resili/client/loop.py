@@ -69,6 +69,9 @@ _SESSION_GONE = frozenset({"session_expired", "unauthorized"})
 
 #: How long a server that closed a request's connection has to answer a ping before it counts as gone.
 PING_SECONDS = 10.0
+#: ``ModelTurnEvent(**fields)`` without `BaseModel.__init__`'s Python frame and keyword packing: the
+#: same validation, the same event, a quarter less of its cost on every turn.
+_new_model_turn = ModelTurnEvent.__pydantic_validator__.validate_python
 
 
 #: Definitions already built, by the identity of the tool list they came from (which they keep alive).
@@ -520,15 +523,17 @@ async def _loop(
             return
         state.tokens += response.input_tokens + response.output_tokens
         events.append(
-            ModelTurnEvent(
-                episode=episode.id,
-                turn=turn,
-                text=response.text,
-                tool_calls=tuple(
-                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls
-                ),
-                input_tokens=response.input_tokens,
-                output_tokens=response.output_tokens,
+            _new_model_turn(
+                {
+                    "episode": episode.id,
+                    "turn": turn,
+                    "text": response.text,
+                    "tool_calls": tuple(
+                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls
+                    ),
+                    "input_tokens": response.input_tokens,
+                    "output_tokens": response.output_tokens,
+                }
             )
         )
         messages.append(AssistantMessage(response.text, response.tool_calls))

@@ -318,7 +318,9 @@ async def play_planned(
         max_turns=config.max_turns,
         architecture=config.architecture,
     )
-    trace = Trace(header=header, events=outcome.events)
+    # The loop's events are trace event models already: checking each against the union again was
+    # a hundredth of an episode.
+    trace = Trace.model_construct(header=header, events=outcome.events)
     score = None if outcome.termination == "infrastructure_error" else score_episode(suite, task, trace)
     reflection = None
     if config.architecture == "reflexion" and score is not None and score.label != "full":

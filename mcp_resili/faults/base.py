@@ -99,6 +99,8 @@ class BaseFault(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    #: False for faults whose `apply` never draws (seeding a call's RNG is a measurable share of it).
+    uses_rng: ClassVar[bool] = True
     explicit: bool = True
     transient: bool = True
     side: Literal["request", "response"] = "request"
@@ -266,12 +268,13 @@ def _validator(parse: Callable[[object], _Model]) -> Callable[[object], _Model]:
     return validate
 
 
-def _dump(model: BaseModel) -> dict[str, Any]:
+def dump_fault(model: BaseModel) -> dict[str, Any]:
+    """A fault as its own class's fields (whatever the field that holds it declares)."""
     return model.model_dump(mode="json")
 
 
 #: A field holding any registered fault (validated through the registry, dumped with its own fields).
-Fault = Annotated[BaseFault, PlainValidator(_validator(parse_fault)), PlainSerializer(_dump)]
+Fault = Annotated[BaseFault, PlainValidator(_validator(parse_fault)), PlainSerializer(dump_fault)]
 
 
 def fault_types() -> dict[str, type[BaseFault]]:

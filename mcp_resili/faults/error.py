@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -21,6 +21,7 @@ def describe_error(call: CallContext, code: str) -> str:
 class ErrorFault(BaseFault):
     """The call fails with error ``code``. On the response side the write has already happened."""
 
+    uses_rng: ClassVar[bool] = False  # the error is the error: nothing to draw
     type: Literal["error"] = "error"
     code: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     message: str = ""

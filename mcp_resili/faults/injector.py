@@ -7,8 +7,20 @@ import random
 from mcp_resili.faults.base import BaseFault, BasePlan, CallContext, FaultDecision, ToolOutcome
 from mcp_resili.faults.rng import derive_rng
 
-#: Handed to plans that declare they never draw; a draw from it would be a bug in that plan.
-_UNUSED_RNG = random.Random(0)
+
+class _NoDraws(random.Random):
+    """Handed to plans and faults that declare they never draw (``uses_rng = False``): a draw is a bug."""
+
+    def random(self) -> float:
+        """Refused."""
+        raise RuntimeError("a plan or fault that declares uses_rng = False drew a random number")
+
+    def getrandbits(self, k: int, /) -> int:
+        """Refused."""
+        return int(self.random())
+
+
+_UNUSED_RNG = _NoDraws(0)
 
 
 class FaultInjector:
@@ -35,6 +47,8 @@ class FaultInjector:
             if outcome is None:
                 raise ValueError("apply() needs the tool's outcome when no fault fired")
             return outcome
+        if not fault.uses_rng:
+            return fault.apply(outcome, call, _UNUSED_RNG)
         # A second, independent stream for the fault's own randomness (e.g. which field to corrupt).
         rng = derive_rng(self.seed, call.fault_key + "/apply", call.tool.name, call.ordinal)
         return fault.apply(outcome, call, rng)

@@ -425,6 +425,9 @@ FAMILY_OF: dict[str, str] = {cls.model_fields["type"].default: cls.family for cl
 
 def has_protocol_faults(plan: Mapping[str, Any] | Iterable[Any] | Any) -> bool:
     """Whether a plan's JSON form (as in a trace header) holds any protocol fault."""
+    kind = type(plan)  # asked for every episode scored: the plan's many scalars are settled first
+    if kind is str or kind is float or kind is int or kind is bool or plan is None:
+        return False
     if isinstance(plan, Mapping):
         if plan.get("type") in FAMILY_OF:
             return True

@@ -20,7 +20,7 @@ pipeline measures them without first walking them for size (`CallPipeline.call_w
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server.connection import Connection
@@ -81,6 +81,32 @@ class _ClientIdentity:
         return connection
 
 
+class _RequestContext(ServerRequestContext[Any, Any]):
+    """A request's context whose `ServerSession` (and the `Connection` under it) is built when first used.
+
+    Only a call that sends something back to its client (a log message, progress) needs one; most
+    calls never touch it, and building both was a twentieth of a scripted call. Copies made with
+    `dataclasses.replace` get the session itself.
+    """
+
+    def __init__(self, new_session: Callable[[], ServerSession] | None = None, **fields: Any) -> None:
+        self._new_session = new_session
+        self._session: ServerSession | None = None
+        super().__init__(**{"session": None, **fields})
+
+    @property
+    def session(self) -> ServerSession:
+        """The request's session, built on first use."""
+        if self._session is None:
+            assert self._new_session is not None, "a request context without a session"
+            self._session = self._new_session()
+        return self._session
+
+    @session.setter
+    def session(self, session: ServerSession | None) -> None:
+        self._session = session
+
+
 def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
     """The in-process `OnRequest` of ``server``: modern ``tools/call`` directly, the rest by the SDK."""
     sdk = modern_on_request(server.mcp, lifespan_state)
@@ -97,15 +123,20 @@ def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
         # Read at every request: a server may gain middleware (tracing) after the client connected.
         if version not in MODERN_PROTOCOL_VERSIONS or server.mcp.middleware != only_ours:
             return await sdk(dctx, method, params)
-        connection = identity.connection(
-            version, envelope.get(CLIENT_INFO_META_KEY), envelope.get(CLIENT_CAPABILITIES_META_KEY)
-        )
         well_formed = getattr(dctx, "well_formed", False)
         # A well-formed request's ``_meta`` holds no key the model types: it reads as the dict it is.
         meta = cast(RequestParamsMeta, dict(envelope)) if well_formed else _request_meta(params)
-        session = ServerSession(dctx, connection, request_meta=meta if dctx.request_id is not None else None)
-        ctx: ServerRequestContext[Any, Any] = ServerRequestContext(
-            session=session,
+        connections: list[Connection] = []  # the one built with the session, if anything asked for it
+
+        def new_session() -> ServerSession:
+            connection = identity.connection(
+                version, envelope.get(CLIENT_INFO_META_KEY), envelope.get(CLIENT_CAPABILITIES_META_KEY)
+            )
+            connections.append(connection)
+            return ServerSession(dctx, connection, request_meta=meta if dctx.request_id is not None else None)
+
+        ctx = _RequestContext(
+            new_session,
             lifespan_context=lifespan_state,
             method=method,
             params=params,
@@ -126,7 +157,8 @@ def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
             else:
                 result = await server.answer_tools_call(ctx, by_the_sdk)
         finally:
-            await connection.exit_stack.aclose()  # as the kernel's teardown (nothing registers on it)
+            for connection in connections:  # as the kernel's teardown (nothing registers on it)
+                await connection.exit_stack.aclose()
         if isinstance(result, BaseModel):  # as the kernel dumps what a handler returns
             return result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return {} if result is None else dict(result)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from mcp_resili.errors import UserError, plain_validation_error
 from mcp_resili.faults.base import Fault, FaultDecision
 from mcp_resili.faults.model_api import ModelFaultDecision
+from mcp_resili.trace.encode import model_json
 
 TRACE_FORMAT_VERSION = 1
 
@@ -234,7 +235,7 @@ class Trace(BaseModel):
 
     def to_jsonl(self) -> str:
         """Serialise as JSONL: header line, then one line per event."""
-        lines = [one_line(self.header.model_dump_json())]
+        lines = [one_line(model_json(self.header))]
         lines.extend(dump_event(e) for e in self.events)
         return "\n".join(lines) + "\n"
 
@@ -313,8 +314,9 @@ def trace_lines(text: str) -> list[str]:
 
 def dump_event(event: TraceEvent) -> str:
     """One event as a JSON line (no newline)."""
-    # The event's own serializer writes exactly what the union's would, without picking the member.
-    return one_line(event.model_dump_json())
+    # The event's own serializer writes exactly what the union's would, without picking the member
+    # (`model_json` writes that serializer's text).
+    return one_line(model_json(event))
 
 
 def event_to_dict(event: TraceEvent) -> dict[str, Any]:

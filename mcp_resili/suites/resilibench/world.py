@@ -21,8 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import pydantic_core
+import orjson
 
+from mcp_resili.fastjson import PLAIN_JSON_ONLY
 from mcp_resili.suites.resilibench.simulators import SIMULATORS
 from mcp_resili.tasks.model import ConstantBinding, InputBinding, Task, Workflow
 from mcp_resili.tools.library import Simulator, ToolFailure, ToolState
@@ -104,17 +105,18 @@ def same_json(a: object, b: object) -> bool:
     """JSON equality: 2 equals 2.0, but a boolean is never a number (unlike Python's ``==``)."""
     # Every call's data is compared with the task's, and almost always it is equal: then equal by
     # ``==`` and written alike, which says that no boolean stands for a number (its text differs)
-    # without walking the values in Python. NaN is left to the walk too: ``==`` takes one NaN object
-    # for equal to itself inside a list. Any test failing leaves it to the walk. A string (most
-    # arguments) is settled at once, by the walk's own first rule.
+    # without walking the values in Python. A ``null`` is left to the walk: NaN is written so too,
+    # and ``==`` takes one NaN object for equal to itself inside a list. So is whatever orjson would
+    # not write as plain JSON (`PLAIN_JSON_ONLY`, integers beyond 64 bits, keys that are no
+    # strings). A string (most arguments) is settled at once, by the walk's own first rule.
     if type(a) is str:
         return type(b) is str and a == b
     if a == b:
         try:
-            text = pydantic_core.to_json(a)
-            if text == pydantic_core.to_json(b) and b"NaN" not in text:
+            text = orjson.dumps(a, option=PLAIN_JSON_ONLY)
+            if b"null" not in text and text == orjson.dumps(b, option=PLAIN_JSON_ONLY):
                 return True
-        except (pydantic_core.PydanticSerializationError, ValueError):
+        except TypeError:  # orjson's JSONEncodeError
             pass
     return _same_json_walk(a, b)
 

@@ -113,7 +113,7 @@ def timed_if_suspended(handler: Coroutine[Any, Any, T], timeout: float) -> Await
     """Await ``handler`` with a deadline ``timeout`` seconds from now, armed only if it suspends.
 
     A handler that answers without suspending (a quick tool) cannot be interrupted by any timer, so
-    none is set for it: a timed scope costs a sixtieth of a scripted episode when set on each call.
+    none is set for it: a timed scope set on each call cost a twenty-fifth of a scripted episode.
     From its first suspension on, the rest of the handler runs under `asyncio.timeout_at`, which can
     start in the middle (it keeps no stack of scopes, unlike anyio's), and `_Expired` means the
     deadline passed. Asyncio only.

@@ -7,17 +7,22 @@ import random
 from mcp_resili.faults.base import BaseFault, BasePlan, CallContext, FaultDecision, ToolOutcome
 from mcp_resili.faults.rng import derive_rng
 
+_DREW = "a plan or fault that declares uses_rng = False drew a random number"
+
 
 class _NoDraws(random.Random):
-    """Handed to plans and faults that declare they never draw (``uses_rng = False``): a draw is a bug."""
+    """Handed to plans and faults that declare they never draw (``uses_rng = False``): a draw is a bug.
+
+    Every draw of `random.Random` comes from one of these two.
+    """
 
     def random(self) -> float:
         """Refused."""
-        raise RuntimeError("a plan or fault that declares uses_rng = False drew a random number")
+        raise RuntimeError(_DREW)
 
     def getrandbits(self, k: int, /) -> int:
         """Refused."""
-        return int(self.random())
+        raise RuntimeError(_DREW)
 
 
 _UNUSED_RNG = _NoDraws(0)

@@ -8,10 +8,11 @@ NaN and infinities as ``null``, booleans, None) in about a third of that.
 A model is written as its fields' dict (its ``__dict__``) when its class is plain (`_plain_fields`):
 no serializers of its own, no computed, excluded or extra fields, no aliases in its output, and
 fields whose declared types pydantic writes just as orjson does. Each value of a field declared as a
-number, string or boolean must have exactly that type (a float field holding an int is written
-``1.0`` by pydantic, ``1`` by orjson). Anything else stops orjson (a datetime, a ``str`` subclass, an
-integer beyond 64 bits, a key that is not a string, a lone surrogate, a model that is not plain) and
-the line is pydantic's own. `tests/test_trace_encode.py` holds the two to the same bytes.
+number, string, boolean or model must have exactly that type (pydantic writes a float field's int as
+``1.0`` and a model field's subclass with the declared class's fields only). Anything else stops
+orjson (a datetime, a ``str`` subclass, an integer beyond 64 bits, a key that is not a string, a lone
+surrogate, a model that is not plain) and the line is pydantic's own. `tests/test_trace_encode.py`
+holds the two to the same bytes.
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ the same process; valgrind's callgrind counts only the measured run (it is switc
 outside). Both sides run at once, one per CPU. Needs valgrind (``apt install valgrind``); about two
 minutes per side at the default size.
 
-    python bench/episode_instructions.py [--base REV] [--tasks N] [--write-docs]
+With ``--cycles`` callgrind also simulates the caches and branches, and the table adds an estimate of
+the cycles (`CYCLE_WEIGHTS`): instructions are not cycles, and a cut in compiled code (pydantic's
+serializer) saves more instructions than time.
+
+    python bench/episode_instructions.py [--base REV] [--tasks N] [--cycles] [--write-docs]
 """
 
 from __future__ import annotations
@@ -65,13 +69,26 @@ anyio.run(main, int(sys.argv[1]), sys.argv[2], sys.argv[3])
 """
 
 
-def instructions_per_episode(tree: Path, tasks: int, cpu: int, work: Path) -> tuple[float, int]:
-    """Instructions of the measured run of ``tree`` per episode, and its episode count."""
+#: The cycle estimate of ``--cycles``: each instruction 1, each first-level cache miss 10, each
+#: last-level miss 100, each mispredicted branch 15 (callgrind's simulated caches and branches).
+CYCLE_WEIGHTS = {
+    "Ir": 1, "I1mr": 10, "D1mr": 10, "D1mw": 10, "ILmr": 100, "DLmr": 100, "DLmw": 100, "Bcm": 15, "Bim": 15,
+}  # fmt: skip
+
+
+def counts_per_episode(
+    tree: Path, tasks: int, cpu: int, work: Path, *, cycles: bool = False
+) -> tuple[dict[str, float], int]:
+    """Callgrind's counts per episode of the measured run of ``tree`` (``Ir``: instructions); its episodes.
+
+    With ``cycles`` the caches and branches are simulated too; ``cycles`` is their estimate (`CYCLE_WEIGHTS`).
+    """
     out, flag = work / f"callgrind.{cpu}.out", str(work / f"flag.{cpu}")
+    simulate = ["--cache-sim=yes", "--branch-sim=yes"] if cycles else []
     proc = subprocess.Popen(
         [
             "taskset", "-c", str(cpu),
-            "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+            "valgrind", "--tool=callgrind", "--instr-atstart=no", *simulate, f"--callgrind-out-file={out}",
             sys.executable, "-c", CHILD, str(tasks), ",".join(VARIANTS), flag,
         ],
         cwd=tree,
@@ -89,16 +106,53 @@ def instructions_per_episode(tree: Path, tasks: int, cpu: int, work: Path) -> tu
     subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True)
     Path(flag + ".off").touch()
     proc.wait()
-    total = 0
+    names: list[str] = []
+    totals: dict[str, int] = {}
     for line in out.read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            total = max(total, int(line.split()[1]))
-    return total / episodes, episodes
+        if line.startswith("events:"):
+            names = line.split()[1:]
+        elif line.startswith(("summary:", "totals:")):
+            for name, value in zip(names, line.split()[1:], strict=False):
+                totals[name] = max(totals.get(name, 0), int(value))
+    counts = {name: value / episodes for name, value in totals.items()}
+    if cycles:
+        counts["cycles"] = sum(weight * counts.get(name, 0.0) for name, weight in CYCLE_WEIGHTS.items())
+    return counts, episodes
 
 
-def section(base: str, rev: str, tasks: int, counts: dict[str, tuple[float, int]]) -> str:
-    (base_ir, episodes), (ours_ir, _) = counts["base"], counts["ours"]
-    ratio = ours_ir / base_ir
+def instructions_per_episode(tree: Path, tasks: int, cpu: int, work: Path) -> tuple[float, int]:
+    """Instructions of the measured run of ``tree`` per episode, and its episode count."""
+    counts, episodes = counts_per_episode(tree, tasks, cpu, work)
+    return counts["Ir"], episodes
+
+
+def section(base: str, rev: str, tasks: int, counts: dict[str, tuple[dict[str, float], int]]) -> str:
+    (base_counts, episodes), (ours_counts, _) = counts["base"], counts["ours"]
+    ratio = ours_counts["Ir"] / base_counts["Ir"]
+    rows = [
+        f"| baseline `{base}` | {base_counts['Ir'] / 1e6:.2f} |",
+        f"| this revision (`{rev}`) | {ours_counts['Ir'] / 1e6:.2f} |",
+    ]
+    cycles = []
+    if "cycles" in base_counts and "cycles" in ours_counts:
+        rows[0] += f" {base_counts['cycles'] / 1e6:.2f} |"
+        rows[1] += f" {ours_counts['cycles'] / 1e6:.2f} |"
+        cycle_ratio = ours_counts["cycles"] / base_counts["cycles"]
+        cycles = [
+            "",
+            f"Estimated cycles, this / baseline: **{cycle_ratio:.3f}×** (callgrind's simulated caches and"
+            " branches; each instruction 1, each first-level miss 10, each last-level miss 100, each"
+            " mispredicted branch 15: a rough model, but one that counts what instructions leave out).",
+        ]
+    header = (
+        [
+            "| revision | instructions per episode (millions) | estimated cycles (millions) |",
+            "|---|---:|---:|",
+        ]
+        if cycles
+        else ["| revision | instructions per episode (millions) |", "|---|---:|"]
+    )
+    flag = " --cycles" if cycles else ""
     return "\n".join(
         [
             START,
@@ -112,15 +166,14 @@ def section(base: str, rev: str, tasks: int, counts: dict[str, tuple[float, int]
             f" 5.4 ms: {GOAL}× of `{base}`); the same tree counts the same within about 0.1%, where CPU time"
             " on this shared machine moves by 15–35%.",
             "",
-            "| revision | instructions per episode (millions) |",
-            "|---|---:|",
-            f"| baseline `{base}` | {base_ir / 1e6:.2f} |",
-            f"| this revision (`{rev}`) | {ours_ir / 1e6:.2f} |",
+            *header,
+            *rows,
             "",
             f"Ratio this / baseline: **{ratio:.3f}×**. Goal ≤ {GOAL}×:"
             f" {'**met**' if ratio <= GOAL else '**not met**'}.",
+            *cycles,
             "",
-            f"Reproduce: `python bench/episode_instructions.py --base {base} --write-docs`.",
+            f"Reproduce: `python bench/episode_instructions.py --base {base}{flag} --write-docs`.",
             END,
         ]
     )
@@ -132,6 +185,11 @@ def main() -> None:
     )
     parser.add_argument("--base", default=DEFAULT_BASE, help="baseline git revision")
     parser.add_argument("--tasks", type=int, default=50, help="tasks per side (four episodes each)")
+    parser.add_argument(
+        "--cycles",
+        action="store_true",
+        help="simulate caches and branches too, for a cycle estimate (2x slower)",
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     for tool in ("valgrind", "callgrind_control", "taskset"):
@@ -145,7 +203,12 @@ def main() -> None:
         with ThreadPoolExecutor(2) as pool:
             futures = {
                 name: pool.submit(
-                    instructions_per_episode, tree, args.tasks, cpu % (os.cpu_count() or 1), Path(tmp)
+                    counts_per_episode,
+                    tree,
+                    args.tasks,
+                    cpu % (os.cpu_count() or 1),
+                    Path(tmp),
+                    cycles=args.cycles,
                 )
                 for cpu, (name, tree) in enumerate(trees.items())
             }

@@ -19,7 +19,7 @@ import pytest
 from mcp import Client
 from servers import CLI_TIMEOUT, child_env, new_episode, running_http_server, serve_command
 
-from mcp_resili.server.recorder import SPOOL_PREFIX, remove_dead_spools
+from mcp_resili.server.recorder import SPOOL_PREFIX, remove_dead_spools, spool_prefix
 
 TINY = ("--suite", "tiny", "--faults", "none")
 
@@ -80,7 +80,7 @@ def stop(process: subprocess.Popen[str], how: signal.Signals) -> tuple[int, str]
 def test_a_stdio_server_stopped_by_sigterm_removes_its_spool_and_exits_cleanly(tmp_path: Path) -> None:
     process = start_stdio_server(tmp_path)
     [spool] = spools(tmp_path)
-    assert spool.name.startswith(f"{SPOOL_PREFIX}{process.pid}-")
+    assert spool.name.startswith(spool_prefix(process.pid))
     assert [p.suffix for p in spool.iterdir()] == [".jsonl"]  # the episode's trace, written as it went
     status, stderr = stop(process, signal.SIGTERM)
     assert status == 0, stderr
@@ -113,18 +113,19 @@ def test_the_next_server_removes_the_spool_of_one_killed_outright_and_keeps_live
     status, _ = stop(killed, signal.SIGKILL)
     assert status == -signal.SIGKILL and left.is_dir()  # SIGKILL leaves it: nothing could run
     # A live process's spool (this test's own pid) and names that are no spool of ours stay.
-    live = tmp_path / f"{SPOOL_PREFIX}{os.getpid()}-live"
+    live = tmp_path / f"{spool_prefix(os.getpid())}live"
     odd = tmp_path / f"{SPOOL_PREFIX}notapid-x"
-    file_not_dir = tmp_path / f"{SPOOL_PREFIX}{killed.pid}-file"
-    for directory in (live, odd):
+    file_not_dir = tmp_path / f"{spool_prefix(killed.pid)}file"
+    elsewhere = tmp_path / f"{SPOOL_PREFIX}1.{killed.pid}-x"  # the same pid in another PID namespace
+    for directory in (live, odd, elsewhere):
         directory.mkdir()
     file_not_dir.write_text("not a spool")
 
     successor = start_stdio_server(tmp_path)
     try:
         assert not left.exists()
-        assert live.is_dir() and odd.is_dir() and file_not_dir.is_file()
-        [own] = [p for p in spools(tmp_path) if p.name.startswith(f"{SPOOL_PREFIX}{successor.pid}-")]
+        assert live.is_dir() and odd.is_dir() and elsewhere.is_dir() and file_not_dir.is_file()
+        [own] = [p for p in spools(tmp_path) if p.name.startswith(spool_prefix(successor.pid))]
         assert any(own.iterdir())
     finally:
         status, stderr = stop(successor, signal.SIGTERM)
@@ -134,12 +135,12 @@ def test_the_next_server_removes_the_spool_of_one_killed_outright_and_keeps_live
 def test_removing_dead_spools_names_what_it_removed_and_spares_a_symlink(tmp_path: Path) -> None:
     reaped = subprocess.Popen(["true"])  # a pid that has just ended
     reaped.wait()
-    gone = tmp_path / f"{SPOOL_PREFIX}{reaped.pid}-abc"
+    gone = tmp_path / f"{spool_prefix(reaped.pid)}abc"
     (gone / "inner").mkdir(parents=True)
     (gone / "inner" / "t.jsonl").write_text("{}\n")
     target = tmp_path / "elsewhere"
     target.mkdir()
-    link = tmp_path / f"{SPOOL_PREFIX}{reaped.pid}-link"
+    link = tmp_path / f"{spool_prefix(reaped.pid)}link"
     link.symlink_to(target)
     assert remove_dead_spools(tmp_path) == [gone]
     assert not gone.exists() and link.is_symlink() and target.is_dir()

@@ -32,26 +32,49 @@ logger = logging.getLogger(__name__)
 SPOOL_KEEP_BYTES = 256 * 1024 * 1024
 
 
-#: Name prefix of a private spool directory; the owning process's id follows, then a random part.
+#: Name prefix of a private spool directory; its owner follows (`spool_prefix`), then a random part.
 SPOOL_PREFIX = "mcp-resili-spool-"
+
+
+def _pid_namespace() -> str:
+    """The PID namespace of the running process (Linux: the inode of ``/proc/self/ns/pid``), else ``0``."""
+    try:
+        return os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]") or "0"
+    except OSError:
+        return "0"
+
+
+def spool_prefix(pid: int) -> str:
+    """The name prefix of the spools of process ``pid`` of this PID namespace: ``SPOOL_PREFIX`` + ``NS.PID-``.
+
+    The namespace is part of the name so that a server never takes a process of another container
+    sharing the temporary directory for one that is gone.
+    """
+    return f"{SPOOL_PREFIX}{_pid_namespace()}.{pid}-"
 
 
 def remove_dead_spools(temp: Path) -> list[Path]:
     """Remove the private spools in ``temp`` of this user's processes that are gone; return them.
 
     A server killed outright (SIGKILL, the OOM killer) cannot remove its own spool: the next server
-    started in the same temporary directory does. A spool whose process is alive, or whose owner is
-    unknown, stays.
+    started in the same temporary directory does. A spool whose process is alive, or of another PID
+    namespace, or whose owner is unknown, stays.
     """
     if os.name != "posix":  # os.kill(pid, 0) only probes on POSIX
         return []
+    ours = _pid_namespace()
     removed = []
     for spool in temp.glob(f"{SPOOL_PREFIX}*-*"):
-        pid_text = spool.name[len(SPOOL_PREFIX) :].split("-", 1)[0]
+        namespace, _, pid_text = spool.name[len(SPOOL_PREFIX) :].split("-", 1)[0].rpartition(".")
         try:
             pid = int(pid_text)
             status = spool.lstat()
-            if pid <= 0 or status.st_uid != os.getuid() or not stat.S_ISDIR(status.st_mode):
+            if (
+                namespace != ours
+                or pid <= 0
+                or status.st_uid != os.getuid()
+                or not stat.S_ISDIR(status.st_mode)
+            ):
                 continue
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -95,7 +118,7 @@ class TraceRecorder:
         self._private: tempfile.TemporaryDirectory[str] | None = None
         if directory is None and spool:
             remove_dead_spools(Path(tempfile.gettempdir()))
-            self._private = tempfile.TemporaryDirectory(prefix=f"{SPOOL_PREFIX}{os.getpid()}-")
+            self._private = tempfile.TemporaryDirectory(prefix=spool_prefix(os.getpid()))
             directory = Path(self._private.name)
         self.directory = directory
         if directory is not None:

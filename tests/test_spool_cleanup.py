@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,12 +36,25 @@ def send(stdin: IO[str], message: dict[str, Any]) -> None:
 
 
 def answer(stdout: IO[str], request_id: int) -> dict[str, Any]:
-    """The server's answer to ``request_id`` (skipping anything else it writes)."""
-    for line in stdout:
-        message = json.loads(line)
-        if message.get("id") == request_id:
-            return dict(message)
-    raise AssertionError(f"the server closed stdout before answering request {request_id}")
+    """The server's answer to ``request_id`` (skipping anything else it writes), within `CLI_TIMEOUT`.
+
+    Read in a thread: a server that never answers fails the test instead of hanging the suite.
+    """
+    found: list[dict[str, Any]] = []
+
+    def read() -> None:
+        for line in stdout:
+            message = json.loads(line)
+            if message.get("id") == request_id:
+                found.append(message)
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(CLI_TIMEOUT)
+    if not found:
+        raise AssertionError(f"no answer to request {request_id} within {CLI_TIMEOUT} s")
+    return found[0]
 
 
 def start_stdio_server(temp: Path) -> subprocess.Popen[str]:
@@ -55,14 +69,17 @@ def start_stdio_server(temp: Path) -> subprocess.Popen[str]:
     )
     assert process.stdin is not None and process.stdout is not None
     hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
-    send(process.stdin, {"id": 1, "method": "initialize", "params": hello})
-    assert "result" in answer(process.stdout, 1)
-    send(process.stdin, {"method": "notifications/initialized"})
-    send(
-        process.stdin,
-        {"id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}},
-    )
-    assert answer(process.stdout, 2)["result"]["isError"] is False
+    try:
+        send(process.stdin, {"id": 1, "method": "initialize", "params": hello})
+        assert "result" in answer(process.stdout, 1)
+        send(process.stdin, {"method": "notifications/initialized"})
+        call = {"name": "echo", "arguments": {"text": "hi"}}
+        send(process.stdin, {"id": 2, "method": "tools/call", "params": call})
+        assert answer(process.stdout, 2)["result"]["isError"] is False
+    except BaseException:
+        process.kill()
+        process.communicate()
+        raise
     return process
 
 

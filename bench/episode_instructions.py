@@ -120,12 +120,6 @@ def counts_per_episode(
     return counts, episodes
 
 
-def instructions_per_episode(tree: Path, tasks: int, cpu: int, work: Path) -> tuple[float, int]:
-    """Instructions of the measured run of ``tree`` per episode, and its episode count."""
-    counts, episodes = counts_per_episode(tree, tasks, cpu, work)
-    return counts["Ir"], episodes
-
-
 def section(base: str, rev: str, tasks: int, counts: dict[str, tuple[dict[str, float], int]]) -> str:
     (base_counts, episodes), (ours_counts, _) = counts["base"], counts["ours"]
     ratio = ours_counts["Ir"] / base_counts["Ir"]

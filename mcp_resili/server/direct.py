@@ -81,7 +81,7 @@ class _ClientIdentity:
         return connection
 
 
-class _RequestContext(ServerRequestContext[Any, Any]):
+class _LazySessionContext(ServerRequestContext[Any, Any]):
     """A request's context whose `ServerSession` (and the `Connection` under it) is built when first used.
 
     Only a call that sends something back to its client (a log message, progress) needs one; most
@@ -135,7 +135,7 @@ def direct_on_request(server: ResiliServer, lifespan_state: Any) -> OnRequest:
             connections.append(connection)
             return ServerSession(dctx, connection, request_meta=meta if dctx.request_id is not None else None)
 
-        ctx = _RequestContext(
+        ctx = _LazySessionContext(
             new_session,
             lifespan_context=lifespan_state,
             method=method,

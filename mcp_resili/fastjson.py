@@ -47,6 +47,6 @@ def jsonable(value: Any) -> Any:
         encoded = orjson.dumps(value, option=PLAIN_JSON_ONLY)
     except TypeError:  # orjson's JSONEncodeError
         encoded = b"null"
-    if b"null" in encoded:
+    if encoded.find(b"null") >= 0:  # not ``in``, which first builds a TypeError (`server.numbers`)
         return to_jsonable_python(value, by_alias=True, exclude_none=True)
     return orjson.loads(encoded)

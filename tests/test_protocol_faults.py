@@ -36,6 +36,7 @@ from mcp_resili.faults.protocol import PROFILES
 from mcp_resili.report.coping import coping_data
 from mcp_resili.scoring.coping import coping
 from mcp_resili.server.app import ResiliServer
+from mcp_resili.store import StoredRows
 from mcp_resili.trace import ProtocolEvent, ToolCallEvent, Trace
 
 SUITE = tiny_suite()
@@ -363,6 +364,8 @@ def test_the_runner_copes_with_every_protocol_fault_type_and_reports_recovery(tm
     result = anyio.run(execute, config)
     assert all(row.termination != "infrastructure_error" for row in result.rows)
     data = next(iter(coping_data(result.rows).values()))
+    # Read from the store, the pass is taken (the store knows the scores have coping components).
+    assert coping_data(StoredRows(config.db, result.run_id)) == coping_data(result.rows)
     met = {kind: entry["met"] for kind, entry in data["types"].items() if kind != "all"}
     assert set(PROTOCOL_TYPES) == {kind for kind, n in met.items() if n}, met
     recovered = {kind: entry["recovery"]["rate"] for kind, entry in data["types"].items() if entry["met"]}

@@ -84,3 +84,102 @@ async def test_summaries_read_from_the_store_match_a_count_by_hand(tmp_path):
     assert len({s.levels["full"].count for s in summaries}) > 1
     # Indexing the sequence reads the store too.
     assert rows[0].episode_id == everything[0].episode_id and rows[-1].episode_id == everything[-1].episode_id
+
+
+def count_passes(monkeypatch) -> list[int]:
+    """From now on, ``[n]``: how many passes over stored rows were begun."""
+    passes = [0]
+    iter_episodes = Store.iter_episodes
+
+    def counted(self, *args, **kwargs):
+        passes[0] += 1
+        return iter_episodes(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "iter_episodes", counted)
+    return passes
+
+
+def test_fault_specs_are_asked_of_the_store_and_a_one_spec_run_takes_no_pass(tmp_path, monkeypatch):
+    from tiny_suite.synthetic import write_synthetic_run
+
+    from mcp_resili.report.degradation import degradation
+    from mcp_resili.report.robustness import robustness
+    from mcp_resili.store import fault_specs
+
+    db = tmp_path / "r.db"
+    write_synthetic_run(db, 40, run_id="two", faults=("none", "resilibench"))
+    write_synthetic_run(db, 30, run_id="one", seed=1, faults=("resilibench",))
+    two = StoredRows(db, "two")
+    assert fault_specs(two) == {r.faults for r in two} == {"none", "resilibench"}
+    assert fault_specs(list(two)) == {"none", "resilibench"}
+    passes = count_passes(monkeypatch)
+    one = StoredRows(db, "one")
+    assert fault_specs(one) == {"resilibench"}
+    # Neither section applies to a single fault spec, and neither reads a row to find that out.
+    assert degradation(one) is None and robustness(one) is None
+    assert passes == [0]
+    assert degradation(two) is not None  # two specs: the rows are read
+    assert passes[0] > 0
+
+
+def test_a_score_component_is_asked_of_the_store_exactly(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from tiny_suite.synthetic import synthetic_rows, write_synthetic_run
+
+    from mcp_resili.report.coping import coping_data
+    from mcp_resili.report.model_coping import model_coping_data
+    from mcp_resili.store import may_have_score_component
+
+    db = tmp_path / "r.db"
+    write_synthetic_run(db, 12, run_id="plain")
+    plain = StoredRows(db, "plain")
+    assert not plain.any_score_component("coping_faults")
+    assert may_have_score_component(list(plain), "coping_faults")  # rows in memory: their pass decides
+    passes = count_passes(monkeypatch)
+    assert coping_data(plain) == {} and model_coping_data(plain) == {}
+    assert passes == [0]
+    # A component that is there, even as null, is found; a key elsewhere in the score is not.
+    rows = list(synthetic_rows("odd", 3))
+    rows[0] = replace(rows[0], score={**rows[0].score, "components": {"coping_faults": None}})
+    rows[1] = replace(rows[1], score={**rows[1].score, "coping_faults": 1})
+    store = Store(db)
+    try:
+        store.add_run("odd", "2026-01-01T00:00:00", "tiny", 0, {})
+        store.add_episodes(rows)
+    finally:
+        store.close()
+    odd = StoredRows(db, "odd")
+    assert odd.any_score_component("coping_faults")
+    assert not odd.any_score_component("llm_faults")
+    # A score SQLite cannot read: the store does not claim to know, the pass over the rows decides.
+    import sqlite3
+
+    with sqlite3.connect(db) as raw:
+        raw.execute(
+            "UPDATE episodes SET score = '{not json' WHERE rowid = "
+            "(SELECT MIN(rowid) FROM episodes WHERE run_id = 'plain')"
+        )
+    assert StoredRows(db, "plain").any_score_component("coping_faults")
+
+
+async def test_runs_collect_young_objects_less_often_and_restore_the_collector_after(tmp_path):
+    import anyio
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+
+    def on_episode(row: EpisodeRow) -> None:
+        seen.append(gc.get_threshold())
+
+    async def one(name: str) -> None:
+        config = RunConfig(suite="tiny", db=tmp_path / f"{name}.db", trials=2, concurrency=2)
+        await execute(config, suite=tiny_suite(), on_episode=on_episode)
+
+    async with anyio.create_task_group() as group:  # two runs overlapping in one process
+        group.start_soon(one, "a")
+        group.start_soon(one, "b")
+    assert len(seen) == 2 * 24
+    assert {threshold[0] for threshold in seen} == {max(before[0], runner.YOUNG_COLLECTION)}
+    assert gc.get_threshold() == before
+    assert not gc.get_freeze_count()

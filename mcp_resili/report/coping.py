@@ -14,7 +14,7 @@ from typing import Any
 from mcp_resili.faults.protocol import ALL_PROTOCOL_TYPES, FAMILY_OF
 from mcp_resili.report.section import NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.summary import Rate, rate_by_task
-from mcp_resili.store import EpisodeRow
+from mcp_resili.store import EpisodeRow, may_have_score_component
 
 PREFIX = "coping_"
 
@@ -28,6 +28,8 @@ def _components(row: EpisodeRow) -> dict[str, Any] | None:
 
 def coping_data(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
     """Per (model, faults) cell: episodes, and per fault type met / recovered / rate with interval."""
+    if not may_have_score_component(rows, f"{PREFIX}faults"):  # the store knows: no pass
+        return {}
     cells: dict[str, dict[str, Any]] = {}
     for row in rows:
         components = _components(row)

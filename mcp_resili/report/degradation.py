@@ -36,7 +36,7 @@ from mcp_resili.report.noise import (
     split_cell,
 )
 from mcp_resili.report.section import NoteBlock, ReportSection, TableBlock
-from mcp_resili.store import EpisodeRow, RunRow
+from mcp_resili.store import EpisodeRow, RunRow, fault_specs
 
 #: (model, architecture, variant): who degrades.
 Arm = tuple[str, str, str]
@@ -48,7 +48,7 @@ class BaselineError(UserError):
 
 def choose_baseline(rows: Sequence[EpisodeRow], named: str | None = None) -> tuple[str, str]:
     """(baseline spec, why it was chosen) among the fault specs of ``rows`` (see the module)."""
-    specs = sorted({r.faults for r in rows})
+    specs = sorted(fault_specs(rows))
     if named is not None:
         if named not in specs:
             raise BaselineError(
@@ -193,7 +193,7 @@ def _by_intensity(spec: str) -> tuple[float, str]:
 
 def degradation(rows: Sequence[EpisodeRow], baseline: str | None = None) -> Degradation | None:
     """The degradation of ``rows`` (one run, or runs already matched); None with fewer than two specs."""
-    specs = sorted({r.faults for r in rows}, key=_by_intensity)
+    specs = sorted(fault_specs(rows), key=_by_intensity)
     if len(specs) < 2:
         if baseline is not None and baseline not in specs:
             raise BaselineError(

@@ -16,7 +16,7 @@ from typing import Any
 from mcp_resili.faults.model_api import MODEL_FAULT_TYPES
 from mcp_resili.report.section import NoteBlock, ReportSection, TableBlock, rate_cell
 from mcp_resili.report.summary import rate
-from mcp_resili.store import EpisodeRow
+from mcp_resili.store import EpisodeRow, may_have_score_component
 
 PREFIX = "llm_"
 
@@ -46,6 +46,8 @@ def _cell_of(cells: dict[str, dict[str, Any]], row: EpisodeRow) -> dict[str, Any
 
 def model_coping_data(rows: Sequence[EpisodeRow]) -> dict[str, Any]:
     """Per (model, architecture, faults) cell: episodes, and per fault type met / survived / rate."""
+    if not may_have_score_component(rows, f"{PREFIX}faults"):  # the store knows: no pass
+        return {}
     cells: dict[str, dict[str, Any]] = {}
     void: list[EpisodeRow] = []
     for row in rows:

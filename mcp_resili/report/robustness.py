@@ -34,7 +34,7 @@ from mcp_resili.report.ladder import LADDERS, spec_intensity
 from mcp_resili.report.section import ChartBlock, NoteBlock, ReportSection, TableBlock
 from mcp_resili.report.summary import Rate, rate_by_task
 from mcp_resili.report.svg import line_chart
-from mcp_resili.store import EpisodeRow
+from mcp_resili.store import EpisodeRow, fault_specs
 
 #: The normalised area, in words (JSON and notes).
 AUC_DEFINITION = (
@@ -201,7 +201,7 @@ class Robustness:
 
 def robustness(rows: Sequence[EpisodeRow]) -> Robustness | None:
     """The curves of ``rows``; None when no family has two rungs among their fault specs."""
-    specs = sorted({r.faults for r in rows})
+    specs = sorted(fault_specs(rows))
     families = families_in(specs)
     if not families:
         return None

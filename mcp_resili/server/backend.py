@@ -220,7 +220,7 @@ def _finite_json(result: Any) -> bytes:
         raise
     # The encoder writes NaN and infinities as bare NaN / Infinity, so a result without those bytes
     # has none (with them, maybe only in a text: the exact walk decides).
-    if b"NaN" in encoded or b"Infinity" in encoded:
+    if encoded.find(b"NaN") >= 0 or encoded.find(b"Infinity") >= 0:
         _refuse_non_finite(result)
     return encoded
 

@@ -34,9 +34,10 @@ def unusable_number_in(value: Any, encoded: bytes) -> str | None:
     number, which a look at C speed settles for almost every call. Otherwise (maybe only inside a
     string) the walk decides.
     """
-    if b"NaN" not in encoded and b"Infinity" not in encoded:
+    # ``bytes.find``, not ``in``: ``in`` first tries its operand as an integer and builds a TypeError.
+    if encoded.find(b"NaN") < 0 and encoded.find(b"Infinity") < 0:
         shape = encoded.translate(_NUMBER_SHAPE)
-        if b"0e" not in shape and _SIXTEEN_DIGITS not in shape:
+        if shape.find(b"0e") < 0 and shape.find(_SIXTEEN_DIGITS) < 0:
             return None
     return unusable_number(value)
 

@@ -306,6 +306,27 @@ class Store:
                 stop_rule=r[16],
             )
 
+    def fault_specs(self, run_id: str) -> set[str]:
+        """The distinct fault specs of ``run_id``'s stored episodes."""
+        cursor = self._db.execute("SELECT DISTINCT faults FROM episodes WHERE run_id = ?", (run_id,))
+        return {faults for (faults,) in cursor}
+
+    def any_score_component(self, run_id: str, name: str) -> bool:
+        """Whether a stored score of ``run_id`` has the component ``name`` (a key of its ``components``).
+
+        SQLite reads the scores' JSON itself; a score it cannot read counts as having it (the caller's
+        own pass over the rows then decides).
+        """
+        path = "$.components." + json.dumps(name)
+        try:
+            found = self._db.execute(
+                "SELECT 1 FROM episodes WHERE run_id = ? AND json_type(score, ?) IS NOT NULL LIMIT 1",
+                (run_id, path),
+            ).fetchone()
+        except sqlite3.OperationalError:  # malformed JSON in some score
+            return True
+        return found is not None
+
     def episode_count(self, run_id: str) -> int:
         """How many episodes of ``run_id`` are stored."""
         return int(
@@ -435,6 +456,26 @@ class StoredRows(Sequence[EpisodeRow]):
             store.close()
         self._held = keep  # only a pass gone through to its end is kept
 
+    def fault_specs(self) -> set[str]:
+        """The fault specs of the run's episodes, asked of the store (no pass over the rows)."""
+        if self._held is not None:
+            return {row.faults for row in self._held}
+        store = Store(self.db, read_only=True)
+        try:
+            return store.fault_specs(self.run_id)
+        finally:
+            store.close()
+
+    def any_score_component(self, name: str) -> bool:
+        """Whether some episode's stored score has the component ``name``, asked of the store."""
+        if self._held is not None:
+            return any(_has_component(row, name) for row in self._held)
+        store = Store(self.db, read_only=True)
+        try:
+            return store.any_score_component(self.run_id, name)
+        finally:
+            store.close()
+
     def __len__(self) -> int:
         if self._count is None:
             store = Store(self.db, read_only=True)
@@ -462,3 +503,23 @@ class StoredRows(Sequence[EpisodeRow]):
             if n == position:
                 return row
         raise IndexError(index)
+
+
+def fault_specs(rows: Iterable[EpisodeRow]) -> set[str]:
+    """The fault specs of ``rows``: for `StoredRows`, asked of the store instead of read from every row."""
+    if isinstance(rows, StoredRows):
+        return rows.fault_specs()
+    return {row.faults for row in rows}
+
+
+def may_have_score_component(rows: Iterable[EpisodeRow], name: str) -> bool:
+    """False only when no row's score has the component ``name``, known without a pass over `StoredRows`.
+
+    For other rows it is True: the caller's own pass decides.
+    """
+    return rows.any_score_component(name) if isinstance(rows, StoredRows) else True
+
+
+def _has_component(row: EpisodeRow, name: str) -> bool:
+    components = (row.score or {}).get("components")
+    return isinstance(components, dict) and name in components

@@ -114,7 +114,7 @@ def same_json(a: object, b: object) -> bool:
     if a == b:
         try:
             text = orjson.dumps(a, option=PLAIN_JSON_ONLY)
-            if b"null" not in text and text == orjson.dumps(b, option=PLAIN_JSON_ONLY):
+            if text.find(b"null") < 0 and text == orjson.dumps(b, option=PLAIN_JSON_ONLY):
                 return True
         except TypeError:  # orjson's JSONEncodeError
             pass

@@ -106,7 +106,8 @@ def section(names: dict[str, str], sides: dict[str, Side], small: int, large: in
             f"Counted {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with valgrind's callgrind, Python"
             f" {sys.version.split()[0]}: `mcp-resili run --model scripted:oracle --limit N --variant"
             f" {' --variant '.join(VARIANTS)} --trials 1 --concurrency 16 --json` from start to exit, every"
-            f" thread counted, at N = {small} and N = {large}. An episode's cost is the difference over"
+            f" thread counted, with `PYTHONHASHSEED=0`, at N = {small} and N = {large}. An episode's cost is"
+            " the difference over"
             " the difference in episodes (playing, storing, the summary read back); the fixed cost is the"
             " rest (imports, the task list). The full sweep is the fixed cost plus"
             f" {FULL_SWEEP:,} episodes.",

@@ -140,18 +140,21 @@ def test_a_score_component_is_asked_of_the_store_exactly(tmp_path, monkeypatch):
     assert coping_data(plain) == {} and model_coping_data(plain) == {}
     assert passes == [0]
     # A component that is there, even as null, is found; a key elsewhere in the score is not.
-    rows = list(synthetic_rows("odd", 3))
-    rows[0] = replace(rows[0], score={**rows[0].score, "components": {"coping_faults": None}})
-    rows[1] = replace(rows[1], score={**rows[1].score, "coping_faults": 1})
+    null = list(synthetic_rows("null", 3))
+    null[1] = replace(null[1], score={**null[1].score, "components": {"coping_faults": None}})
+    elsewhere = list(synthetic_rows("elsewhere", 3))
+    elsewhere[1] = replace(elsewhere[1], score={**elsewhere[1].score, "coping_faults": 1})
     store = Store(db)
     try:
-        store.add_run("odd", "2026-01-01T00:00:00", "tiny", 0, {})
-        store.add_episodes(rows)
+        for run_id, rows in (("null", null), ("elsewhere", elsewhere)):
+            store.add_run(run_id, "2026-01-01T00:00:00", "tiny", 0, {})
+            store.add_episodes(rows)
     finally:
         store.close()
-    odd = StoredRows(db, "odd")
-    assert odd.any_score_component("coping_faults")
-    assert not odd.any_score_component("llm_faults")
+    assert StoredRows(db, "null").any_score_component("coping_faults")
+    assert not StoredRows(db, "null").any_score_component("llm_faults")
+    assert not StoredRows(db, "elsewhere").any_score_component("coping_faults")
+    assert coping_data(StoredRows(db, "elsewhere")) == coping_data(elsewhere) == {}
     # A score SQLite cannot read: the store does not claim to know, the pass over the rows decides.
     import sqlite3
 

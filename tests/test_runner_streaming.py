@@ -11,7 +11,7 @@ from mcp_resili.client.runner import RunConfig, execute
 from mcp_resili.registry.loader import get_suite
 from mcp_resili.report import summarize
 from mcp_resili.report.summary import rate_by_task
-from mcp_resili.store import EpisodeRow, Store, StoredRows
+from mcp_resili.store import EpisodeRow, Store, StoredRows, StoreError
 
 pytestmark = pytest.mark.anyio
 
@@ -155,15 +155,18 @@ def test_a_score_component_is_asked_of_the_store_exactly(tmp_path, monkeypatch):
     assert not StoredRows(db, "null").any_score_component("llm_faults")
     assert not StoredRows(db, "elsewhere").any_score_component("coping_faults")
     assert coping_data(StoredRows(db, "elsewhere")) == coping_data(elsewhere) == {}
-    # A score SQLite cannot read: the store does not claim to know, the pass over the rows decides.
+    # A score SQLite cannot read: the store does not claim to know, and the pass over the rows names it.
     import sqlite3
+    from contextlib import closing
 
-    with sqlite3.connect(db) as raw:
+    with closing(sqlite3.connect(db)) as raw, raw:
         raw.execute(
             "UPDATE episodes SET score = '{not json' WHERE rowid = "
             "(SELECT MIN(rowid) FROM episodes WHERE run_id = 'plain')"
         )
     assert StoredRows(db, "plain").any_score_component("coping_faults")
+    with pytest.raises(StoreError, match="damaged"):
+        coping_data(StoredRows(db, "plain"))
 
 
 async def test_runs_collect_young_objects_less_often_and_restore_the_collector_after(tmp_path):

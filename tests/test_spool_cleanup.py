@@ -161,3 +161,31 @@ def test_removing_dead_spools_names_what_it_removed_and_spares_a_symlink(tmp_pat
     link.symlink_to(target)
     assert remove_dead_spools(tmp_path) == [gone]
     assert not gone.exists() and link.is_symlink() and target.is_dir()
+
+
+def test_sigterm_stops_like_ctrl_c_but_not_inside_the_tasks_of_a_loop_shutting_down() -> None:
+    import asyncio
+
+    from mcp_resili.cli.common import sigterm_stops_like_ctrl_c
+
+    assert threading.current_thread() is threading.main_thread()  # only there are handlers set
+
+    async def shutting_down() -> str:
+        # As in `asyncio.run`'s shutdown: a loop runs its last tasks, Ctrl-C's handler is Python's again.
+        signal.raise_signal(signal.SIGTERM)
+        await asyncio.sleep(0)
+        return "went on"
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with sigterm_stops_like_ctrl_c() as received:
+            with pytest.raises(KeyboardInterrupt):  # no loop: as Ctrl-C
+                signal.raise_signal(signal.SIGTERM)
+            assert received.is_set()
+            loop = asyncio.new_event_loop()
+            try:
+                assert loop.run_until_complete(shutting_down()) == "went on"
+            finally:
+                loop.close()
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -74,6 +74,17 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _loop_running() -> bool:
+    """Whether an asyncio event loop is running in this thread."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def sigterm_stops_like_ctrl_c() -> Iterator[threading.Event]:
     """Within: SIGTERM stops the command the way Ctrl-C does; yields an event set when SIGTERM came.
@@ -92,6 +103,10 @@ def sigterm_stops_like_ctrl_c() -> Iterator[threading.Event]:
     def on_sigterm(signum: int, frame: Any) -> None:
         received.set()
         on_interrupt = signal.getsignal(signal.SIGINT)
+        if on_interrupt is signal.default_int_handler and _loop_running():
+            # A loop runs, but its runner's Ctrl-C handler is gone: `asyncio.run` is already shutting
+            # down (its tasks being cancelled). Raising now would land inside one of those tasks.
+            return
         if callable(on_interrupt):  # asyncio's runner cancels the run; Python's default raises
             on_interrupt(signal.SIGINT, frame)
         else:  # Ctrl-C is ignored here (a background job): stop anyway
